@@ -1,0 +1,182 @@
+//! Every error of the core contracts, each saying what failed, for which key,
+//! and what to do about it.
+//!
+//! Transition outcomes that are part of the protocol (a fenced-off delivery,
+//! a missing run) are *replies* ([`crate::queue::Status`]), not errors: an
+//! error means the call could not be carried out at all.
+
+use std::time::Duration;
+
+use crate::ids::{LeaseKey, RunId, UnitId};
+
+/// A boxed error from a backend's transport or server.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An id failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The id is empty.
+    #[error("{kind} is empty: give a non-empty {kind}")]
+    Empty {
+        /// Which kind of id.
+        kind: &'static str,
+    },
+    /// The id is longer than allowed.
+    #[error("{kind} is {len} bytes long, over the limit of {max}: use a shorter {kind}")]
+    TooLong {
+        /// Which kind of id.
+        kind: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The id holds a character it may not.
+    #[error("{kind} \"{value}\" contains {found:?}, which is not allowed (no control characters; keys also no whitespace or braces)")]
+    InvalidChar {
+        /// Which kind of id.
+        kind: &'static str,
+        /// The offending id, escaped.
+        value: String,
+        /// The first character that is not allowed.
+        found: char,
+    },
+    /// A stream entry id is not of the form `<ms>-<seq>`.
+    #[error("entry id \"{value}\" is not of the form <ms>-<seq>")]
+    BadEntryId {
+        /// The offending value, escaped.
+        value: String,
+    },
+}
+
+/// A run specification, budget or time-to-live is invalid. Nothing was written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// The unit list is empty.
+    #[error("run {run}: the unit list is empty: give at least one unit")]
+    NoUnits {
+        /// The run.
+        run: RunId,
+    },
+    /// The unit list names a unit twice.
+    #[error("run {run}: unit \"{unit}\" appears more than once in the unit list: each unit must be listed once")]
+    DuplicateUnit {
+        /// The run.
+        run: RunId,
+        /// The duplicated unit.
+        unit: UnitId,
+    },
+    /// The requeue tolerance is not a finite fraction in [0, 1].
+    #[error("requeue tolerance {value} is invalid: give a fraction of the run's units between 0 and 1 (e.g. 0.2)")]
+    BadTolerance {
+        /// The offending value.
+        value: f64,
+    },
+    /// A time-to-live is zero (or rounds to zero milliseconds).
+    #[error("{what} is {ttl:?}: it must be at least 1 ms")]
+    ZeroTtl {
+        /// Which time-to-live.
+        what: &'static str,
+        /// The offending value.
+        ttl: Duration,
+    },
+    /// A unit's kind label is too long.
+    #[error("unit \"{unit}\": kind label is {len} bytes, over the limit of 256")]
+    KindTooLong {
+        /// The unit.
+        unit: UnitId,
+        /// Its length.
+        len: usize,
+    },
+    /// A batch size of zero was asked for.
+    #[error("a reserve batch of 0 units was asked for: ask for at least 1")]
+    ZeroBatch,
+    /// A free-text field is over its limit.
+    #[error("{what} is {len} bytes, over the limit of {max}: shorten it (keep the tail of long output)")]
+    TextTooLong {
+        /// Which field.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// A [`crate::LeaseStore`] call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The arguments were invalid; nothing was changed.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The backend could not carry out the operation.
+    #[error("lease store: {op} on {key} failed: {source}")]
+    Backend {
+        /// The operation.
+        op: &'static str,
+        /// The key (or `*` for store-wide operations).
+        key: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Stored state is not what the contract allows (written by something else).
+    #[error("lease store: state of {key} is corrupt: {detail}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What was found.
+        detail: String,
+    },
+}
+
+impl LeaseError {
+    /// Wraps a backend error for `op` on `key`.
+    pub fn backend(op: &'static str, key: &LeaseKey, source: impl Into<BoxError>) -> Self {
+        Self::Backend { op, key: key.to_string(), source: source.into() }
+    }
+}
+
+/// A [`crate::UnitQueue`] call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The arguments were invalid; nothing was changed.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The run was already initialised with a different unit list.
+    #[error("run {run} was already initialised with a different unit list ({existing} units, this call has {given}): use a new run id for a different suite")]
+    UnitListMismatch {
+        /// The run.
+        run: RunId,
+        /// Units in the stored run.
+        existing: u64,
+        /// Units in this call.
+        given: u64,
+    },
+    /// The backend could not carry out the operation.
+    #[error("unit queue: {op} on run {run} failed: {source}")]
+    Backend {
+        /// The operation.
+        op: &'static str,
+        /// The run.
+        run: RunId,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Stored state of the run is not what the contract allows.
+    #[error("unit queue: run {run} is corrupt: {detail}")]
+    Corrupt {
+        /// The run.
+        run: RunId,
+        /// What was found.
+        detail: String,
+    },
+}
+
+impl QueueError {
+    /// Wraps a backend error for `op` on `run`.
+    pub fn backend(op: &'static str, run: &RunId, source: impl Into<BoxError>) -> Self {
+        Self::Backend { op, run: run.clone(), source: source.into() }
+    }
+}

@@ -1,0 +1,215 @@
+//! Leases: one owner per key at a time, fenced.
+//!
+//! See [`LeaseStore`] for the contract.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::errors::{LeaseError, SpecError};
+use crate::ids::{LeaseKey, UserId, WorkerId};
+
+/// A number that strictly increases with every successful claim of one key.
+///
+/// Downstream storage keeps the highest token it has seen per key and rejects
+/// writes that carry a lower one, so an owner that paused past its lease (and
+/// was replaced) can never write over its successor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A held lease: who holds which key, under which token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The leased key.
+    pub key: LeaseKey,
+    /// The holder.
+    pub owner: WorkerId,
+    /// The fencing token of this claim.
+    pub token: FencingToken,
+}
+
+/// How hard an owned account is watched (sync-worker's tiers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Persistent watch (IMAP IDLE) plus a secondary poll.
+    Hot,
+    /// Transient polls at the warm rate. The default on claim.
+    Warm,
+    /// Transient polls at the cold rate.
+    Cold,
+}
+
+impl Tier {
+    /// The stored name: `hot`, `warm` or `cold`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Hot => "hot",
+            Tier::Warm => "warm",
+            Tier::Cold => "cold",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Tier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "hot" => Ok(Tier::Hot),
+            "warm" => Ok(Tier::Warm),
+            "cold" => Ok(Tier::Cold),
+            other => Err(format!("unknown tier {other:?}: expected hot, warm or cold")),
+        }
+    }
+}
+
+/// A subscription to `user.active` events: each published user id, in order.
+///
+/// Events published before the subscription was made are not seen. A
+/// subscriber that falls far behind skips the oldest events (it is told how
+/// many were skipped through `tracing`) rather than blocking publishers.
+#[derive(Debug)]
+pub struct UserActiveSubscription {
+    rx: tokio::sync::broadcast::Receiver<UserId>,
+}
+
+impl UserActiveSubscription {
+    /// Wraps the receiving end of a broadcast channel that carries the events.
+    pub fn new(rx: tokio::sync::broadcast::Receiver<UserId>) -> Self {
+        Self { rx }
+    }
+
+    /// The next event; `None` once the store is gone.
+    pub async fn recv(&mut self) -> Option<UserId> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match self.rx.recv().await {
+                Ok(user) => return Some(user),
+                Err(RecvError::Lagged(skipped)) => {
+                    tracing::warn!(skipped, "user.active subscriber fell behind; skipped events");
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Checks that a TTL is at least one millisecond.
+pub fn check_ttl(what: &'static str, ttl: Duration) -> Result<(), SpecError> {
+    if ttl.as_millis() == 0 {
+        return Err(SpecError::ZeroTtl { what, ttl });
+    }
+    Ok(())
+}
+
+/// Leases, the live set, the worker registry, tiers and presence.
+///
+/// # Contract
+///
+/// * **Claim** is atomic: at most one holder per key at any instant. A
+///   successful claim returns a [`Lease`] whose [`FencingToken`] is strictly
+///   greater than every token ever returned for that key (tokens survive
+///   release and expiry). A claim of a held, unexpired key returns `None`,
+///   even when the caller is the holder. A key need not be live to be claimed;
+///   callers draw keys from [`LeaseStore::live_keys`].
+/// * A lease **expires** `ttl` after its claim or last renew; once expired it
+///   is free to claim and every renew or release of it answers `false`.
+/// * **Renew** and **release** are checked against owner *and* token: they act
+///   only while the exact lease given is still the current one, and answer
+///   `false` otherwise (taken over, expired, dropped). A caller whose renew
+///   answers `false` has lost the key and must stop working on it at once.
+/// * [`LeaseStore::mark_not_live`] removes the key from the live set and drops
+///   its lease and tier: the owner's next renew answers `false`.
+/// * The **tier** of a key is `Warm` after a claim unless one is already set;
+///   it is dropped with the key's liveness.
+/// * **Workers** register with a TTL and must re-register before it runs out
+///   to stay counted in [`LeaseStore::live_workers`].
+/// * **Presence**: [`LeaseStore::mark_user_active`] refreshes the user's
+///   presence for `grace` and publishes a `user.active` event to every current
+///   subscriber.
+/// * A zero TTL or grace is rejected with [`SpecError::ZeroTtl`] and changes
+///   nothing. Backend failures are [`LeaseError::Backend`]; a caller that gets
+///   one from `renew` must treat the lease as lost once its TTL has passed.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Claims `key` for `owner` for `ttl`. `Some(lease)` iff the caller now holds it.
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError>;
+
+    /// Claims each key in order (see [`LeaseStore::claim`]); returns the leases won.
+    /// Backends may batch this into fewer round trips.
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+        let mut won = Vec::new();
+        for key in keys {
+            if let Some(lease) = self.claim(key, owner, ttl).await? {
+                won.push(lease);
+            }
+        }
+        Ok(won)
+    }
+
+    /// Extends `lease` to `ttl` from now. `true` iff it was still current.
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError>;
+
+    /// Renews each lease (see [`LeaseStore::renew`]); one answer per lease, in order.
+    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+        let mut answers = Vec::with_capacity(leases.len());
+        for lease in leases {
+            answers.push(self.renew(lease, ttl).await?);
+        }
+        Ok(answers)
+    }
+
+    /// Deletes `lease`. `true` iff it was still current (and is now free).
+    async fn release(&self, lease: &Lease) -> Result<bool, LeaseError>;
+
+    /// The current holder of `key`, if any.
+    async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError>;
+
+    /// Adds `key` to the live set (idempotent).
+    async fn mark_live(&self, key: &LeaseKey) -> Result<(), LeaseError>;
+
+    /// Removes `key` from the live set and drops its lease and tier (idempotent).
+    async fn mark_not_live(&self, key: &LeaseKey) -> Result<(), LeaseError>;
+
+    /// Every key in the live set, sorted.
+    async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError>;
+
+    /// Registers (or refreshes) `worker` for `ttl`.
+    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError>;
+
+    /// Removes `worker` from the registry (idempotent).
+    async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError>;
+
+    /// Registered workers whose registration has not expired, sorted.
+    async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError>;
+
+    /// Sets the tier of `key`.
+    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError>;
+
+    /// The tier of `key`, if one is set.
+    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError>;
+
+    /// Refreshes `user`'s presence for `grace` and publishes `user.active`.
+    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError>;
+
+    /// Whether `user`'s presence is current.
+    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError>;
+
+    /// Subscribes to `user.active` events published from now on.
+    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError>;
+}

@@ -1,0 +1,39 @@
+//! # leasehold-core
+//!
+//! The contracts every leasehold backend implements, and the types they speak:
+//!
+//! * [`LeaseStore`]: one owner per key at a time, with a strictly increasing
+//!   [`FencingToken`] per key, owner-checked renew and release, a live set of
+//!   keys that should be owned, a worker registry, tiers and user presence.
+//! * [`UnitQueue`]: the fenced unit queue of a test run (or any batch of work):
+//!   at-least-once delivery, heartbeats, retry budgets, reclaim of dead workers'
+//!   units and an append-only event log.
+//!
+//! Backends depend only on this crate (the memory backend `leasehold-mem` is
+//! the reference semantics; `leasehold-redis` runs the same contract on Redis).
+//! With the `conformance` feature, [`conformance`] holds the shared suite that
+//! every backend must pass unchanged.
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod errors;
+pub mod events;
+pub mod ids;
+pub mod lease;
+pub mod queue;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use errors::{IdError, LeaseError, QueueError, SpecError};
+pub use events::{Event, EventId, EventRecord, UnitEventHeader};
+pub use ids::{EntryId, LeaseKey, RunId, UnitId, UserId, WorkerId};
+pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
+pub use queue::{
+    Ack, DeliveryOrigin,
+    AbandonReply, Budgets, Delivery, FinalizeReason, FinalizeReply, FinalizeRequest, HeartbeatReply,
+    InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, RequeueReply, RequeueRequest,
+    ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
+    WorkerRecord,
+};

@@ -1,0 +1,768 @@
+//! The fenced unit queue.
+//!
+//! See [`UnitQueue`] for the contract.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::errors::{QueueError, SpecError};
+use crate::events::{EventId, EventRecord};
+use crate::ids::{EntryId, RunId, UnitId, WorkerId};
+use crate::lease::check_ttl;
+
+/// Longest unit kind label, in bytes.
+pub const MAX_KIND_LEN: usize = 256;
+/// Longest failure summary or worker error message, in bytes.
+pub const MAX_SUMMARY_LEN: usize = 64 * 1024;
+/// Largest `errors` payload (serialised JSON), in bytes.
+pub const MAX_ERRORS_LEN: usize = 1024 * 1024;
+
+/// The reply status of a transition, as the seed names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The transition was applied.
+    Ok,
+    /// Nothing to do (no unit available).
+    None,
+    /// The unit reached its final outcome through this transition.
+    Finalized,
+    /// The unit was put back for another attempt.
+    Requeued,
+    /// The fence failed: the caller no longer owns this delivery. Nothing changed.
+    Stale,
+    /// The run's meta or the unit's state is missing. Nothing changed.
+    Corrupt,
+}
+
+impl Status {
+    /// The seed's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::None => "NONE",
+            Status::Finalized => "FINALIZED",
+            Status::Requeued => "REQUEUED",
+            Status::Stale => "STALE",
+            Status::Corrupt => "CORRUPT",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The two streams of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StreamName {
+    /// The main stream (`units`): every unit once, in the initial order.
+    #[serde(rename = "units")]
+    Main,
+    /// The priority stream (`units:priority`): requeued units, read first.
+    #[serde(rename = "units:priority")]
+    Priority,
+}
+
+impl StreamName {
+    /// The seed's short name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamName::Main => "units",
+            StreamName::Priority => "units:priority",
+        }
+    }
+}
+
+impl fmt::Display for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StreamName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "units" => Ok(StreamName::Main),
+            "units:priority" => Ok(StreamName::Priority),
+            other => Err(format!("unknown stream {other:?}")),
+        }
+    }
+}
+
+/// One unit of a run: its id and a free kind label (the seed's `type`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UnitSpec {
+    /// The unit.
+    pub id: UnitId,
+    /// A label the runner may use (e.g. `file`, `test`); may be empty.
+    pub kind: String,
+}
+
+impl UnitSpec {
+    /// A unit with the given id and kind.
+    pub fn new(id: UnitId, kind: impl Into<String>) -> Self {
+        Self { id, kind: kind.into() }
+    }
+}
+
+/// Retry and reclaim budgets, frozen into the run at initialisation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budgets {
+    /// Attempts after the first that one unit may get (per-unit requeue cap).
+    pub max_requeues: u32,
+    /// Fraction of the run's units that may be requeued at all (first requeues).
+    pub requeue_tolerance: f64,
+    /// Times one unit may be reclaimed from a dead worker before it fails.
+    pub max_reclaims: u32,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self { max_requeues: 1, requeue_tolerance: 0.2, max_reclaims: 2 }
+    }
+}
+
+impl Budgets {
+    /// Checks the budgets: the tolerance must be a finite fraction in [0, 1].
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let t = self.requeue_tolerance;
+        if !t.is_finite() || !(0.0..=1.0).contains(&t) {
+            return Err(SpecError::BadTolerance { value: t });
+        }
+        Ok(())
+    }
+
+    /// How many distinct units of a run of `total` may be requeued:
+    /// `ceil(total × tolerance)`, less an epsilon so `100 × 0.7` is 70, not 71.
+    pub fn max_requeued_units(&self, total: u64) -> u64 {
+        let cap = (total as f64 * self.requeue_tolerance - 1e-9).ceil();
+        if cap <= 0.0 {
+            0
+        } else {
+            cap as u64
+        }
+    }
+}
+
+/// Everything needed to initialise a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    /// The run.
+    pub run: RunId,
+    /// Its units, in the order they should be handed out.
+    pub units: Vec<UnitSpec>,
+    /// Its budgets.
+    pub budgets: Budgets,
+    /// Inactivity TTL: the run's state is dropped after this long without a transition.
+    pub ttl: Duration,
+}
+
+impl RunSpec {
+    /// Checks the unit list (non-empty, no duplicates, kinds in bounds), the
+    /// budgets and the TTL.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.units.is_empty() {
+            return Err(SpecError::NoUnits { run: self.run.clone() });
+        }
+        let mut seen = HashSet::with_capacity(self.units.len());
+        for unit in &self.units {
+            if unit.kind.len() > MAX_KIND_LEN {
+                return Err(SpecError::KindTooLong { unit: unit.id.clone(), len: unit.kind.len() });
+            }
+            if !seen.insert(&unit.id) {
+                return Err(SpecError::DuplicateUnit { run: self.run.clone(), unit: unit.id.clone() });
+            }
+        }
+        self.budgets.validate()?;
+        check_ttl("run inactivity TTL", self.ttl)
+    }
+
+    /// A digest of the unit list (order-insensitive), so a second initialisation
+    /// can tell whether it names the same units. Backends store and compare it.
+    pub fn fingerprint(&self) -> String {
+        let mut units: Vec<&UnitSpec> = self.units.iter().collect();
+        units.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.kind.cmp(&b.kind)));
+        // Two FNV-1a 64 lanes with different offsets: 128 bits, no dependency.
+        let mut lanes = [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142u64];
+        for unit in units {
+            for bytes in [unit.id.as_str().as_bytes(), &[0u8], unit.kind.as_bytes(), &[1u8]] {
+                for &b in bytes {
+                    for lane in lanes.iter_mut() {
+                        *lane ^= b as u64;
+                        *lane = lane.wrapping_mul(0x0000_0100_0000_01b3);
+                    }
+                }
+            }
+        }
+        format!("{:016x}{:016x}", lanes[0], lanes[1])
+    }
+}
+
+/// What [`UnitQueue::initialize`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitOutcome {
+    /// This caller initialised the run (it is the leader).
+    Initialized,
+    /// The run already existed with the same units; its frozen budgets are
+    /// returned (they win over the caller's).
+    AlreadyInitialized {
+        /// The budgets in force.
+        budgets: Budgets,
+    },
+}
+
+/// Per-unit retry state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitState {
+    /// Requeues so far.
+    pub retry_index: u32,
+    /// Reclaims so far.
+    pub reclaim_count: u32,
+    /// Whether the unit has been requeued at least once (counted against tolerance).
+    pub entered_retry: bool,
+}
+
+/// How a delivery reached its worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOrigin {
+    /// Read from the priority or main stream.
+    Fresh,
+    /// Taken over from an idle worker.
+    Reclaimed {
+        /// The worker that held it, when known.
+        previous_worker: Option<WorkerId>,
+    },
+}
+
+/// A unit handed to a worker: the handle every later transition is fenced by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The unit.
+    pub unit: UnitId,
+    /// Its kind label.
+    pub kind: String,
+    /// The stream it is pending on.
+    pub stream: StreamName,
+    /// Its entry on that stream.
+    pub entry_id: EntryId,
+    /// Deliveries of this entry so far (the fence's second half).
+    pub delivery_count: u32,
+    /// The unit's retry index.
+    pub retry_index: u32,
+    /// The unit's reclaim count.
+    pub reclaim_count: u32,
+    /// How it got here.
+    pub origin: DeliveryOrigin,
+}
+
+impl Delivery {
+    /// `1 + retry_index + reclaim_count`.
+    pub fn ownership_generation(&self) -> u32 {
+        1 + self.retry_index + self.reclaim_count
+    }
+}
+
+/// The reply of [`UnitQueue::reserve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveReply {
+    /// `OK`: a unit for the caller.
+    Delivered(Delivery),
+    /// `FINALIZED`: an idle unit was over its reclaim budget and was finalized
+    /// as failed (`reclaim_budget_exhausted`). Call `reserve` again.
+    ReclaimExhausted {
+        /// The unit.
+        unit: UnitId,
+    },
+    /// `NONE`: nothing to hand out now (units may still be in flight).
+    None,
+    /// `CORRUPT`: the run's meta or a unit's state is missing.
+    Corrupt,
+}
+
+impl ReserveReply {
+    /// The wire status.
+    pub fn status(&self) -> Status {
+        match self {
+            ReserveReply::Delivered(_) => Status::Ok,
+            ReserveReply::ReclaimExhausted { .. } => Status::Finalized,
+            ReserveReply::None => Status::None,
+            ReserveReply::Corrupt => Status::Corrupt,
+        }
+    }
+}
+
+/// What [`UnitQueue::reserve_batch`] handed out.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReserveBatch {
+    /// Units for the caller, in delivery order.
+    pub deliveries: Vec<Delivery>,
+    /// Units finalized on the way because their reclaim budget ran out.
+    pub exhausted: Vec<UnitId>,
+    /// Whether a `CORRUPT` reply ended the batch.
+    pub corrupt: bool,
+}
+
+/// The reply of heartbeat, finalize and abandon: `OK`, `STALE` or `CORRUPT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ack {
+    /// Applied.
+    Ok,
+    /// The fence failed: the caller no longer owns the delivery. Drop the result.
+    Stale,
+    /// The run's meta or the unit's state is missing.
+    Corrupt,
+}
+
+impl Ack {
+    /// The wire status.
+    pub fn status(self) -> Status {
+        match self {
+            Ack::Ok => Status::Ok,
+            Ack::Stale => Status::Stale,
+            Ack::Corrupt => Status::Corrupt,
+        }
+    }
+}
+
+/// The reply of [`UnitQueue::heartbeat`].
+pub type HeartbeatReply = Ack;
+/// The reply of [`UnitQueue::finalize`].
+pub type FinalizeReply = Ack;
+/// The reply of [`UnitQueue::abandon`].
+pub type AbandonReply = Ack;
+
+/// The reply of [`UnitQueue::liveness`]: `OK` or `CORRUPT` (no run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LivenessReply {
+    /// Recorded.
+    Ok,
+    /// The run's meta is missing.
+    Corrupt,
+}
+
+/// The reply of [`UnitQueue::requeue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequeueReply {
+    /// `REQUEUED`: the unit is on the priority stream with this new retry index.
+    Requeued {
+        /// The unit's retry index now.
+        retry_index: u32,
+    },
+    /// `FINALIZED`: a budget ran out; the unit failed (`retry_budget_exhausted`).
+    Finalized {
+        /// The unit's retry index (unchanged).
+        retry_index: u32,
+    },
+    /// The fence failed. Nothing changed.
+    Stale,
+    /// The run's meta or the unit's state is missing.
+    Corrupt,
+}
+
+impl RequeueReply {
+    /// The wire status.
+    pub fn status(self) -> Status {
+        match self {
+            RequeueReply::Requeued { .. } => Status::Requeued,
+            RequeueReply::Finalized { .. } => Status::Finalized,
+            RequeueReply::Stale => Status::Stale,
+            RequeueReply::Corrupt => Status::Corrupt,
+        }
+    }
+}
+
+/// A unit's final outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// It passed.
+    Passed,
+    /// It failed.
+    Failed,
+    /// It was skipped.
+    Skipped,
+}
+
+impl Outcome {
+    /// `passed`, `failed` or `skipped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "failed",
+            Outcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// Why a unit was finalized, when it is not simply its result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FinalizeReason {
+    /// A requeue was refused by the per-unit cap or the run's tolerance.
+    RetryBudgetExhausted,
+    /// A reclaim was refused by `max_reclaims`.
+    ReclaimBudgetExhausted,
+    /// The attempt ran over its time limit.
+    Timeout,
+    /// Anything else the worker says.
+    Other(String),
+}
+
+impl FinalizeReason {
+    /// The stored name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinalizeReason::RetryBudgetExhausted => "retry_budget_exhausted",
+            FinalizeReason::ReclaimBudgetExhausted => "reclaim_budget_exhausted",
+            FinalizeReason::Timeout => "timeout",
+            FinalizeReason::Other(s) => s,
+        }
+    }
+}
+
+impl From<&str> for FinalizeReason {
+    fn from(s: &str) -> Self {
+        match s {
+            "retry_budget_exhausted" => FinalizeReason::RetryBudgetExhausted,
+            "reclaim_budget_exhausted" => FinalizeReason::ReclaimBudgetExhausted,
+            "timeout" => FinalizeReason::Timeout,
+            other => FinalizeReason::Other(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for FinalizeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FinalizeReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FinalizeReason {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Ok(FinalizeReason::from(&*s))
+    }
+}
+
+fn check_text(what: &'static str, text: Option<&str>, max: usize) -> Result<(), SpecError> {
+    match text {
+        Some(t) if t.len() > max => Err(SpecError::TextTooLong { what, len: t.len(), max }),
+        _ => Ok(()),
+    }
+}
+
+fn check_errors(errors: Option<&serde_json::Value>) -> Result<(), SpecError> {
+    if let Some(value) = errors {
+        let len = serde_json::to_string(value).map(|s| s.len()).unwrap_or(usize::MAX);
+        if len > MAX_ERRORS_LEN {
+            return Err(SpecError::TextTooLong { what: "errors payload", len, max: MAX_ERRORS_LEN });
+        }
+    }
+    Ok(())
+}
+
+/// The result a worker reports for a delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinalizeRequest {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// How long the attempt ran.
+    pub duration_ms: u64,
+    /// Why, when not a plain result (e.g. [`FinalizeReason::Timeout`]).
+    pub reason: Option<FinalizeReason>,
+    /// Structured error details (at most 1 MiB of JSON).
+    pub errors: Option<serde_json::Value>,
+}
+
+impl FinalizeRequest {
+    /// A plain outcome with its duration.
+    pub fn new(outcome: Outcome, duration_ms: u64) -> Self {
+        Self { outcome, duration_ms, reason: None, errors: None }
+    }
+
+    /// Checks the sizes of the free-form fields.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(FinalizeReason::Other(s)) = &self.reason {
+            check_text("finalize reason", Some(s), MAX_KIND_LEN)?;
+        }
+        check_errors(self.errors.as_ref())
+    }
+}
+
+/// A failed attempt a worker wants retried.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequeueRequest {
+    /// How long the failed attempt ran.
+    pub duration_ms: u64,
+    /// A short description of the failure (at most 64 KiB).
+    pub failure_summary: Option<String>,
+    /// Structured error details (at most 1 MiB of JSON).
+    pub errors: Option<serde_json::Value>,
+}
+
+impl RequeueRequest {
+    /// Checks the sizes of the free-form fields.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        check_text("failure summary", self.failure_summary.as_deref(), MAX_SUMMARY_LEN)?;
+        check_errors(self.errors.as_ref())
+    }
+}
+
+/// Counters of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Progress {
+    /// Units in the run.
+    pub total: u64,
+    /// Units finalized.
+    pub finalized: u64,
+    /// Distinct units requeued at least once.
+    pub requeued_units: u64,
+    /// Deliveries pending on a worker.
+    pub in_flight: u64,
+    /// Entries not yet delivered (main and priority streams).
+    pub queued: u64,
+}
+
+impl Progress {
+    /// Whether every unit has been finalized.
+    pub fn is_complete(&self) -> bool {
+        self.finalized >= self.total
+    }
+}
+
+/// A worker's record in a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its last transition (milliseconds since the Unix epoch, store's clock).
+    pub last_seen_ms: u64,
+    /// The unit it said it is working on.
+    pub current_unit: Option<UnitId>,
+    /// Units it finished (finalized or requeued).
+    pub processed: u64,
+}
+
+/// A delivery pending on a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingDelivery {
+    /// The unit.
+    pub unit: UnitId,
+    /// Its stream.
+    pub stream: StreamName,
+    /// Its entry.
+    pub entry_id: EntryId,
+    /// The worker holding it.
+    pub worker: WorkerId,
+    /// Milliseconds since its last delivery or heartbeat.
+    pub idle_ms: u64,
+    /// Deliveries of the entry so far.
+    pub delivery_count: u32,
+}
+
+/// Checks a reclaim timeout.
+pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
+    check_ttl("reclaim timeout", reclaim_after)
+}
+
+/// The fenced unit queue of a run.
+///
+/// # Contract
+///
+/// A run is made by [`UnitQueue::initialize`] and lives until it has seen no
+/// successful transition for its inactivity TTL. Workers loop:
+/// `reserve` → run the unit (calling `heartbeat` more often than the reclaim
+/// timeout) → `finalize` or `requeue` (or `abandon` when shutting down).
+///
+/// * Every transition on a delivery is **fenced** by (worker, stream, entry,
+///   delivery count): it applies only while that delivery is still pending on
+///   that worker with that delivery count. Otherwise the reply is `STALE` and
+///   nothing changes; the caller must drop its result (and may record it with
+///   [`UnitQueue::record_stale_rejected`]).
+/// * A transition on a run whose meta is gone, or on a unit whose state is
+///   gone, replies `CORRUPT` and changes nothing.
+/// * `reserve` reads the priority stream first, then the main stream, then
+///   reclaims the oldest delivery (priority stream first) that has been idle
+///   at least `reclaim_after`, whichever worker holds it. A reclaim past the
+///   run's `max_reclaims` finalizes the unit as failed
+///   (`reclaim_budget_exhausted`) and replies `FINALIZED`.
+/// * `requeue` puts the unit on the priority stream while
+///   `retry_index + 1 <= max_requeues` and, for the unit's first requeue,
+///   while fewer than `ceil(total × tolerance)` units have been requeued;
+///   otherwise it finalizes the unit as failed (`retry_budget_exhausted`).
+/// * Each unit is finalized exactly once; `finalized` reaches `total` exactly
+///   when every unit is done.
+/// * Each applied transition appends its event (see [`crate::Event`]) in order
+///   and renews the run's inactivity TTL.
+/// * Invalid arguments are [`QueueError::Spec`] and change nothing; a run
+///   re-initialised with other units is [`QueueError::UnitListMismatch`].
+#[async_trait]
+pub trait UnitQueue: Send + Sync + 'static {
+    /// Creates the run, or confirms it exists with the same units.
+    async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError>;
+
+    /// Hands the next unit to `worker` (see the contract for the order).
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Duration) -> Result<ReserveReply, QueueError>;
+
+    /// Reserves up to `max` units in one call (a batch for one invocation).
+    /// Stops early at `NONE` or `CORRUPT`. Backends may do this in one round trip.
+    async fn reserve_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        max: usize,
+        reclaim_after: Duration,
+    ) -> Result<ReserveBatch, QueueError> {
+        if max == 0 {
+            return Err(SpecError::ZeroBatch.into());
+        }
+        let mut batch = ReserveBatch::default();
+        while batch.deliveries.len() < max {
+            match self.reserve(run, worker, reclaim_after).await? {
+                ReserveReply::Delivered(d) => batch.deliveries.push(d),
+                ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
+                ReserveReply::None => break,
+                ReserveReply::Corrupt => {
+                    batch.corrupt = true;
+                    break;
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Resets the delivery's idle time so it is not reclaimed.
+    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<HeartbeatReply, QueueError>;
+
+    /// Records the unit's final outcome.
+    async fn finalize(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &FinalizeRequest,
+    ) -> Result<FinalizeReply, QueueError>;
+
+    /// Asks for another attempt of a failed unit (within the budgets).
+    async fn requeue(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &RequeueRequest,
+    ) -> Result<RequeueReply, QueueError>;
+
+    /// Records that the worker gave the delivery up; it stays pending and is
+    /// reclaimed by another worker after the reclaim timeout.
+    async fn abandon(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery, elapsed_ms: u64)
+        -> Result<AbandonReply, QueueError>;
+
+    /// Refreshes the worker's record (and says what it is working on).
+    async fn liveness(&self, run: &RunId, worker: &WorkerId, current_unit: Option<&UnitId>)
+        -> Result<LivenessReply, QueueError>;
+
+    /// Appends a `worker_error` event. Not fenced; needs no meta.
+    async fn record_worker_error(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        unit: Option<&UnitId>,
+        message: &str,
+    ) -> Result<(), QueueError>;
+
+    /// Appends a `stale_rejected` event for a transition that replied `STALE`.
+    /// Not fenced; needs no meta.
+    async fn record_stale_rejected(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        transition: &str,
+    ) -> Result<(), QueueError>;
+
+    /// The run's counters; `None` when the run does not exist.
+    async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError>;
+
+    /// The run's frozen budgets; `None` when the run does not exist.
+    async fn budgets(&self, run: &RunId) -> Result<Option<Budgets>, QueueError>;
+
+    /// The run's units in their initial order (empty when the run does not exist).
+    async fn units(&self, run: &RunId) -> Result<Vec<UnitSpec>, QueueError>;
+
+    /// A unit's retry state; `None` when the run or unit does not exist.
+    async fn unit_state(&self, run: &RunId, unit: &UnitId) -> Result<Option<UnitState>, QueueError>;
+
+    /// Up to `limit` events after `after` (from the start when `None`), in order.
+    async fn events(&self, run: &RunId, after: Option<EventId>, limit: usize) -> Result<Vec<EventRecord>, QueueError>;
+
+    /// The run's worker records, sorted by worker id.
+    async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError>;
+
+    /// Deliveries pending on workers, in entry order (priority stream first).
+    async fn pending(&self, run: &RunId) -> Result<Vec<PendingDelivery>, QueueError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(units: &[&str]) -> RunSpec {
+        RunSpec {
+            run: RunId::new("r").unwrap(),
+            units: units.iter().map(|u| UnitSpec::new(UnitId::new(*u).unwrap(), "file")).collect(),
+            budgets: Budgets::default(),
+            ttl: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn tolerance_cap_uses_the_seed_epsilon() {
+        let b = Budgets { max_requeues: 1, requeue_tolerance: 0.7, max_reclaims: 1 };
+        assert_eq!(b.max_requeued_units(100), 70);
+        assert_eq!(b.max_requeued_units(3), 3); // ceil(2.1)
+        let zero = Budgets { requeue_tolerance: 0.0, ..b };
+        assert_eq!(zero.max_requeued_units(100), 0);
+    }
+
+    #[test]
+    fn validation_rejects_bad_specs() {
+        assert!(matches!(spec(&[]).validate(), Err(SpecError::NoUnits { .. })));
+        assert!(matches!(spec(&["a", "a"]).validate(), Err(SpecError::DuplicateUnit { .. })));
+        let mut s = spec(&["a"]);
+        s.budgets.requeue_tolerance = f64::NAN;
+        assert!(matches!(s.validate(), Err(SpecError::BadTolerance { .. })));
+        s.budgets.requeue_tolerance = -0.1;
+        assert!(matches!(s.validate(), Err(SpecError::BadTolerance { .. })));
+        let mut s = spec(&["a"]);
+        s.ttl = Duration::ZERO;
+        assert!(matches!(s.validate(), Err(SpecError::ZeroTtl { .. })));
+        assert!(spec(&["a", "b"]).validate().is_ok());
+    }
+
+    #[test]
+    fn fingerprint_ignores_order_but_not_content() {
+        assert_eq!(spec(&["a", "b"]).fingerprint(), spec(&["b", "a"]).fingerprint());
+        assert_ne!(spec(&["a", "b"]).fingerprint(), spec(&["a", "c"]).fingerprint());
+        assert_ne!(spec(&["ab"]).fingerprint(), spec(&["a", "b"]).fingerprint());
+    }
+
+    #[test]
+    fn finalize_reasons_round_trip() {
+        for r in ["retry_budget_exhausted", "reclaim_budget_exhausted", "timeout", "crashed"] {
+            assert_eq!(FinalizeReason::from(r).as_str(), r);
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! hopper, the distributed test runner (in progress).
+#![warn(missing_docs)]

@@ -1,0 +1,2 @@
+//! The in-memory backend (in progress).
+#![warn(missing_docs)]

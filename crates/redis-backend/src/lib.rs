@@ -1,0 +1,2 @@
+//! The Redis backend (in progress).
+#![warn(missing_docs)]

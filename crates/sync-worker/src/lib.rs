@@ -1,0 +1,2 @@
+//! sync-worker, the IMAP account syncer (in progress).
+#![warn(missing_docs)]
