@@ -27,9 +27,9 @@ fn check(kind: &'static str, value: &str, max: usize, key_safe: bool) -> Result<
     if value.len() > max {
         return Err(IdError::TooLong { kind, len: value.len(), max });
     }
-    if let Some(c) = value.chars().find(|c| {
-        c.is_control() || (key_safe && (c.is_whitespace() || *c == '{' || *c == '}'))
-    }) {
+    if let Some(c) =
+        value.chars().find(|c| c.is_control() || (key_safe && (c.is_whitespace() || *c == '{' || *c == '}')))
+    {
         return Err(IdError::InvalidChar { kind, value: value.escape_debug().to_string(), found: c });
     }
     Ok(())

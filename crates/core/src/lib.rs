@@ -31,9 +31,7 @@ pub use events::{Event, EventId, EventRecord, UnitEventHeader};
 pub use ids::{EntryId, LeaseKey, RunId, UnitId, UserId, WorkerId};
 pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
 pub use queue::{
-    Ack, DeliveryOrigin,
-    AbandonReply, Budgets, Delivery, FinalizeReason, FinalizeReply, FinalizeRequest, HeartbeatReply,
-    InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, RequeueReply, RequeueRequest,
-    ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
-    WorkerRecord,
+    AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,
+    HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, RequeueReply, RequeueRequest,
+    ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState, WorkerRecord,
 };

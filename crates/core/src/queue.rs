@@ -615,7 +615,12 @@ pub trait UnitQueue: Send + Sync + 'static {
     async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError>;
 
     /// Hands the next unit to `worker` (see the contract for the order).
-    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Duration) -> Result<ReserveReply, QueueError>;
+    async fn reserve(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        reclaim_after: Duration,
+    ) -> Result<ReserveReply, QueueError>;
 
     /// Reserves up to `max` units in one call (a batch for one invocation).
     /// Stops early at `NONE` or `CORRUPT`. Backends may do this in one round trip.
@@ -645,7 +650,12 @@ pub trait UnitQueue: Send + Sync + 'static {
     }
 
     /// Resets the delivery's idle time so it is not reclaimed.
-    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<HeartbeatReply, QueueError>;
+    async fn heartbeat(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+    ) -> Result<HeartbeatReply, QueueError>;
 
     /// Records the unit's final outcome.
     async fn finalize(
@@ -667,12 +677,21 @@ pub trait UnitQueue: Send + Sync + 'static {
 
     /// Records that the worker gave the delivery up; it stays pending and is
     /// reclaimed by another worker after the reclaim timeout.
-    async fn abandon(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery, elapsed_ms: u64)
-        -> Result<AbandonReply, QueueError>;
+    async fn abandon(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        elapsed_ms: u64,
+    ) -> Result<AbandonReply, QueueError>;
 
     /// Refreshes the worker's record (and says what it is working on).
-    async fn liveness(&self, run: &RunId, worker: &WorkerId, current_unit: Option<&UnitId>)
-        -> Result<LivenessReply, QueueError>;
+    async fn liveness(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        current_unit: Option<&UnitId>,
+    ) -> Result<LivenessReply, QueueError>;
 
     /// Appends a `worker_error` event. Not fenced; needs no meta.
     async fn record_worker_error(
