@@ -21,6 +21,10 @@ pub const MAX_KIND_LEN: usize = 256;
 pub const MAX_SUMMARY_LEN: usize = 64 * 1024;
 /// Largest `errors` payload (serialised JSON), in bytes.
 pub const MAX_ERRORS_LEN: usize = 1024 * 1024;
+/// Inactivity TTL of a run's event log when events are recorded before the
+/// run is initialised (worker errors, stale rejections); a run's own TTL
+/// applies once it exists.
+pub const ORPHAN_EVENTS_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The reply status of a transition, as the seed names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -591,7 +595,8 @@ pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
 ///   delivery count): it applies only while that delivery is still pending on
 ///   that worker with that delivery count. Otherwise the reply is `STALE` and
 ///   nothing changes; the caller must drop its result (and may record it with
-///   [`UnitQueue::record_stale_rejected`]).
+///   [`UnitQueue::record_stale_rejected`]). A delivery whose `unit` is not the
+///   unit of its entry is not the caller's either: `STALE`.
 /// * A transition on a run whose meta is gone, or on a unit whose state is
 ///   gone, replies `CORRUPT` and changes nothing.
 /// * `reserve` reads the priority stream first, then the main stream, then

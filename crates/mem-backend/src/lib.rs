@@ -1,2 +1,74 @@
-//! The in-memory backend (in progress).
+//! # leasehold-mem
+//!
+//! The in-memory leasehold backend: one process, no server. It is the
+//! embedded default of hopper and sync-worker and the **reference semantics**
+//! every other backend is checked against (the conformance suite and the
+//! differential property test compare their replies with this one's).
+//!
+//! [`MemoryStore`] implements both [`leasehold_core::UnitQueue`] (the seed's
+//! `transition.lua`, transition by transition) and
+//! [`leasehold_core::LeaseStore`]. All state sits behind short
+//! `parking_lot` mutexes, never held across an `.await`, so a store is safe to
+//! share between many tasks (it is `Clone`; clones share state).
+//!
+//! Time comes from a [`leasehold_core::Clock`]: [`MemoryStore::new`] follows
+//! tokio's clock (so `tokio::time::pause` drives TTLs in tests) and
+//! [`MemoryStore::with_clock`] takes any other, such as a
+//! [`leasehold_core::ManualClock`].
 #![warn(missing_docs)]
+
+mod lease;
+mod queue;
+
+use std::sync::Arc;
+
+use leasehold_core::{Clock, TokioClock, UserId};
+use parking_lot::Mutex;
+
+/// How many `user.active` events a slow subscriber may fall behind before it
+/// skips the oldest.
+const USER_ACTIVE_CAPACITY: usize = 4096;
+
+/// The in-memory store: leases and unit queues of one process.
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    clock: Arc<dyn Clock>,
+    runs: Mutex<queue::Runs>,
+    leases: Mutex<lease::LeaseState>,
+    user_active: tokio::sync::broadcast::Sender<UserId>,
+}
+
+impl MemoryStore {
+    /// A store on tokio's clock (wall time anchored now; paused time in tests).
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(TokioClock::new()))
+    }
+
+    /// A store reading time from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        let (user_active, _) = tokio::sync::broadcast::channel(USER_ACTIVE_CAPACITY);
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                runs: Mutex::new(queue::Runs::default()),
+                leases: Mutex::new(lease::LeaseState::default()),
+                user_active,
+            }),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,228 @@
+//! [`LeaseStore`] in memory: the seed's lease primitives plus fencing tokens.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::lease::check_ttl;
+use leasehold_core::{
+    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+};
+
+use crate::MemoryStore;
+
+/// An entry lives while `now <= expires_at_ms` (Redis expires a key once `now > when`).
+fn alive(expires_at_ms: u64, now: u64) -> bool {
+    now <= expires_at_ms
+}
+
+fn deadline(now: u64, ttl: Duration) -> u64 {
+    now.saturating_add(ttl.as_millis().min(u64::MAX as u128) as u64)
+}
+
+#[derive(Debug)]
+struct Held {
+    owner: WorkerId,
+    token: FencingToken,
+    expires_at_ms: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct LeaseState {
+    held: HashMap<LeaseKey, Held>,
+    /// Last token handed out per key; outlives the lease so tokens never repeat.
+    fences: HashMap<LeaseKey, u64>,
+    live: BTreeSet<LeaseKey>,
+    workers: HashMap<WorkerId, u64>,
+    tiers: HashMap<LeaseKey, Tier>,
+    sessions: HashMap<UserId, u64>,
+}
+
+impl LeaseState {
+    fn current(&self, key: &LeaseKey, now: u64) -> Option<&Held> {
+        self.held.get(key).filter(|h| alive(h.expires_at_ms, now))
+    }
+
+    fn is_current(&self, lease: &Lease, now: u64) -> bool {
+        self.current(&lease.key, now).is_some_and(|h| h.owner == lease.owner && h.token == lease.token)
+    }
+
+    fn claim(&mut self, key: &LeaseKey, owner: &WorkerId, ttl: Duration, now: u64) -> Option<Lease> {
+        if self.current(key, now).is_some() {
+            return None;
+        }
+        let counter = self.fences.entry(key.clone()).or_insert(0);
+        *counter += 1;
+        let token = FencingToken(*counter);
+        self.held.insert(key.clone(), Held { owner: owner.clone(), token, expires_at_ms: deadline(now, ttl) });
+        self.tiers.entry(key.clone()).or_insert(Tier::Warm);
+        Some(Lease { key: key.clone(), owner: owner.clone(), token })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration, now: u64) -> bool {
+        if !self.is_current(lease, now) {
+            return false;
+        }
+        if let Some(held) = self.held.get_mut(&lease.key) {
+            held.expires_at_ms = deadline(now, ttl);
+        }
+        true
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let now = self.now_ms();
+        Ok(self.inner.leases.lock().claim(key, owner, ttl, now))
+    }
+
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let now = self.now_ms();
+        let mut state = self.inner.leases.lock();
+        Ok(keys.iter().filter_map(|key| state.claim(key, owner, ttl, now)).collect())
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let now = self.now_ms();
+        Ok(self.inner.leases.lock().renew(lease, ttl, now))
+    }
+
+    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let now = self.now_ms();
+        let mut state = self.inner.leases.lock();
+        Ok(leases.iter().map(|lease| state.renew(lease, ttl, now)).collect())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let now = self.now_ms();
+        let mut state = self.inner.leases.lock();
+        if !state.is_current(lease, now) {
+            return Ok(false);
+        }
+        state.held.remove(&lease.key);
+        Ok(true)
+    }
+
+    async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let now = self.now_ms();
+        let state = self.inner.leases.lock();
+        Ok(state.current(key, now).map(|h| Lease { key: key.clone(), owner: h.owner.clone(), token: h.token }))
+    }
+
+    async fn mark_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        self.inner.leases.lock().live.insert(key.clone());
+        Ok(())
+    }
+
+    async fn mark_not_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let mut state = self.inner.leases.lock();
+        state.live.remove(key);
+        state.held.remove(key);
+        state.tiers.remove(key);
+        Ok(())
+    }
+
+    async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
+        Ok(self.inner.leases.lock().live.iter().cloned().collect())
+    }
+
+    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
+        check_ttl("worker registration TTL", ttl)?;
+        let now = self.now_ms();
+        self.inner.leases.lock().workers.insert(worker.clone(), deadline(now, ttl));
+        Ok(())
+    }
+
+    async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError> {
+        self.inner.leases.lock().workers.remove(worker);
+        Ok(())
+    }
+
+    async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError> {
+        let now = self.now_ms();
+        let mut state = self.inner.leases.lock();
+        state.workers.retain(|_, expires| alive(*expires, now));
+        let mut workers: Vec<WorkerId> = state.workers.keys().cloned().collect();
+        workers.sort();
+        Ok(workers)
+    }
+
+    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError> {
+        self.inner.leases.lock().tiers.insert(key.clone(), tier);
+        Ok(())
+    }
+
+    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
+        Ok(self.inner.leases.lock().tiers.get(key).copied())
+    }
+
+    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
+        check_ttl("session grace", grace)?;
+        let now = self.now_ms();
+        self.inner.leases.lock().sessions.insert(user.clone(), deadline(now, grace));
+        // No subscriber is not an error: presence is still recorded.
+        let _ = self.inner.user_active.send(user.clone());
+        Ok(())
+    }
+
+    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError> {
+        let now = self.now_ms();
+        let mut state = self.inner.leases.lock();
+        match state.sessions.get(user) {
+            Some(expires) if alive(*expires, now) => Ok(true),
+            Some(_) => {
+                state.sessions.remove(user);
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
+        Ok(UserActiveSubscription::new(self.inner.user_active.subscribe()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use leasehold_core::ManualClock;
+
+    use super::*;
+
+    fn key(s: &str) -> LeaseKey {
+        LeaseKey::new(s).unwrap()
+    }
+    fn worker(s: &str) -> WorkerId {
+        WorkerId::new(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn lease_lives_until_its_ttl_inclusive() {
+        let clock = Arc::new(ManualClock::new(1000));
+        let store = MemoryStore::with_clock(clock.clone());
+        let lease = store.claim(&key("a"), &worker("w1"), Duration::from_millis(100)).await.unwrap().unwrap();
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(store.holder(&key("a")).await.unwrap(), Some(lease.clone()));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(store.holder(&key("a")).await.unwrap(), None);
+        assert!(!store.renew(&lease, Duration::from_secs(1)).await.unwrap());
+        let next = store.claim(&key("a"), &worker("w2"), Duration::from_secs(1)).await.unwrap().unwrap();
+        assert!(next.token > lease.token);
+    }
+
+    #[tokio::test]
+    async fn zero_ttl_is_rejected_and_changes_nothing() {
+        let store = MemoryStore::new();
+        let err = store.claim(&key("a"), &worker("w1"), Duration::ZERO).await.unwrap_err();
+        assert!(err.to_string().contains("at least 1 ms"), "{err}");
+        assert_eq!(store.holder(&key("a")).await.unwrap(), None);
+        assert!(store.tier(&key("a")).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,698 @@
+//! [`UnitQueue`] in memory: the seed's `transition.lua`, transition by
+//! transition, on plain data structures.
+//!
+//! A run mirrors the seed's keys: two streams with one consumer group each
+//! (entries, a read cursor and a pending-entries list), meta, per-unit state,
+//! worker records and the attempts log. Replies, event fields and the order of
+//! checks (meta, then fence, then unit state) follow the script exactly.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::events::UnitEventHeader;
+use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, ORPHAN_EVENTS_TTL};
+use leasehold_core::{
+    Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
+    LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
+    ReserveReply, RunId, RunSpec, SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId,
+    WorkerRecord,
+};
+
+use crate::MemoryStore;
+
+/// Every run of the store.
+#[derive(Debug, Default)]
+pub(crate) struct Runs {
+    runs: HashMap<RunId, Run>,
+}
+
+impl Runs {
+    /// The run, dropping it first when its inactivity TTL has passed.
+    fn live(&mut self, run: &RunId, now: u64) -> Option<&mut Run> {
+        if self.runs.get(run).is_some_and(|r| now > r.expires_at_ms) {
+            self.runs.remove(run);
+        }
+        self.runs.get_mut(run)
+    }
+
+    /// The run with its meta, if both exist.
+    fn with_meta(&mut self, run: &RunId, now: u64) -> Option<&mut Run> {
+        self.live(run, now).filter(|r| r.meta.is_some())
+    }
+}
+
+#[derive(Debug)]
+struct Meta {
+    total: u64,
+    finalized: u64,
+    requeued_units: u64,
+    budgets: Budgets,
+    ttl_ms: u64,
+    fingerprint: String,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    consumer: WorkerId,
+    delivery_count: u32,
+    last_delivery_ms: u64,
+    unit: u32,
+}
+
+/// A stream with one consumer group: entries, the group's read cursor, its PEL.
+#[derive(Debug, Default)]
+struct Stream {
+    entries: Vec<(EntryId, u32)>,
+    next_unread: usize,
+    pending: BTreeMap<EntryId, Pending>,
+    last_id: EntryId,
+}
+
+impl Stream {
+    fn append(&mut self, unit: u32, now: u64) -> EntryId {
+        let id = next_id(&mut self.last_id, now);
+        self.entries.push((id, unit));
+        id
+    }
+
+    fn unread(&self) -> usize {
+        self.entries.len() - self.next_unread
+    }
+
+    /// `XREADGROUP ... >` for one entry.
+    fn read_new(&mut self, consumer: &WorkerId, now: u64) -> Option<(EntryId, u32)> {
+        let &(id, unit) = self.entries.get(self.next_unread)?;
+        self.next_unread += 1;
+        self.pending.insert(id, Pending { consumer: consumer.clone(), delivery_count: 1, last_delivery_ms: now, unit });
+        Some((id, unit))
+    }
+
+    /// The fence: the pending entry when owned by `worker` at `delivery_count`.
+    fn fence(&self, entry: EntryId, worker: &WorkerId, delivery_count: u32) -> Option<&Pending> {
+        self.pending.get(&entry).filter(|p| &p.consumer == worker && p.delivery_count == delivery_count)
+    }
+
+    /// Oldest pending entry idle for at least `min_idle_ms`.
+    fn idle_candidate(&self, min_idle_ms: u64, now: u64) -> Option<EntryId> {
+        self.pending.iter().find(|(_, p)| now.saturating_sub(p.last_delivery_ms) >= min_idle_ms).map(|(id, _)| *id)
+    }
+}
+
+/// `XADD *`: a new id after `last`, from the current time.
+fn next_id(last: &mut EntryId, now: u64) -> EntryId {
+    *last = if now > last.ms { EntryId::new(now, 0) } else { EntryId::new(last.ms, last.seq + 1) };
+    *last
+}
+
+#[derive(Debug)]
+struct Run {
+    meta: Option<Meta>,
+    units: Vec<UnitSpec>,
+    states: Vec<UnitState>,
+    main: Stream,
+    priority: Stream,
+    attempts: Vec<EventRecord>,
+    attempts_last_id: EntryId,
+    workers: BTreeMap<WorkerId, WorkerRecord>,
+    expires_at_ms: u64,
+}
+
+/// How a transition changes a worker record's current unit.
+enum Current<'a> {
+    Keep,
+    Set(&'a UnitId),
+    Clear,
+}
+
+impl Run {
+    fn empty(now: u64, ttl_ms: u64) -> Self {
+        Self {
+            meta: None,
+            units: Vec::new(),
+            states: Vec::new(),
+            main: Stream::default(),
+            priority: Stream::default(),
+            attempts: Vec::new(),
+            attempts_last_id: EntryId::default(),
+            workers: BTreeMap::new(),
+            expires_at_ms: now.saturating_add(ttl_ms),
+        }
+    }
+
+    fn meta(&self) -> &Meta {
+        self.meta.as_ref().expect("callers check meta first")
+    }
+
+    fn meta_mut(&mut self) -> &mut Meta {
+        self.meta.as_mut().expect("callers check meta first")
+    }
+
+    fn stream(&mut self, name: StreamName) -> &mut Stream {
+        match name {
+            StreamName::Main => &mut self.main,
+            StreamName::Priority => &mut self.priority,
+        }
+    }
+
+    /// `renew_ttls`: every transition that applied pushes the expiry out.
+    fn renew(&mut self, now: u64) {
+        let ttl = self.meta.as_ref().map_or(ORPHAN_EVENTS_TTL.as_millis() as u64, |m| m.ttl_ms);
+        self.expires_at_ms = now.saturating_add(ttl);
+    }
+
+    fn append(&mut self, event: Event, now: u64) {
+        let id = next_id(&mut self.attempts_last_id, now);
+        self.attempts.push(EventRecord { id, event });
+    }
+
+    fn header(&self, unit: u32, worker: &WorkerId, now: u64) -> UnitEventHeader {
+        let state = self.states[unit as usize];
+        UnitEventHeader {
+            unit_id: self.units[unit as usize].id.clone(),
+            worker_id: worker.clone(),
+            retry_index: state.retry_index,
+            reclaim_count: state.reclaim_count,
+            ownership_generation: 1 + state.retry_index + state.reclaim_count,
+            at_ms: now,
+        }
+    }
+
+    fn touch_worker(&mut self, worker: &WorkerId, current: Current<'_>, processed_delta: u64, now: u64) {
+        let record = self.workers.entry(worker.clone()).or_insert_with(|| WorkerRecord {
+            worker: worker.clone(),
+            last_seen_ms: 0,
+            current_unit: None,
+            processed: 0,
+        });
+        record.last_seen_ms = now;
+        match current {
+            Current::Keep => {}
+            Current::Set(unit) => record.current_unit = Some(unit.clone()),
+            Current::Clear => record.current_unit = None,
+        }
+        record.processed += processed_delta;
+    }
+
+    /// The unit index of a delivery, checked against the stored entry: the
+    /// caller's unit id must match, or the delivery is not the caller's.
+    fn fenced_unit(&mut self, worker: &WorkerId, delivery: &Delivery) -> Option<u32> {
+        let pending = self.stream(delivery.stream).fence(delivery.entry_id, worker, delivery.delivery_count)?;
+        let unit = pending.unit;
+        (self.units[unit as usize].id == delivery.unit).then_some(unit)
+    }
+
+    fn delivery(&self, stream: StreamName, entry: EntryId, unit: u32, count: u32, origin: DeliveryOrigin) -> Delivery {
+        let state = self.states[unit as usize];
+        let spec = &self.units[unit as usize];
+        Delivery {
+            unit: spec.id.clone(),
+            kind: spec.kind.clone(),
+            stream,
+            entry_id: entry,
+            delivery_count: count,
+            retry_index: state.retry_index,
+            reclaim_count: state.reclaim_count,
+            origin,
+        }
+    }
+
+    /// XACK, `finalized` event, finalized_count += 1.
+    #[allow(clippy::too_many_arguments)]
+    fn finalize_entry(
+        &mut self,
+        stream: StreamName,
+        entry: EntryId,
+        unit: u32,
+        worker: &WorkerId,
+        outcome: Outcome,
+        duration_ms: u64,
+        reason: Option<FinalizeReason>,
+        errors: Option<serde_json::Value>,
+        extra: FinalizeExtra,
+        now: u64,
+    ) {
+        self.stream(stream).pending.remove(&entry);
+        let header = self.header(unit, worker, now);
+        self.append(
+            Event::Finalized {
+                header,
+                outcome,
+                duration_ms,
+                reason: reason.filter(|r| !r.as_str().is_empty()),
+                errors,
+                stream,
+                entry_id: entry,
+                previous_worker_id: extra.previous_worker_id,
+                delivery_count: extra.delivery_count,
+                failure_summary: extra.failure_summary,
+            },
+            now,
+        );
+        self.meta_mut().finalized += 1;
+    }
+
+    fn deliver_new(&mut self, worker: &WorkerId, now: u64) -> Option<ReserveReply> {
+        for name in [StreamName::Priority, StreamName::Main] {
+            let Some((entry, unit)) = self.stream(name).read_new(worker, now) else { continue };
+            // delivery_accounting
+            let header = self.header(unit, worker, now);
+            self.append(Event::Delivered { header, stream: name, entry_id: entry, delivery_count: 1 }, now);
+            let unit_id = self.units[unit as usize].id.clone();
+            self.touch_worker(worker, Current::Set(&unit_id), 0, now);
+            self.renew(now);
+            return Some(ReserveReply::Delivered(self.delivery(name, entry, unit, 1, DeliveryOrigin::Fresh)));
+        }
+        None
+    }
+
+    fn reclaim(&mut self, worker: &WorkerId, min_idle_ms: u64, now: u64) -> ReserveReply {
+        let max_reclaims = self.meta().budgets.max_reclaims;
+        for name in [StreamName::Priority, StreamName::Main] {
+            let Some(entry) = self.stream(name).idle_candidate(min_idle_ms, now) else { continue };
+            // XCLAIM: new owner, delivery count + 1, idle reset.
+            let Some(pending) = self.stream(name).pending.get_mut(&entry) else { continue };
+            let previous = std::mem::replace(&mut pending.consumer, worker.clone());
+            pending.delivery_count += 1;
+            pending.last_delivery_ms = now;
+            let (unit, count) = (pending.unit, pending.delivery_count);
+            let unit_id = self.units[unit as usize].id.clone();
+
+            if self.states[unit as usize].reclaim_count + 1 > max_reclaims {
+                let extra = FinalizeExtra {
+                    previous_worker_id: Some(previous),
+                    delivery_count: Some(count),
+                    failure_summary: None,
+                };
+                self.finalize_entry(
+                    name,
+                    entry,
+                    unit,
+                    worker,
+                    Outcome::Failed,
+                    0,
+                    Some(FinalizeReason::ReclaimBudgetExhausted),
+                    None,
+                    extra,
+                    now,
+                );
+                self.touch_worker(worker, Current::Keep, 0, now);
+                self.renew(now);
+                return ReserveReply::ReclaimExhausted { unit: unit_id };
+            }
+
+            self.states[unit as usize].reclaim_count += 1;
+            let header = self.header(unit, worker, now);
+            self.append(
+                Event::Reclaimed {
+                    header,
+                    previous_worker_id: Some(previous.clone()),
+                    stream: name,
+                    entry_id: entry,
+                    delivery_count: count,
+                },
+                now,
+            );
+            self.touch_worker(worker, Current::Set(&unit_id), 0, now);
+            self.renew(now);
+            let origin = DeliveryOrigin::Reclaimed { previous_worker: Some(previous) };
+            return ReserveReply::Delivered(self.delivery(name, entry, unit, count, origin));
+        }
+        ReserveReply::None
+    }
+
+    fn reserve(&mut self, worker: &WorkerId, min_idle_ms: u64, now: u64) -> ReserveReply {
+        match self.deliver_new(worker, now) {
+            Some(reply) => reply,
+            None => self.reclaim(worker, min_idle_ms, now),
+        }
+    }
+
+    fn requeue(&mut self, worker: &WorkerId, delivery: &Delivery, request: &RequeueRequest, now: u64) -> RequeueReply {
+        let Some(unit) = self.fenced_unit(worker, delivery) else { return RequeueReply::Stale };
+        let meta = self.meta();
+        let state = self.states[unit as usize];
+        let over_unit_cap = state.retry_index + 1 > meta.budgets.max_requeues;
+        let over_tolerance = !state.entered_retry && meta.requeued_units >= meta.budgets.max_requeued_units(meta.total);
+        let summary = request.failure_summary.clone().filter(|s| !s.is_empty());
+
+        if over_unit_cap || over_tolerance {
+            let extra = FinalizeExtra { previous_worker_id: None, delivery_count: None, failure_summary: summary };
+            self.finalize_entry(
+                delivery.stream,
+                delivery.entry_id,
+                unit,
+                worker,
+                Outcome::Failed,
+                request.duration_ms,
+                Some(FinalizeReason::RetryBudgetExhausted),
+                request.errors.clone(),
+                extra,
+                now,
+            );
+            self.touch_worker(worker, Current::Clear, 1, now);
+            self.renew(now);
+            return RequeueReply::Finalized { retry_index: state.retry_index };
+        }
+
+        if !state.entered_retry {
+            self.states[unit as usize].entered_retry = true;
+            self.meta_mut().requeued_units += 1;
+        }
+        let previous_retry_index = state.retry_index;
+        self.states[unit as usize].retry_index += 1;
+        self.stream(delivery.stream).pending.remove(&delivery.entry_id);
+        let new_entry_id = self.priority.append(unit, now);
+        let header = self.header(unit, worker, now);
+        self.append(
+            Event::Requeued {
+                header,
+                previous_retry_index,
+                duration_ms: request.duration_ms,
+                failure_summary: summary,
+                errors: request.errors.clone(),
+                stream: delivery.stream,
+                entry_id: delivery.entry_id,
+                new_entry_id,
+            },
+            now,
+        );
+        self.touch_worker(worker, Current::Clear, 1, now);
+        self.renew(now);
+        RequeueReply::Requeued { retry_index: previous_retry_index + 1 }
+    }
+
+    fn progress(&self) -> Progress {
+        let meta = self.meta();
+        Progress {
+            total: meta.total,
+            finalized: meta.finalized,
+            requeued_units: meta.requeued_units,
+            in_flight: (self.main.pending.len() + self.priority.pending.len()) as u64,
+            queued: (self.main.unread() + self.priority.unread()) as u64,
+        }
+    }
+}
+
+/// Fields of a `finalized` event that only some paths set.
+struct FinalizeExtra {
+    previous_worker_id: Option<WorkerId>,
+    delivery_count: Option<u32>,
+    failure_summary: Option<String>,
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+impl MemoryStore {
+    /// Runs `f` on the run when it exists with its meta; `None` otherwise.
+    fn with_run<T>(&self, run: &RunId, f: impl FnOnce(&mut Run, u64) -> T) -> Option<T> {
+        let now = self.now_ms();
+        let mut runs = self.inner.runs.lock();
+        runs.with_meta(run, now).map(|r| f(r, now))
+    }
+
+    /// Appends an unfenced event, creating the run's log when needed.
+    fn append_unfenced(&self, run: &RunId, event: impl FnOnce(u64) -> Event) {
+        let now = self.now_ms();
+        let mut runs = self.inner.runs.lock();
+        if runs.live(run, now).is_none() {
+            runs.runs.insert(run.clone(), Run::empty(now, millis(ORPHAN_EVENTS_TTL)));
+        }
+        let r = runs.runs.get_mut(run).expect("inserted above");
+        r.append(event(now), now);
+        r.renew(now);
+    }
+
+    fn read<T>(&self, run: &RunId, f: impl FnOnce(&Run, u64) -> T) -> Option<T> {
+        let now = self.now_ms();
+        let mut runs = self.inner.runs.lock();
+        runs.live(run, now).map(|r| f(r, now))
+    }
+}
+
+/// An `Ack` transition: meta, then fence, then `apply`.
+fn ack(run: Option<Option<()>>) -> Ack {
+    match run {
+        None => Ack::Corrupt,
+        Some(None) => Ack::Stale,
+        Some(Some(())) => Ack::Ok,
+    }
+}
+
+#[async_trait]
+impl UnitQueue for MemoryStore {
+    async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
+        spec.validate()?;
+        let fingerprint = spec.fingerprint();
+        let now = self.now_ms();
+        let mut runs = self.inner.runs.lock();
+        if let Some(existing) = runs.with_meta(&spec.run, now) {
+            let meta = existing.meta();
+            if meta.fingerprint != fingerprint {
+                return Err(QueueError::UnitListMismatch {
+                    run: spec.run.clone(),
+                    existing: meta.total,
+                    given: spec.units.len() as u64,
+                });
+            }
+            return Ok(InitOutcome::AlreadyInitialized { budgets: meta.budgets });
+        }
+        let ttl_ms = millis(spec.ttl);
+        // Events recorded before the run existed (worker errors) are kept.
+        let mut run = runs.runs.remove(&spec.run).unwrap_or_else(|| Run::empty(now, ttl_ms));
+        run.meta = Some(Meta {
+            total: spec.units.len() as u64,
+            finalized: 0,
+            requeued_units: 0,
+            budgets: spec.budgets,
+            ttl_ms,
+            fingerprint,
+        });
+        run.units = spec.units.clone();
+        run.states = vec![UnitState::default(); spec.units.len()];
+        for i in 0..spec.units.len() {
+            run.main.append(i as u32, now);
+        }
+        run.renew(now);
+        runs.runs.insert(spec.run.clone(), run);
+        Ok(InitOutcome::Initialized)
+    }
+
+    async fn reserve(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        reclaim_after: Duration,
+    ) -> Result<ReserveReply, QueueError> {
+        check_reclaim_after(reclaim_after)?;
+        let min_idle = millis(reclaim_after);
+        Ok(self.with_run(run, |r, now| r.reserve(worker, min_idle, now)).unwrap_or(ReserveReply::Corrupt))
+    }
+
+    async fn reserve_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        max: usize,
+        reclaim_after: Duration,
+    ) -> Result<ReserveBatch, QueueError> {
+        if max == 0 {
+            return Err(SpecError::ZeroBatch.into());
+        }
+        check_reclaim_after(reclaim_after)?;
+        let min_idle = millis(reclaim_after);
+        let mut batch = ReserveBatch::default();
+        let found = self.with_run(run, |r, now| {
+            while batch.deliveries.len() < max {
+                match r.reserve(worker, min_idle, now) {
+                    ReserveReply::Delivered(d) => batch.deliveries.push(d),
+                    ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
+                    ReserveReply::None | ReserveReply::Corrupt => break,
+                }
+            }
+        });
+        batch.corrupt = found.is_none();
+        Ok(batch)
+    }
+
+    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
+        Ok(ack(self.with_run(run, |r, now| {
+            r.fenced_unit(worker, delivery)?;
+            if let Some(p) = r.stream(delivery.stream).pending.get_mut(&delivery.entry_id) {
+                p.last_delivery_ms = now;
+            }
+            r.touch_worker(worker, Current::Set(&delivery.unit), 0, now);
+            r.renew(now);
+            Some(())
+        })))
+    }
+
+    async fn finalize(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &FinalizeRequest,
+    ) -> Result<Ack, QueueError> {
+        request.validate()?;
+        Ok(ack(self.with_run(run, |r, now| {
+            let unit = r.fenced_unit(worker, delivery)?;
+            let extra = FinalizeExtra { previous_worker_id: None, delivery_count: None, failure_summary: None };
+            r.finalize_entry(
+                delivery.stream,
+                delivery.entry_id,
+                unit,
+                worker,
+                request.outcome,
+                request.duration_ms,
+                request.reason.clone(),
+                request.errors.clone(),
+                extra,
+                now,
+            );
+            r.touch_worker(worker, Current::Clear, 1, now);
+            r.renew(now);
+            Some(())
+        })))
+    }
+
+    async fn requeue(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &RequeueRequest,
+    ) -> Result<RequeueReply, QueueError> {
+        request.validate()?;
+        Ok(self.with_run(run, |r, now| r.requeue(worker, delivery, request, now)).unwrap_or(RequeueReply::Corrupt))
+    }
+
+    async fn abandon(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        elapsed_ms: u64,
+    ) -> Result<Ack, QueueError> {
+        Ok(ack(self.with_run(run, |r, now| {
+            let unit = r.fenced_unit(worker, delivery)?;
+            let header = r.header(unit, worker, now);
+            r.append(
+                Event::Abandoned { header, elapsed_ms, stream: delivery.stream, entry_id: delivery.entry_id },
+                now,
+            );
+            r.touch_worker(worker, Current::Keep, 0, now);
+            r.renew(now);
+            Some(())
+        })))
+    }
+
+    async fn liveness(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        current_unit: Option<&UnitId>,
+    ) -> Result<LivenessReply, QueueError> {
+        let applied = self.with_run(run, |r, now| {
+            let current = current_unit.map_or(Current::Clear, Current::Set);
+            r.touch_worker(worker, current, 0, now);
+            r.renew(now);
+        });
+        Ok(if applied.is_some() { LivenessReply::Ok } else { LivenessReply::Corrupt })
+    }
+
+    async fn record_worker_error(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        unit: Option<&UnitId>,
+        message: &str,
+    ) -> Result<(), QueueError> {
+        if message.len() > leasehold_core::queue::MAX_SUMMARY_LEN {
+            return Err(SpecError::TextTooLong {
+                what: "worker error message",
+                len: message.len(),
+                max: leasehold_core::queue::MAX_SUMMARY_LEN,
+            }
+            .into());
+        }
+        self.append_unfenced(run, |at_ms| Event::WorkerError {
+            worker_id: worker.clone(),
+            unit_id: unit.cloned(),
+            message: message.to_owned(),
+            at_ms,
+        });
+        Ok(())
+    }
+
+    async fn record_stale_rejected(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        transition: &str,
+    ) -> Result<(), QueueError> {
+        self.append_unfenced(run, |at_ms| Event::StaleRejected {
+            worker_id: worker.clone(),
+            unit_id: delivery.unit.clone(),
+            stream: delivery.stream,
+            entry_id: delivery.entry_id,
+            delivery_count: delivery.delivery_count,
+            transition: transition.to_owned(),
+            at_ms,
+        });
+        Ok(())
+    }
+
+    async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
+        Ok(self.with_run(run, |r, _| r.progress()))
+    }
+
+    async fn budgets(&self, run: &RunId) -> Result<Option<Budgets>, QueueError> {
+        Ok(self.with_run(run, |r, _| r.meta().budgets))
+    }
+
+    async fn units(&self, run: &RunId) -> Result<Vec<UnitSpec>, QueueError> {
+        Ok(self.with_run(run, |r, _| r.units.clone()).unwrap_or_default())
+    }
+
+    async fn unit_state(&self, run: &RunId, unit: &UnitId) -> Result<Option<UnitState>, QueueError> {
+        Ok(self.with_run(run, |r, _| r.units.iter().position(|u| &u.id == unit).map(|i| r.states[i])).flatten())
+    }
+
+    async fn events(&self, run: &RunId, after: Option<EventId>, limit: usize) -> Result<Vec<EventRecord>, QueueError> {
+        Ok(self
+            .read(run, |r, _| {
+                let start = after.map_or(0, |after| r.attempts.partition_point(|e| e.id <= after));
+                r.attempts[start..].iter().take(limit).cloned().collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
+        Ok(self.read(run, |r, _| r.workers.values().cloned().collect()).unwrap_or_default())
+    }
+
+    async fn pending(&self, run: &RunId) -> Result<Vec<PendingDelivery>, QueueError> {
+        Ok(self
+            .read(run, |r, now| {
+                let mut out = Vec::new();
+                for (name, stream) in [(StreamName::Priority, &r.priority), (StreamName::Main, &r.main)] {
+                    for (id, p) in &stream.pending {
+                        out.push(PendingDelivery {
+                            unit: r.units[p.unit as usize].id.clone(),
+                            stream: name,
+                            entry_id: *id,
+                            worker: p.consumer.clone(),
+                            idle_ms: now.saturating_sub(p.last_delivery_ms),
+                            delivery_count: p.delivery_count,
+                        });
+                    }
+                }
+                out
+            })
+            .unwrap_or_default())
+    }
+}
