@@ -1,1 +1,32 @@
-fn main() {}
+//! `leasehold-benches`: the benchmarks behind `cargo xtask bench NAME`.
+//!
+//! Each benchmark prints readable lines and ends with one JSON line of its
+//! figures (`{"bench":"NAME", ...}`). Numbers are measured here, never
+//! asserted in timed tests.
+
+mod mem_queue;
+
+use anyhow::{bail, Result};
+
+/// (name, what it measures).
+const BENCHES: &[(&str, &str)] =
+    &[("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks")];
+
+fn main() -> Result<()> {
+    let arg = std::env::args().nth(1);
+    let Some(name) = arg.as_deref().filter(|a| *a != "--list") else {
+        for (name, what) in BENCHES {
+            println!("{name:<16} {what}");
+        }
+        return Ok(());
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let figures = runtime.block_on(async {
+        match name {
+            "mem-queue" => mem_queue::run().await,
+            other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
+        }
+    })?;
+    println!("{}", serde_json::to_string(&figures)?);
+    Ok(())
+}

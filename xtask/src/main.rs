@@ -1,1 +1,159 @@
-fn main() {}
+//! `cargo xtask`: the project's one entry point for tests and benchmarks.
+//!
+//! * `cargo xtask test` installs what the tests need when it is missing
+//!   (redis-server from Debian's packages), then runs the format check,
+//!   clippy with `-D warnings` and every test of the workspace. Tests start
+//!   their own private servers on free loopback ports.
+//! * `cargo xtask bench NAME` runs one benchmark in release mode; it prints
+//!   readable lines and ends with one JSON line of figures.
+//! * `cargo xtask bench --list` names the benchmarks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "leasehold's test and benchmark driver")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Format check, clippy -D warnings and every test of the workspace.
+    Test {
+        /// Skip the format check and clippy (tests only).
+        #[arg(long)]
+        no_lint: bool,
+        /// Extra arguments passed to the test runner (e.g. a test name filter).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run one benchmark (release build); ends with one JSON line of figures.
+    Bench {
+        /// The benchmark to run.
+        name: Option<String>,
+        /// List the benchmarks.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Install the system packages the tests need (redis-server, dovecot-imapd).
+    Setup,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    match cli.command {
+        Cmd::Test { no_lint, args } => test(&root, no_lint, &args),
+        Cmd::Bench { name, list } => bench(&root, name.as_deref(), list),
+        Cmd::Setup => setup(),
+    }
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().map(Path::to_path_buf).context("xtask lives one level below the workspace root")
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(step: &str, mut cmd: Command) -> Result<()> {
+    eprintln!("xtask: {step}: {cmd:?}");
+    let status = cmd.status().with_context(|| format!("{step}: could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// System packages the tests need: (binary that proves it is installed, Debian package).
+const SYSTEM_PACKAGES: &[(&str, &str)] = &[("redis-server", "redis-server"), ("redis-cli", "redis-tools")];
+
+fn setup() -> Result<()> {
+    let missing: Vec<&str> = SYSTEM_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !have("apt-get") {
+        bail!("the tests need {missing:?} and apt-get is not available: install them with your package manager");
+    }
+    eprintln!("xtask: installing {missing:?} from Debian's packages");
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-qq"]);
+    run("apt-get update", update)?;
+    let mut install = Command::new("apt-get");
+    install.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "-qq", "--no-install-recommends"]);
+    install.args(&missing);
+    run("apt-get install", install)?;
+    Ok(())
+}
+
+fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
+    setup()?;
+    if !no_lint {
+        let mut fmt = cargo();
+        fmt.current_dir(root).args(["fmt", "--all", "--", "--check"]);
+        run("format check", fmt)?;
+        let mut clippy = cargo();
+        clippy.current_dir(root).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ]);
+        run("clippy", clippy)?;
+    }
+    let mut tests = cargo();
+    tests.current_dir(root);
+    if has_nextest() {
+        tests.args(["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"]);
+    } else {
+        tests.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
+    }
+    tests.args(args);
+    run("tests", tests)?;
+    if !has_nextest() {
+        return Ok(());
+    }
+    // nextest does not run doctests.
+    let mut doc = cargo();
+    doc.current_dir(root).args(["test", "--workspace", "--all-features", "--doc"]);
+    run("doctests", doc)
+}
+
+fn has_nextest() -> bool {
+    cargo().args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
+}
+
+/// Every benchmark `leasehold-benches` knows; the binary itself is the source
+/// of truth, this list only serves `--list` without a build.
+fn bench(root: &Path, name: Option<&str>, list: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.current_dir(root).args(["run", "--release", "--quiet", "-p", "leasehold-benches", "--"]);
+    match (name, list) {
+        (_, true) => {
+            cmd.arg("--list");
+        }
+        (Some(name), false) => {
+            cmd.arg(name);
+        }
+        (None, false) => bail!("name a benchmark (cargo xtask bench --list shows them)"),
+    }
+    run("bench", cmd)
+}
