@@ -217,6 +217,22 @@ mod tests {
         assert!(next.token > lease.token);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn default_clock_follows_paused_tokio_time() {
+        let store = MemoryStore::new();
+        let lease = store.claim(&key("a"), &worker("w1"), Duration::from_secs(30)).await.unwrap().unwrap();
+        store.register_worker(&worker("w1"), Duration::from_secs(30)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(store.renew(&lease, Duration::from_secs(30)).await.unwrap());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(store.live_workers().await.unwrap().is_empty(), "worker registration outlived its TTL");
+        // Renewed at 29 s for 30 s: held until 59 s.
+        tokio::time::advance(Duration::from_secs(27)).await;
+        assert_eq!(store.holder(&key("a")).await.unwrap(), Some(lease.clone()));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(store.holder(&key("a")).await.unwrap(), None);
+    }
+
     #[tokio::test]
     async fn zero_ttl_is_rejected_and_changes_nothing() {
         let store = MemoryStore::new();
