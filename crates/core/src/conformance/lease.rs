@@ -1,23 +1,345 @@
 //! Conformance cases for [`LeaseStore`](crate::LeaseStore).
+//!
+//! Fencing tokens differ between backends, so cases compare them only with
+//! each other. Subscriptions are read with real-time timeouts (the fixture's
+//! clock may be a manual one, so tokio's paused time is never relied on).
 
 use std::time::Duration;
 
+use super::support::{key, ms, user, worker};
 use super::Fixture;
-use crate::ids::{LeaseKey, WorkerId};
+use crate::errors::{LeaseError, SpecError};
+use crate::ids::UserId;
+use crate::lease::{FencingToken, Lease, Tier, UserActiveSubscription};
 
-fn key(name: &str) -> LeaseKey {
-    LeaseKey::new(name).expect("valid lease key")
+const MINUTE: Duration = Duration::from_secs(60);
+
+async fn next_user(sub: &mut UserActiveSubscription) -> UserId {
+    tokio::time::timeout(Duration::from_secs(5), sub.recv())
+        .await
+        .expect("a user.active event within 5 s")
+        .expect("the subscription is open")
 }
 
-fn owner(name: &str) -> WorkerId {
-    WorkerId::new(name).expect("valid worker id")
+fn is_zero_ttl<T: std::fmt::Debug>(result: Result<T, LeaseError>) -> bool {
+    match result {
+        Err(LeaseError::Spec(SpecError::ZeroTtl { .. })) => true,
+        other => panic!("expected LeaseError::Spec(ZeroTtl), got {other:?}"),
+    }
 }
 
-/// Two claims of one key: the first wins, the second gets `None`.
+/// Two claims of one key: the first wins, the second gets `None`; `holder`
+/// reports the exact lease.
 pub async fn claim_gives_one_holder(fx: Fixture) {
-    let ttl = Duration::from_secs(60);
-    let lease = fx.leases.claim(&key("acct-1"), &owner("w1"), ttl).await.unwrap().expect("first claim wins");
-    assert_eq!(lease.owner, owner("w1"));
-    assert!(fx.leases.claim(&key("acct-1"), &owner("w2"), ttl).await.unwrap().is_none());
-    assert_eq!(fx.leases.holder(&key("acct-1")).await.unwrap(), Some(lease));
+    let k = key("acct-1");
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().expect("first claim wins");
+    assert_eq!((lease.key.clone(), lease.owner.clone()), (k.clone(), worker("w1")));
+    assert!(fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().is_none());
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease));
+}
+
+/// A claim of a held key by its own holder is refused and leaves the lease as it was.
+pub async fn claim_of_held_key_by_its_holder_is_refused(fx: Fixture) {
+    let k = key("acct-1");
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().is_none());
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease.clone()));
+    assert!(fx.leases.renew(&lease, MINUTE).await.unwrap());
+}
+
+/// Tokens strictly increase across claims of a key, through release, expiry
+/// and `mark_not_live`.
+pub async fn tokens_increase_across_release_expiry_and_not_live(fx: Fixture) {
+    let k = key("acct-1");
+    let l1 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(fx.leases.release(&l1).await.unwrap());
+    let l2 = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
+    assert!(l2.token > l1.token, "{:?} after release must exceed {:?}", l2.token, l1.token);
+    assert!(fx.leases.release(&l2).await.unwrap());
+    let l3 = fx.leases.claim(&k, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    assert!(l3.token > l2.token);
+    fx.time.advance(ms(300)).await;
+    let l4 = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().expect("expired key is free");
+    assert!(l4.token > l3.token, "{:?} after expiry must exceed {:?}", l4.token, l3.token);
+    fx.leases.mark_live(&k).await.unwrap();
+    fx.leases.mark_not_live(&k).await.unwrap();
+    let l5 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().expect("dropped key is free");
+    assert!(l5.token > l4.token, "{:?} after mark_not_live must exceed {:?}", l5.token, l4.token);
+}
+
+/// Renew and release by anyone but the owner answer `false`, also after the
+/// key was taken over by another worker.
+pub async fn renew_and_release_check_the_owner(fx: Fixture) {
+    let k = key("acct-1");
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    let forged = Lease { owner: worker("w2"), ..lease.clone() };
+    assert!(!fx.leases.renew(&forged, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&forged).await.unwrap());
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease));
+
+    let k2 = key("acct-2");
+    let old = fx.leases.claim(&k2, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    fx.time.advance(ms(300)).await;
+    let taker = fx.leases.claim(&k2, &worker("w2"), MINUTE).await.unwrap().expect("takeover");
+    assert!(!fx.leases.renew(&old, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&old).await.unwrap());
+    assert_eq!(fx.leases.holder(&k2).await.unwrap(), Some(taker));
+}
+
+/// Renew and release check the token: the same owner's earlier lease (or a
+/// made-up token) is refused and the current lease is untouched.
+pub async fn renew_and_release_check_the_token(fx: Fixture) {
+    let k = key("acct-1");
+    let l1 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(fx.leases.release(&l1).await.unwrap());
+    let l2 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(!fx.leases.renew(&l1, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&l1).await.unwrap());
+    let newer = Lease { token: FencingToken(l2.token.0 + 1), ..l2.clone() };
+    assert!(!fx.leases.renew(&newer, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&newer).await.unwrap());
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(l2.clone()));
+    assert!(fx.leases.renew(&l2, MINUTE).await.unwrap());
+}
+
+/// Renew extends the lease from now and keeps its token.
+pub async fn renew_extends_the_lease(fx: Fixture) {
+    let k = key("acct-1");
+    let lease = fx.leases.claim(&k, &worker("w1"), Duration::from_secs(1)).await.unwrap().unwrap();
+    fx.time.advance(ms(600)).await;
+    assert!(fx.leases.renew(&lease, Duration::from_secs(1)).await.unwrap());
+    fx.time.advance(ms(600)).await;
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease.clone()), "renewed lease still held");
+    assert!(fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().is_none());
+    assert!(fx.leases.renew(&lease, MINUTE).await.unwrap());
+}
+
+/// An expired lease frees its key: no holder, renew and release `false`,
+/// another worker may claim.
+pub async fn expired_lease_frees_the_key(fx: Fixture) {
+    let k = key("acct-1");
+    let lease = fx.leases.claim(&k, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    fx.time.advance(ms(300)).await;
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+    assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&lease).await.unwrap());
+    let next = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().expect("free after expiry");
+    assert_eq!(next.owner, worker("w2"));
+}
+
+/// Release frees the key at once; a second release or a renew answers `false`.
+pub async fn release_frees_the_key_at_once(fx: Fixture) {
+    let k = key("acct-1");
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(fx.leases.release(&lease).await.unwrap());
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+    assert!(!fx.leases.release(&lease).await.unwrap());
+    assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap());
+    let next = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().expect("free after release");
+    assert!(next.token > lease.token);
+}
+
+/// The live set: add, remove, both idempotent; listed sorted; liveness does
+/// not claim.
+pub async fn live_set_is_sorted_and_idempotent(fx: Fixture) {
+    assert!(fx.leases.live_keys().await.unwrap().is_empty());
+    for k in ["b", "a", "c", "a"] {
+        fx.leases.mark_live(&key(k)).await.unwrap();
+    }
+    assert_eq!(fx.leases.live_keys().await.unwrap(), [key("a"), key("b"), key("c")]);
+    fx.leases.mark_not_live(&key("b")).await.unwrap();
+    fx.leases.mark_not_live(&key("b")).await.unwrap();
+    fx.leases.mark_not_live(&key("never")).await.unwrap();
+    assert_eq!(fx.leases.live_keys().await.unwrap(), [key("a"), key("c")]);
+    assert_eq!(fx.leases.holder(&key("a")).await.unwrap(), None);
+}
+
+/// `mark_not_live` drops the key's lease (the owner's renew answers `false`)
+/// and its tier; a later claim gets a new token and the default tier.
+pub async fn mark_not_live_drops_lease_and_tier(fx: Fixture) {
+    let k = key("acct-1");
+    fx.leases.mark_live(&k).await.unwrap();
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    fx.leases.set_tier(&k, Tier::Hot).await.unwrap();
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot));
+    fx.leases.mark_not_live(&k).await.unwrap();
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+    assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap());
+    assert!(!fx.leases.release(&lease).await.unwrap());
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
+    assert!(fx.leases.live_keys().await.unwrap().is_empty());
+    let again = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
+    assert!(again.token > lease.token);
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Warm));
+}
+
+/// A claim sets tier `Warm` unless a tier is already set; `set_tier` and
+/// `tier` read back, with or without a lease.
+pub async fn tier_defaults_to_warm_on_claim(fx: Fixture) {
+    let k = key("acct-1");
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Warm));
+    fx.leases.set_tier(&k, Tier::Hot).await.unwrap();
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot));
+    assert!(fx.leases.release(&lease).await.unwrap());
+    fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot), "a claim keeps a tier already set");
+
+    let k2 = key("acct-2");
+    fx.leases.set_tier(&k2, Tier::Cold).await.unwrap();
+    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Cold));
+    fx.leases.claim(&k2, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Cold));
+    fx.leases.set_tier(&k2, Tier::Warm).await.unwrap();
+    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Warm));
+}
+
+/// Registered workers are listed sorted until their TTL runs out; a
+/// re-registration refreshes the TTL.
+pub async fn worker_registry_expires_and_refreshes(fx: Fixture) {
+    fx.leases.register_worker(&worker("w2"), MINUTE).await.unwrap();
+    fx.leases.register_worker(&worker("w1"), MINUTE).await.unwrap();
+    fx.leases.register_worker(&worker("w3"), ms(100)).await.unwrap();
+    fx.leases.register_worker(&worker("w4"), ms(600)).await.unwrap();
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w3"), worker("w4")]);
+    fx.time.advance(ms(400)).await;
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w4")]);
+    fx.leases.register_worker(&worker("w4"), ms(600)).await.unwrap();
+    fx.time.advance(ms(400)).await;
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w4")]);
+}
+
+/// Deregistering removes a worker at once, idempotently.
+pub async fn deregister_worker_removes_it(fx: Fixture) {
+    fx.leases.register_worker(&worker("w1"), MINUTE).await.unwrap();
+    fx.leases.register_worker(&worker("w2"), MINUTE).await.unwrap();
+    fx.leases.deregister_worker(&worker("w1")).await.unwrap();
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w2")]);
+    fx.leases.deregister_worker(&worker("w1")).await.unwrap();
+    fx.leases.deregister_worker(&worker("never")).await.unwrap();
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w2")]);
+    fx.leases.register_worker(&worker("w1"), MINUTE).await.unwrap();
+    assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2")]);
+}
+
+/// Presence lasts for its grace and then lapses; other users are not active.
+pub async fn presence_expires_after_grace(fx: Fixture) {
+    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
+    fx.leases.mark_user_active(&user("u1"), ms(100)).await.unwrap();
+    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
+    assert!(!fx.leases.is_user_active(&user("u2")).await.unwrap());
+    fx.time.advance(ms(300)).await;
+    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
+}
+
+/// Marking a user active again refreshes the grace from now.
+pub async fn presence_refresh_extends_grace(fx: Fixture) {
+    fx.leases.mark_user_active(&user("u1"), ms(600)).await.unwrap();
+    fx.time.advance(ms(400)).await;
+    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
+    fx.leases.mark_user_active(&user("u1"), ms(600)).await.unwrap();
+    fx.time.advance(ms(400)).await;
+    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap(), "refreshed presence still current");
+}
+
+/// Every subscriber receives each published user id, in order; a later
+/// subscriber sees only later events.
+pub async fn subscribers_receive_user_active_in_order(fx: Fixture) {
+    let mut s1 = fx.leases.subscribe_user_active().await.unwrap();
+    let mut s2 = fx.leases.subscribe_user_active().await.unwrap();
+    for u in ["u1", "u2", "u1"] {
+        fx.leases.mark_user_active(&user(u), MINUTE).await.unwrap();
+    }
+    for sub in [&mut s1, &mut s2] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(next_user(sub).await);
+        }
+        assert_eq!(got, [user("u1"), user("u2"), user("u1")]);
+    }
+    let mut s3 = fx.leases.subscribe_user_active().await.unwrap();
+    fx.leases.mark_user_active(&user("u3"), MINUTE).await.unwrap();
+    assert_eq!(next_user(&mut s3).await, user("u3"));
+    assert_eq!(next_user(&mut s1).await, user("u3"));
+}
+
+/// A zero (or sub-millisecond) TTL or grace is `LeaseError::Spec(ZeroTtl)`
+/// and changes nothing.
+pub async fn zero_ttl_is_rejected_and_changes_nothing(fx: Fixture) {
+    let k = key("acct-1");
+    assert!(is_zero_ttl(fx.leases.claim(&k, &worker("w1"), Duration::ZERO).await));
+    assert!(is_zero_ttl(fx.leases.claim(&k, &worker("w1"), Duration::from_micros(500)).await));
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
+    assert!(is_zero_ttl(fx.leases.claim_many(std::slice::from_ref(&k), &worker("w1"), Duration::ZERO).await));
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
+
+    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(is_zero_ttl(fx.leases.renew(&lease, Duration::ZERO).await));
+    assert!(is_zero_ttl(fx.leases.renew_many(std::slice::from_ref(&lease), Duration::ZERO).await));
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease.clone()));
+    assert!(fx.leases.renew(&lease, MINUTE).await.unwrap());
+
+    assert!(is_zero_ttl(fx.leases.register_worker(&worker("w1"), Duration::ZERO).await));
+    assert!(fx.leases.live_workers().await.unwrap().is_empty());
+
+    let mut sub = fx.leases.subscribe_user_active().await.unwrap();
+    assert!(is_zero_ttl(fx.leases.mark_user_active(&user("u1"), Duration::ZERO).await));
+    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
+    fx.leases.mark_user_active(&user("u2"), MINUTE).await.unwrap();
+    assert_eq!(next_user(&mut sub).await, user("u2"), "the refused call published nothing");
+}
+
+/// `claim_many` claims each free key in order and skips held ones;
+/// `renew_many` answers per lease, in order.
+pub async fn claim_many_and_renew_many_behave_like_loops(fx: Fixture) {
+    let held = fx.leases.claim(&key("b"), &worker("w2"), MINUTE).await.unwrap().unwrap();
+    let keys = [key("a"), key("b"), key("c")];
+    let won = fx.leases.claim_many(&keys, &worker("w1"), MINUTE).await.unwrap();
+    let won_keys: Vec<_> = won.iter().map(|l| (l.key.clone(), l.owner.clone())).collect();
+    assert_eq!(won_keys, [(key("a"), worker("w1")), (key("c"), worker("w1"))]);
+    for lease in &won {
+        assert_eq!(fx.leases.holder(&lease.key).await.unwrap(), Some(lease.clone()));
+    }
+    assert!(fx.leases.claim_many(&keys, &worker("w3"), MINUTE).await.unwrap().is_empty());
+    assert!(fx.leases.claim_many(&[], &worker("w3"), MINUTE).await.unwrap().is_empty());
+
+    let forged = Lease { owner: worker("w1"), ..held.clone() };
+    let answers = fx.leases.renew_many(&[won[0].clone(), forged, won[1].clone()], MINUTE).await.unwrap();
+    assert_eq!(answers, [true, false, true]);
+    assert_eq!(fx.leases.holder(&key("b")).await.unwrap(), Some(held));
+    assert!(fx.leases.renew_many(&[], MINUTE).await.unwrap().is_empty());
+}
+
+/// Eight concurrent claims of one key: exactly one wins.
+pub async fn concurrent_claims_elect_one_holder(fx: Fixture) {
+    let k = key("acct-1");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let leases = fx.leases.clone();
+        let k = k.clone();
+        tasks.push(tokio::spawn(async move { leases.claim(&k, &worker(&format!("w{i}")), MINUTE).await.unwrap() }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        winners.extend(task.await.unwrap());
+    }
+    assert_eq!(winners.len(), 1, "exactly one winner: {winners:?}");
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), winners.pop());
+}
+
+/// Keys are independent: releasing or dropping one leaves the others held.
+pub async fn lease_keys_are_independent(fx: Fixture) {
+    let a = fx.leases.claim(&key("a"), &worker("w1"), MINUTE).await.unwrap().unwrap();
+    let b = fx.leases.claim(&key("b"), &worker("w1"), MINUTE).await.unwrap().unwrap();
+    let c = fx.leases.claim(&key("c"), &worker("w2"), MINUTE).await.unwrap().unwrap();
+    assert!(fx.leases.release(&a).await.unwrap());
+    fx.leases.mark_not_live(&key("b")).await.unwrap();
+    assert_eq!(fx.leases.holder(&key("a")).await.unwrap(), None);
+    assert_eq!(fx.leases.holder(&key("b")).await.unwrap(), None);
+    assert_eq!(fx.leases.holder(&key("c")).await.unwrap(), Some(c.clone()));
+    assert!(fx.leases.renew(&c, MINUTE).await.unwrap());
+    assert!(!fx.leases.renew(&b, MINUTE).await.unwrap());
 }
