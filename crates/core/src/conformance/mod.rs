@@ -75,6 +75,7 @@ macro_rules! conformance_suite {
                 fence_rejects_another_worker,
                 fence_rejects_wrong_delivery_count,
                 fence_rejects_wrong_entry_or_stream,
+                fence_rejects_handle_with_another_units_entry,
                 transitions_after_finalize_are_stale,
                 requeue_puts_unit_on_priority_stream,
                 requeue_over_unit_cap_finalizes_failed,

@@ -307,6 +307,19 @@ pub async fn fence_rejects_wrong_entry_or_stream(fx: Fixture) {
     finalize_ok(&fx, &r, "w1", &d).await;
 }
 
+/// A handle whose unit is not the unit of its entry is not the caller's:
+/// swapping the unit of one pending delivery onto another's entry is `STALE`.
+pub async fn fence_rejects_handle_with_another_units_entry(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    let da = reserve(&fx, &r, "w1").await;
+    let db = reserve(&fx, &r, "w1").await;
+    let swapped = Delivery { unit: db.unit.clone(), ..da.clone() };
+    assert_all_stale(&fx, &r, "w1", &swapped).await;
+    finalize_ok(&fx, &r, "w1", &da).await;
+    finalize_ok(&fx, &r, "w1", &db).await;
+    assert_eq!(progress(&fx, &r).await, counters(2, 2, 0, 0, 0));
+}
+
 /// After a delivery is finalized every transition on it is `STALE`: a double
 /// finalize never counts twice.
 pub async fn transitions_after_finalize_are_stale(fx: Fixture) {
