@@ -5,12 +5,15 @@
 //! asserted in timed tests.
 
 mod mem_queue;
+mod redis_queue;
 
 use anyhow::{bail, Result};
 
 /// (name, what it measures).
-const BENCHES: &[(&str, &str)] =
-    &[("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks")];
+const BENCHES: &[(&str, &str)] = &[
+    ("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks"),
+    ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
+];
 
 fn main() -> Result<()> {
     let arg = std::env::args().nth(1);
@@ -24,6 +27,7 @@ fn main() -> Result<()> {
     let figures = runtime.block_on(async {
         match name {
             "mem-queue" => mem_queue::run().await,
+            "redis-queue" => redis_queue::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

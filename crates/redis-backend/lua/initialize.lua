@@ -1,0 +1,71 @@
+-- Idempotent leader election for one run: the first caller writes the units,
+-- the consumer groups and the frozen budgets; later callers are told the run
+-- exists (and get its budgets) or, with another unit list, that it differs.
+--
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers
+-- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
+--       max_reclaims, total, then `total` pairs of unit id, kind.
+-- Reply: { "INITIALIZED" }
+--      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims }
+--      | { "MISMATCH", existing_total }
+-- A retry of the same call (same nonce) after a lost reply answers
+-- INITIALIZED again, so a re-sent initialize cannot demote the leader.
+
+local units, priority, attempts, meta, unit_state, workers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local total = tonumber(ARGV[7])
+
+local existing = redis.call("HMGET", meta, "fingerprint", "init_nonce", "max_requeues", "requeue_tolerance",
+  "max_reclaims", "total_units")
+if existing[1] then
+  if existing[1] ~= fingerprint then
+    return { "MISMATCH", tonumber(existing[6]) or 0 }
+  end
+  if existing[2] == nonce then
+    return { "INITIALIZED" }
+  end
+  return { "ALREADY", existing[3], existing[4], existing[5] }
+end
+
+-- No meta: the run does not exist. Drop leftovers of an earlier run of the same
+-- id (state whose meta was lost) so the groups and units start clean; the
+-- event log is kept (worker errors may be recorded before initialisation).
+redis.call("DEL", units, priority, unit_state, workers)
+
+local CHUNK = 256
+local states = {}
+for i = 1, total do
+  local id, kind = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
+  redis.call("XADD", units, "*", "id", id, "type", kind)
+  states[#states + 1] = id
+  states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
+  if #states >= 2 * CHUNK then
+    redis.call("HSET", unit_state, unpack(states))
+    states = {}
+  end
+end
+if #states > 0 then
+  redis.call("HSET", unit_state, unpack(states))
+end
+redis.call("XGROUP", "CREATE", units, "workers", "0", "MKSTREAM")
+redis.call("XGROUP", "CREATE", priority, "workers", "0", "MKSTREAM")
+
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("HSET", meta,
+  "total_units", total,
+  "finalized_count", 0,
+  "requeued_units_count", 0,
+  "max_requeues", ARGV[4],
+  "requeue_tolerance", ARGV[5],
+  "max_reclaims", ARGV[6],
+  "fingerprint", fingerprint,
+  "init_nonce", nonce,
+  "ttl_ms", ttl_ms,
+  "created_at_ms", now)
+
+for _, key in ipairs({ units, priority, attempts, meta, unit_state, workers }) do
+  redis.call("PEXPIRE", key, ttl_ms)
+end
+return { "INITIALIZED" }

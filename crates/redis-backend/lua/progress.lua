@@ -1,0 +1,39 @@
+-- A consistent snapshot of a run's counters.
+--
+-- KEYS: units, units:priority, meta
+-- Reply: false when the run does not exist, else
+--        { total, finalized, requeued_units, in_flight, queued }
+
+local units, priority, meta = KEYS[1], KEYS[2], KEYS[3]
+local m = redis.call("HMGET", meta, "total_units", "finalized_count", "requeued_units_count")
+if not m[1] then
+  return false
+end
+
+-- Pending and not-yet-delivered counts of the "workers" group of one stream.
+local function group_counts(stream)
+  if redis.call("EXISTS", stream) == 0 then
+    return 0, 0
+  end
+  local pending, lag, last_id = 0, nil, "0-0"
+  for _, group in ipairs(redis.call("XINFO", "GROUPS", stream)) do
+    local f = {}
+    for i = 1, #group, 2 do
+      f[group[i]] = group[i + 1]
+    end
+    if f["name"] == "workers" then
+      pending = tonumber(f["pending"]) or 0
+      lag = tonumber(f["lag"])
+      last_id = f["last-delivered-id"] or "0-0"
+    end
+  end
+  if not lag then
+    -- Redis cannot tell the lag (entries deleted): count what follows the cursor.
+    lag = #redis.call("XRANGE", stream, "(" .. last_id, "+")
+  end
+  return pending, lag
+end
+
+local p_pending, p_queued = group_counts(priority)
+local u_pending, u_queued = group_counts(units)
+return { tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0, p_pending + u_pending, p_queued + u_queued }

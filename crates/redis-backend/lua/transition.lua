@@ -1,0 +1,639 @@
+-- State transitions of one run of the fenced unit queue. One dispatcher, one
+-- function per mode; modelled on rspec-hopper's transition.lua (the seed).
+--
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers
+--       (all share the run's hash tag)
+-- ARGV: mode, worker_id, then mode-specific arguments (see dispatch).
+--
+-- Replies are arrays whose first element is a status string: "OK", "NONE",
+-- "FINALIZED", "REQUEUED", "STALE" (fence failed) or "CORRUPT" (meta or the
+-- unit's unit_state entry is missing or unreadable). STALE and CORRUPT are
+-- status replies, not Lua errors, so the caller can tell them from Redis errors.
+--
+-- Differences from the seed, all for speed or exactness:
+-- * `reserve` reads the priority stream, then the main stream, then reclaims,
+--   all in one call, for up to `max` units (a batch), with the delivery
+--   accounting (events, worker record) of every unit included.
+-- * Reclaim takes the OLDEST pending entry idle for at least the timeout
+--   (XPENDING ... IDLE, then XCLAIM), however many busy entries precede it;
+--   the seed's XAUTOCLAIM ... COUNT 1 only looked at 10 PEL entries.
+-- * No cjson in the hot path: unit state and worker records keep the seed's
+--   JSON shape but are read with anchored patterns and written with
+--   string.format; free text (summaries, errors) arrives pre-encoded as JSON.
+-- * Budgets and the inactivity TTL come from meta (frozen at initialisation).
+
+local units, priority, attempts, meta, unit_state, workers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mode, worker_id = ARGV[1], ARGV[2]
+
+local GROUP = "workers"
+local STALE, CORRUPT = { "STALE" }, { "CORRUPT" }
+
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- ---------------------------------------------------------------------------
+-- Small helpers
+-- ---------------------------------------------------------------------------
+
+local function escape_char(c)
+  if c == '"' then
+    return '\\"'
+  elseif c == "\\" then
+    return "\\\\"
+  end
+  return string.format("\\u%04x", string.byte(c))
+end
+
+-- A Lua string as a JSON string literal.
+local function jstr(s)
+  if string.find(s, '[%c"\\]') then
+    s = string.gsub(s, '[%c"\\]', escape_char)
+  end
+  return '"' .. s .. '"'
+end
+
+-- Raw JSON from the client, or null when empty.
+local function raw_or_null(json)
+  if json == nil or json == "" then
+    return "null"
+  end
+  return json
+end
+
+local worker_json = jstr(worker_id)
+
+local function stream_key(short)
+  if short == "units" then
+    return units
+  elseif short == "units:priority" then
+    return priority
+  end
+  return nil
+end
+
+local function stream_short(key)
+  if key == units then
+    return "units"
+  end
+  return "units:priority"
+end
+
+-- Meta fields every transition needs, in one call. nil when the run is gone.
+local function read_meta()
+  local m = redis.call("HMGET", meta, "ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims",
+    "total_units", "requeued_units_count")
+  local ttl = tonumber(m[1])
+  if not ttl then
+    return nil
+  end
+  return {
+    ttl_ms = ttl,
+    max_requeues = tonumber(m[2]) or 0,
+    requeue_tolerance = tonumber(m[3]) or 0,
+    max_reclaims = tonumber(m[4]) or 0,
+    total_units = tonumber(m[5]) or 0,
+    requeued_units = tonumber(m[6]) or 0,
+  }
+end
+
+-- Renews the inactivity TTL of every key of the run (PEXPIRE skips absent keys).
+local function renew_ttls(ttl_ms)
+  redis.call("PEXPIRE", units, ttl_ms)
+  redis.call("PEXPIRE", priority, ttl_ms)
+  redis.call("PEXPIRE", attempts, ttl_ms)
+  redis.call("PEXPIRE", meta, ttl_ms)
+  redis.call("PEXPIRE", unit_state, ttl_ms)
+  redis.call("PEXPIRE", workers, ttl_ms)
+end
+
+-- The pending row of one entry: {consumer, delivery_count} or nil.
+local function pending_row(stream, entry_id)
+  local rows = redis.call("XPENDING", stream, GROUP, entry_id, entry_id, 1)
+  local row = rows[1]
+  if type(row) ~= "table" then
+    return nil
+  end
+  return { consumer = row[2], delivery_count = tonumber(row[4]) }
+end
+
+-- Stream entry fields ({"id", unit, "type", kind}) as unit, kind.
+local function entry_unit(fields)
+  local unit, kind
+  for i = 1, #fields, 2 do
+    if fields[i] == "id" then
+      unit = fields[i + 1]
+    elseif fields[i] == "type" then
+      kind = fields[i + 1]
+    end
+  end
+  return unit, kind or ""
+end
+
+-- The fence: the entry is still pending on worker_id at delivery_count, and
+-- it is the caller's unit (a handle naming another unit is not the caller's).
+local function fence(stream, entry_id, delivery_count, unit_id)
+  local row = pending_row(stream, entry_id)
+  if not row or row.consumer ~= worker_id or row.delivery_count ~= tonumber(delivery_count) then
+    return nil
+  end
+  local range = redis.call("XRANGE", stream, entry_id, entry_id)
+  if type(range[1]) ~= "table" or entry_unit(range[1][2]) ~= unit_id then
+    return nil
+  end
+  return row
+end
+
+-- The unit's state, or nil when it is missing or unreadable (CORRUPT).
+local function read_state(unit_id)
+  local raw = redis.call("HGET", unit_state, unit_id)
+  if not raw then
+    return nil
+  end
+  local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
+  if not r or (e ~= "true" and e ~= "false") then
+    return nil
+  end
+  return { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
+end
+
+local FRESH_RAW = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
+local FRESH_STATE = { retry_index = 0, reclaim_count = 0, entered_retry = false }
+
+-- States of many units in one call: a list parallel to `unit_ids` (false
+-- where missing or unreadable).
+local function read_states(unit_ids)
+  local out = {}
+  local CHUNK = 512
+  for first = 1, #unit_ids, CHUNK do
+    local last = math.min(first + CHUNK - 1, #unit_ids)
+    local raws = redis.call("HMGET", unit_state, unpack(unit_ids, first, last))
+    for i = 1, #raws do
+      local raw = raws[i]
+      local state = false
+      if raw == FRESH_RAW then
+        -- Shared, read-only: batch paths never change a state.
+        state = FRESH_STATE
+      elseif raw then
+        local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
+        if r and (e == "true" or e == "false") then
+          state = { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
+        end
+      end
+      out[first + i - 1] = state
+    end
+  end
+  return out
+end
+
+local function write_state(unit_id, state)
+  redis.call("HSET", unit_state, unit_id, string.format(
+    '{"retry_index":%d,"reclaim_count":%d,"entered_retry":%s}',
+    state.retry_index, state.reclaim_count, tostring(state.entered_retry == true)))
+end
+
+-- The opening of a unit event (no closing brace): type and header fields.
+-- Built by concatenating cached pieces: the per-type prefix and the
+-- per-(retry_index, reclaim_count) suffix are made once per call.
+local now_str = string.format("%d", now)
+local head_prefix, head_suffix = {}, {}
+local function event_head(event_type, unit_json, state)
+  local prefix = head_prefix[event_type]
+  if not prefix then
+    prefix = '{"type":"' .. event_type .. '","unit_id":'
+    head_prefix[event_type] = prefix
+  end
+  local r, c = state.retry_index, state.reclaim_count
+  local k = r * 65536 + c
+  local suffix = head_suffix[k]
+  if not suffix then
+    suffix = string.format(',"worker_id":%s,"retry_index":%d,"reclaim_count":%d,"ownership_generation":%d,"at_ms":%s',
+      worker_json, r, c, 1 + r + c, now_str)
+    head_suffix[k] = suffix
+  end
+  return prefix .. unit_json .. suffix
+end
+
+local function append_json(json)
+  redis.call("XADD", attempts, "*", "json", json)
+end
+
+-- Merges into workers[worker_id]: last_seen = now; current_unit = `current`
+-- (raw JSON: a string literal or null) unless nil; processed += delta.
+local function touch_worker(current, delta)
+  local raw = redis.call("HGET", workers, worker_id)
+  local cur, processed = "null", 0
+  if raw then
+    local c, p = string.match(raw, '^{"last_seen":%d+,"current_unit":(.*),"processed":(%d+)}$')
+    if c then
+      cur, processed = c, tonumber(p)
+    end
+  end
+  if current ~= nil then
+    cur = current
+  end
+  redis.call("HSET", workers, worker_id, string.format(
+    '{"last_seen":%d,"current_unit":%s,"processed":%d}', now, cur, processed + (delta or 0)))
+end
+
+-- Terminal transition shared by finalize, requeue (budget exhausted) and
+-- reclaim (budget exhausted): XACK, finalized event, finalized_count += 1.
+-- `extra` is raw JSON fields to append (",\"k\":v..."), or "".
+local function finalize_entry(stream, entry_id, unit_json, state, outcome, duration_ms, reason_json, errors_json, extra)
+  redis.call("XACK", stream, GROUP, entry_id)
+  append_json(event_head("finalized", unit_json, state) .. string.format(
+    ',"outcome":"%s","duration_ms":%d,"reason":%s,"errors":%s,"stream":"%s","entry_id":"%s"%s}',
+    outcome, tonumber(duration_ms) or 0, raw_or_null(reason_json), raw_or_null(errors_json),
+    stream_short(stream), entry_id, extra))
+  redis.call("HINCRBY", meta, "finalized_count", 1)
+end
+
+-- ---------------------------------------------------------------------------
+-- Modes
+-- ---------------------------------------------------------------------------
+
+-- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
+-- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and each
+-- item is { "OK", stream, entry_id, unit, kind, delivery_count, retry_index,
+-- reclaim_count, reclaimed (0/1), previous_worker or false } or
+-- { "FINALIZED", unit } (reclaim budget exhausted).
+local function reserve(m, max, reclaim_after_ms, single)
+  max = tonumber(max)
+  reclaim_after_ms = tonumber(reclaim_after_ms)
+  local reply = { "NONE" }
+  local delivered = 0
+  local changed = false
+  local current = nil
+
+  -- Fresh entries: priority stream first, then main.
+  for _, stream in ipairs({ priority, units }) do
+    if delivered >= max then
+      break
+    end
+    local read = redis.call("XREADGROUP", "GROUP", GROUP, worker_id, "COUNT", max - delivered, "STREAMS", stream, ">")
+    if type(read) == "table" and type(read[1]) == "table" then
+      local short = stream_short(stream)
+      local entries = read[1][2]
+      local ids, unit_list, kinds = {}, {}, {}
+      for i, entry in ipairs(entries) do
+        ids[i] = entry[1]
+        unit_list[i], kinds[i] = entry_unit(entry[2])
+        if not unit_list[i] then
+          unit_list[i] = ""
+        end
+      end
+      local states = read_states(unit_list)
+      for i = 1, #entries do
+        local unit, state = unit_list[i], states[i]
+        if not state then
+          reply[1] = "CORRUPT"
+          if changed then
+            touch_worker(current)
+            renew_ttls(m.ttl_ms)
+          end
+          return reply
+        end
+        local unit_json = jstr(unit)
+        append_json(event_head("delivered", unit_json, state) .. ',"stream":"' .. short .. '","entry_id":"' .. ids[i] ..
+          '","delivery_count":1}')
+        reply[#reply + 1] = { "OK", short, ids[i], unit, kinds[i], 1, state.retry_index, state.reclaim_count, 0, false }
+        delivered = delivered + 1
+        changed = true
+        current = unit_json
+      end
+    end
+  end
+
+  -- Reclaim: the oldest entry idle for at least the timeout, priority first.
+  local tail = "NONE"
+  if delivered >= max then
+    tail = "FULL"
+  end
+  while delivered < max do
+    local stream, row
+    for _, s in ipairs({ priority, units }) do
+      local rows = redis.call("XPENDING", s, GROUP, "IDLE", reclaim_after_ms, "-", "+", 1)
+      if type(rows[1]) == "table" then
+        stream, row = s, rows[1]
+        break
+      end
+    end
+    if not stream then
+      tail = "NONE"
+      break
+    end
+    local entry_id, previous = row[1], row[2]
+    local range = redis.call("XRANGE", stream, entry_id, entry_id)
+    local unit, kind
+    if type(range[1]) == "table" then
+      unit, kind = entry_unit(range[1][2])
+    end
+    -- Refuse before moving ownership when the unit's state is gone.
+    local state = unit and read_state(unit)
+    if not state then
+      tail = "CORRUPT"
+      break
+    end
+    redis.call("XCLAIM", stream, GROUP, worker_id, 0, entry_id)
+    local delivery_count = tonumber(row[4]) + 1
+    local short = stream_short(stream)
+    local unit_json = jstr(unit)
+    changed = true
+    if state.reclaim_count + 1 > m.max_reclaims then
+      finalize_entry(stream, entry_id, unit_json, state, "failed", 0, '"reclaim_budget_exhausted"', "",
+        string.format(',"previous_worker_id":%s,"delivery_count":%d', jstr(previous), delivery_count))
+      reply[#reply + 1] = { "FINALIZED", unit }
+      if single == "1" then
+        tail = "FULL"
+        break
+      end
+    else
+      state.reclaim_count = state.reclaim_count + 1
+      write_state(unit, state)
+      append_json(event_head("reclaimed", unit_json, state) .. string.format(
+        ',"previous_worker_id":%s,"stream":"%s","entry_id":"%s","delivery_count":%d}',
+        jstr(previous), short, entry_id, delivery_count))
+      reply[#reply + 1] = { "OK", short, entry_id, unit, kind, delivery_count, state.retry_index, state.reclaim_count, 1,
+        previous }
+      delivered = delivered + 1
+      current = unit_json
+      if delivered >= max then
+        tail = "FULL"
+      end
+    end
+  end
+  reply[1] = tail
+  if changed then
+    touch_worker(current)
+    renew_ttls(m.ttl_ms)
+  end
+  return reply
+end
+
+-- ARGV: stream, entry_id, delivery_count, unit_id.
+local function heartbeat(m, short, entry_id, delivery_count, unit_id)
+  local stream = stream_key(short)
+  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
+    return STALE
+  end
+  redis.call("XCLAIM", stream, GROUP, worker_id, 0, entry_id, "JUSTID")
+  touch_worker(jstr(unit_id))
+  renew_ttls(m.ttl_ms)
+  return { "OK" }
+end
+
+-- Compares two stream ids ("ms-seq").
+local function id_parts(id)
+  local ms, seq = string.match(id, "^(%d+)-(%d+)$")
+  return tonumber(ms), tonumber(seq)
+end
+
+local function id_less(a, b)
+  local am, as = id_parts(a)
+  local bm, bs = id_parts(b)
+  return am < bm or (am == bm and as < bs)
+end
+
+-- Fence lookups for many entries of one stream: { [entry_id] = delivery_count }
+-- of this worker's pending entries and { [entry_id] = unit } of the stream,
+-- in a few calls instead of two per entry.
+local function fence_tables(stream, ids)
+  local counts, units_of = {}, {}
+  if #ids <= 2 then
+    for _, id in ipairs(ids) do
+      local row = pending_row(stream, id)
+      if row and row.consumer == worker_id then
+        counts[id] = row.delivery_count
+      end
+    end
+  else
+    -- This worker's pending entries (normally exactly its batch).
+    local limit = #ids * 2
+    local rows = redis.call("XPENDING", stream, GROUP, "-", "+", limit, worker_id)
+    for _, row in ipairs(rows) do
+      counts[row[1]] = tonumber(row[4])
+    end
+    if #rows >= limit then
+      -- More pending than the scan covered: look the rest up one by one.
+      for _, id in ipairs(ids) do
+        if not counts[id] then
+          local row = pending_row(stream, id)
+          if row and row.consumer == worker_id then
+            counts[id] = row.delivery_count
+          end
+        end
+      end
+    end
+  end
+  -- Units of the entries: one XRANGE over their span when it is compact.
+  local lo, hi
+  for _, id in ipairs(ids) do
+    if counts[id] and id_parts(id) then
+      if not lo or id_less(id, lo) then
+        lo = id
+      end
+      if not hi or id_less(hi, id) then
+        hi = id
+      end
+    end
+  end
+  if lo and #ids > 2 then
+    for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", #ids * 2)) do
+      units_of[entry[1]] = entry_unit(entry[2])
+    end
+  end
+  for _, id in ipairs(ids) do
+    if counts[id] and units_of[id] == nil then
+      local range = redis.call("XRANGE", stream, id, id)
+      if type(range[1]) == "table" then
+        units_of[id] = entry_unit(range[1][2])
+      else
+        units_of[id] = false
+      end
+    end
+  end
+  return counts, units_of
+end
+
+-- ARGV (from `base`): `count` groups of stream, entry_id, delivery_count,
+-- unit_id, outcome, duration_ms, reason_json, errors_json.
+-- The same result as `count` finalize calls in order, in one call.
+-- Reply: one status per delivery ("OK", "STALE" or "CORRUPT").
+local function finalize_batch(m, count, base)
+  count = tonumber(count)
+  local items = {}
+  local by_stream = {}
+  for i = 1, count do
+    local b = base + (i - 1) * 8
+    local stream = stream_key(ARGV[b])
+    items[i] = { stream = stream, entry_id = ARGV[b + 1], delivery_count = tonumber(ARGV[b + 2]), unit = ARGV[b + 3],
+      outcome = ARGV[b + 4], duration_ms = ARGV[b + 5], reason = ARGV[b + 6], errors = ARGV[b + 7] }
+    if stream then
+      by_stream[stream] = by_stream[stream] or {}
+      table.insert(by_stream[stream], items[i].entry_id)
+    end
+  end
+  local tables = {}
+  for stream, ids in pairs(by_stream) do
+    local counts, units_of = fence_tables(stream, ids)
+    tables[stream] = { counts = counts, units = units_of }
+  end
+
+  -- The fence, in order; an entry finalized earlier in the batch is STALE.
+  local reply, passed, passed_units, seen = {}, {}, {}, {}
+  for i, item in ipairs(items) do
+    local t = item.stream and tables[item.stream]
+    local key = (item.stream or "") .. " " .. item.entry_id
+    if t and not seen[key] and t.counts[item.entry_id] == item.delivery_count and t.units[item.entry_id] == item.unit then
+      seen[key] = true
+      passed[#passed + 1] = i
+      passed_units[#passed_units + 1] = item.unit
+      reply[i] = "OK"
+    else
+      reply[i] = "STALE"
+    end
+  end
+
+  local states = read_states(passed_units)
+  local acks = {}
+  local done = 0
+  for j, i in ipairs(passed) do
+    local item, state = items[i], states[j]
+    if not state then
+      reply[i] = "CORRUPT"
+    else
+      acks[item.stream] = acks[item.stream] or {}
+      table.insert(acks[item.stream], item.entry_id)
+      local duration = item.duration_ms
+      if not string.find(duration, "^%d+$") then
+        duration = "0"
+      end
+      append_json(event_head("finalized", jstr(item.unit), state) .. ',"outcome":"' .. item.outcome ..
+        '","duration_ms":' .. duration .. ',"reason":' .. raw_or_null(item.reason) .. ',"errors":' ..
+        raw_or_null(item.errors) .. ',"stream":"' .. stream_short(item.stream) .. '","entry_id":"' .. item.entry_id .. '"}')
+      done = done + 1
+    end
+  end
+  for stream, ids in pairs(acks) do
+    for first = 1, #ids, 512 do
+      redis.call("XACK", stream, GROUP, unpack(ids, first, math.min(first + 511, #ids)))
+    end
+  end
+  if done > 0 then
+    redis.call("HINCRBY", meta, "finalized_count", done)
+    touch_worker("null", done)
+    renew_ttls(m.ttl_ms)
+  end
+  return reply
+end
+
+-- ARGV: stream, entry_id, delivery_count, unit_id, unit_type, duration_ms,
+--       failure_summary_json, errors_json.
+local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json)
+  local stream = stream_key(short)
+  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
+    return STALE
+  end
+  local state = read_state(unit_id)
+  if not state then
+    return CORRUPT
+  end
+  local unit_json = jstr(unit_id)
+  -- Subtracting an epsilon keeps ceil(100 * 0.7) at 70, not 71.
+  local max_units = math.max(0, math.ceil(m.total_units * m.requeue_tolerance - 1e-9))
+  local over_unit_cap = state.retry_index + 1 > m.max_requeues
+  local over_tolerance = (not state.entered_retry) and m.requeued_units >= max_units
+
+  if over_unit_cap or over_tolerance then
+    finalize_entry(stream, entry_id, unit_json, state, "failed", duration_ms, '"retry_budget_exhausted"', errors_json,
+      ',"failure_summary":' .. raw_or_null(summary_json))
+    touch_worker("null", 1)
+    renew_ttls(m.ttl_ms)
+    return { "FINALIZED", state.retry_index }
+  end
+
+  if not state.entered_retry then
+    state.entered_retry = true
+    redis.call("HINCRBY", meta, "requeued_units_count", 1)
+  end
+  local previous_retry_index = state.retry_index
+  state.retry_index = state.retry_index + 1
+  write_state(unit_id, state)
+  redis.call("XACK", stream, GROUP, entry_id)
+  local new_entry_id = redis.call("XADD", priority, "*", "id", unit_id, "type", unit_type)
+  append_json(event_head("requeued", unit_json, state) .. string.format(
+    ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"}',
+    previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,
+    entry_id, new_entry_id))
+  touch_worker("null", 1)
+  renew_ttls(m.ttl_ms)
+  return { "REQUEUED", state.retry_index }
+end
+
+-- ARGV: stream, entry_id, delivery_count, unit_id, elapsed_ms.
+local function abandoned(m, short, entry_id, delivery_count, unit_id, elapsed_ms)
+  local stream = stream_key(short)
+  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
+    return STALE
+  end
+  local state = read_state(unit_id)
+  if not state then
+    return CORRUPT
+  end
+  append_json(event_head("abandoned", jstr(unit_id), state) .. string.format(
+    ',"elapsed_ms":%d,"stream":"%s","entry_id":"%s"}', tonumber(elapsed_ms) or 0, short, entry_id))
+  touch_worker(nil)
+  renew_ttls(m.ttl_ms)
+  return { "OK" }
+end
+
+-- ARGV: current_unit (may be empty).
+local function liveness(m, current_unit)
+  if current_unit == nil or current_unit == "" then
+    touch_worker("null")
+  else
+    touch_worker(jstr(current_unit))
+  end
+  renew_ttls(m.ttl_ms)
+  return { "OK" }
+end
+
+-- ARGV: client-built event JSON without its closing brace (at_ms is stamped
+-- here), the TTL for a log of a run that does not exist yet.
+-- Not fenced, does not require meta.
+local function append_prebuilt_event(body, orphan_ttl_ms)
+  append_json(body .. ',"at_ms":' .. string.format("%d", now) .. "}")
+  local ttl = tonumber(redis.call("HGET", meta, "ttl_ms")) or tonumber(orphan_ttl_ms)
+  renew_ttls(ttl)
+  return { "OK" }
+end
+
+-- ---------------------------------------------------------------------------
+-- Dispatch
+-- ---------------------------------------------------------------------------
+
+if mode == "worker_error" or mode == "stale_rejected" then
+  return append_prebuilt_event(ARGV[3], ARGV[4])
+end
+
+local m = read_meta()
+if not m then
+  return CORRUPT
+end
+
+if mode == "reserve" then
+  return reserve(m, ARGV[3], ARGV[4], ARGV[5])
+elseif mode == "heartbeat" then
+  return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+elseif mode == "finalize" then
+  return { finalize_batch(m, 1, 3)[1] }
+elseif mode == "finalize_batch" then
+  return finalize_batch(m, ARGV[3], 4)
+elseif mode == "requeue" then
+  return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+elseif mode == "abandoned" then
+  return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+elseif mode == "liveness" then
+  return liveness(m, ARGV[3])
+end
+return redis.error_reply("ERR unknown transition mode " .. tostring(mode))

@@ -1,0 +1,198 @@
+//! The key layout.
+//!
+//! Keys keep the seed's names under a configurable prefix `P`:
+//!
+//! | what | key |
+//! | --- | --- |
+//! | a run's main stream | `P:hopper:{run}:units` |
+//! | its priority stream | `P:hopper:{run}:units:priority` |
+//! | its event log | `P:hopper:{run}:attempts` |
+//! | its meta | `P:hopper:{run}:meta` |
+//! | per-unit state | `P:hopper:{run}:unit_state` |
+//! | worker records | `P:hopper:{run}:workers` |
+//! | a lease | `{P}:sync:lease:<id>` |
+//! | its fence counter (no TTL) | `{P}:sync:fence:<id>` |
+//! | the live set | `{P}:sync:live` |
+//! | a worker registration | `{P}:sync:workers:<id>` |
+//! | the registration index (sorted by expiry) | `{P}:sync:workers` |
+//! | a tier | `{P}:sync:tier:<id>` |
+//! | a user's presence | `{P}:sess:active:<user>` |
+//! | the `user.active` channel | `P:user.active` |
+//!
+//! **Hash tags.** All keys of one run share the tag `{run}`, so each
+//! transition script (which touches all six) runs on one Redis Cluster node.
+//! All keys of the lease space share the tag `{P}`: a claim touches the lease,
+//! its fence counter and its tier; `mark_not_live` the live set, the lease and
+//! the tier; registration the worker key and the index. The trade-off: the
+//! whole lease space of one prefix lives in one slot, hence on one cluster
+//! node, so leases do not spread over the cluster. Lease traffic is small
+//! (one renew per owned key per few seconds), so one node is ample; a
+//! deployment that outgrows it can run several lease spaces under different
+//! prefixes. Run keys spread over the cluster by run id.
+
+use leasehold_core::{LeaseKey, RunId, UserId, WorkerId};
+
+/// The six keys of one run, in the order the scripts take them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunKeys {
+    /// The main stream.
+    pub units: String,
+    /// The priority stream.
+    pub priority: String,
+    /// The event log.
+    pub attempts: String,
+    /// The run's meta hash.
+    pub meta: String,
+    /// Per-unit state hash.
+    pub unit_state: String,
+    /// Worker records hash.
+    pub workers: String,
+}
+
+impl RunKeys {
+    /// The keys of `run` under `prefix`.
+    pub fn new(prefix: &str, run: &RunId) -> Self {
+        let base = format!("{prefix}:hopper:{{{run}}}");
+        Self {
+            units: format!("{base}:units"),
+            priority: format!("{base}:units:priority"),
+            attempts: format!("{base}:attempts"),
+            meta: format!("{base}:meta"),
+            unit_state: format!("{base}:unit_state"),
+            workers: format!("{base}:workers"),
+        }
+    }
+
+    /// All six, in script order.
+    pub fn all(&self) -> [&str; 6] {
+        [&self.units, &self.priority, &self.attempts, &self.meta, &self.unit_state, &self.workers]
+    }
+}
+
+/// The keys of the lease space under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseKeys {
+    tag: String,
+    channel: String,
+}
+
+impl LeaseKeys {
+    /// The lease space of `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        Self { tag: format!("{{{prefix}}}"), channel: format!("{prefix}:user.active") }
+    }
+
+    /// `sync:lease:{id}`.
+    pub fn lease(&self, key: &LeaseKey) -> String {
+        format!("{}:sync:lease:{key}", self.tag)
+    }
+
+    /// The fence counter of `key` (no TTL: tokens survive release and expiry).
+    pub fn fence(&self, key: &LeaseKey) -> String {
+        format!("{}:sync:fence:{key}", self.tag)
+    }
+
+    /// `sync:tier:{id}`.
+    pub fn tier(&self, key: &LeaseKey) -> String {
+        format!("{}:sync:tier:{key}", self.tag)
+    }
+
+    /// `sync:live`.
+    pub fn live(&self) -> String {
+        format!("{}:sync:live", self.tag)
+    }
+
+    /// `sync:workers:{id}`.
+    pub fn worker(&self, worker: &WorkerId) -> String {
+        format!("{}:sync:workers:{worker}", self.tag)
+    }
+
+    /// The registration index (a sorted set of worker ids by expiry).
+    pub fn worker_index(&self) -> String {
+        format!("{}:sync:workers", self.tag)
+    }
+
+    /// `sess:active:{user}`.
+    pub fn session(&self, user: &UserId) -> String {
+        format!("{}:sess:active:{user}", self.tag)
+    }
+
+    /// The pub/sub channel of `user.active` events.
+    pub fn user_active_channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::cluster_routing::Slot;
+
+    use super::*;
+
+    /// CRC16/XMODEM slot of a key, computed here (independently of redis's
+    /// routing helper, which the test compares against).
+    fn slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let hashed = match bytes.iter().position(|b| *b == b'{') {
+            Some(open) => match bytes[open + 1..].iter().position(|b| *b == b'}') {
+                Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+                _ => bytes,
+            },
+            None => bytes,
+        };
+        let mut crc: u16 = 0;
+        for &b in hashed {
+            crc ^= (b as u16) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn crc16_matches_the_cluster_spec() {
+        // The example of the Redis Cluster specification.
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(Slot::for_key("123456789"), Slot::new(0x31C3).unwrap());
+    }
+
+    #[test]
+    fn all_keys_of_a_run_share_one_slot() {
+        for run in ["r1", "build-42", "a:b:c", "x"] {
+            let keys = RunKeys::new("leasehold", &RunId::new(run).unwrap());
+            let slots: Vec<u16> = keys.all().iter().map(|k| slot(k)).collect();
+            assert!(slots.iter().all(|s| *s == slots[0]), "{run}: {slots:?}");
+            let routed: Vec<Slot> = keys.all().iter().map(Slot::for_key).collect();
+            assert!(routed.iter().all(|s| *s == routed[0]), "{run}");
+            assert_eq!(slots[0], slot(&format!("{{{run}}}")));
+        }
+        // Different runs spread over the slots.
+        let a = slot(&RunKeys::new("p", &RunId::new("run-a").unwrap()).units);
+        let b = slot(&RunKeys::new("p", &RunId::new("run-b").unwrap()).units);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn all_keys_of_a_lease_space_share_one_slot() {
+        let k = LeaseKeys::new("app");
+        let key = LeaseKey::new("acct-1").unwrap();
+        let other = LeaseKey::new("acct-2").unwrap();
+        let keys = [
+            k.lease(&key),
+            k.fence(&key),
+            k.tier(&key),
+            k.lease(&other),
+            k.live(),
+            k.worker(&WorkerId::new("w1").unwrap()),
+            k.worker_index(),
+            k.session(&UserId::new("u1").unwrap()),
+        ];
+        let first = slot(&keys[0]);
+        for key in &keys {
+            assert_eq!(slot(key), first, "{key}");
+            assert_eq!(Slot::for_key(key), Slot::for_key(&keys[0]), "{key}");
+        }
+        assert_eq!(k.lease(&key), "{app}:sync:lease:acct-1");
+    }
+}

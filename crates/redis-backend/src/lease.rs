@@ -1,0 +1,242 @@
+//! [`LeaseStore`] on Redis: the seed's lease primitives in Lua, plus fencing tokens.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::lease::check_ttl;
+use leasehold_core::{
+    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+};
+use redis::Value;
+
+use crate::conn::{self, Call};
+use crate::reply::{self, ReplyError};
+use crate::scripts;
+use crate::store::{lease_err, lease_reply_err, RedisStore};
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// The stored value of a lease: `"owner token"`.
+fn lease_value(lease: &Lease) -> String {
+    format!("{} {}", lease.owner, lease.token)
+}
+
+impl RedisStore {
+    fn claim_call(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Call {
+        let k = self.lease_keys();
+        let mut names = Vec::with_capacity(keys.len() * 3);
+        for key in keys {
+            names.push(k.lease(key));
+            names.push(k.fence(key));
+            names.push(k.tier(key));
+        }
+        Call::new(names).arg(owner.as_str()).arg(millis(ttl))
+    }
+
+    async fn claim_tokens(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<u64>, LeaseError> {
+        let label = keys.first().map(|k| k.to_string()).unwrap_or_default();
+        let value = self
+            .eval(&scripts::LEASE_CLAIM, &self.claim_call(keys, owner, ttl))
+            .await
+            .map_err(|e| lease_err("claim", &label, e))?;
+        let items = reply::array("claim", value).map_err(|e| lease_reply_err("claim", &label, e))?;
+        if items.len() != keys.len() {
+            return Err(lease_reply_err(
+                "claim",
+                &label,
+                ReplyError::new("claim", format!("{} answers for {} keys", items.len(), keys.len())),
+            ));
+        }
+        items.iter().map(|v| reply::uint("claim", v).map_err(|e| lease_reply_err("claim", &label, e))).collect()
+    }
+
+    async fn simple(&self, op: &'static str, key: &str, cmd: &redis::Cmd) -> Result<Value, LeaseError> {
+        cmd.query_async(&mut self.conn()).await.map_err(|e| lease_err(op, key, e))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let tokens = self.claim_tokens(std::slice::from_ref(key), owner, ttl).await?;
+        Ok(tokens.first().filter(|t| **t > 0).map(|t| Lease {
+            key: key.clone(),
+            owner: owner.clone(),
+            token: FencingToken(*t),
+        }))
+    }
+
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One script call for all keys: they share the lease space's hash tag.
+        let tokens = self.claim_tokens(keys, owner, ttl).await?;
+        Ok(keys
+            .iter()
+            .zip(tokens)
+            .filter(|(_, t)| *t > 0)
+            .map(|(key, t)| Lease { key: key.clone(), owner: owner.clone(), token: FencingToken(t) })
+            .collect())
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let call = Call::new([self.lease_keys().lease(&lease.key)]).arg(lease_value(lease)).arg(millis(ttl));
+        let value =
+            self.eval(&scripts::LEASE_RENEW, &call).await.map_err(|e| lease_err("renew", lease.key.as_str(), e))?;
+        Ok(reply::int("renew", &value).map_err(|e| lease_reply_err("renew", lease.key.as_str(), e))? == 1)
+    }
+
+    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+        check_ttl("lease TTL", ttl)?;
+        let Some(first) = leases.first() else { return Ok(Vec::new()) };
+        // One pipeline of renew calls; NOSCRIPT answers are reloaded and re-sent.
+        let calls: Vec<Call> = leases
+            .iter()
+            .map(|l| Call::new([self.lease_keys().lease(&l.key)]).arg(lease_value(l)).arg(millis(ttl)))
+            .collect();
+        let results = conn::eval_pipelined(&mut self.conn(), &scripts::LEASE_RENEW, &calls)
+            .await
+            .map_err(|e| lease_err("renew", first.key.as_str(), e))?;
+        leases
+            .iter()
+            .zip(results)
+            .map(|(lease, r)| {
+                let value = r.map_err(|e| lease_err("renew", lease.key.as_str(), e))?;
+                Ok(reply::int("renew", &value).map_err(|e| lease_reply_err("renew", lease.key.as_str(), e))? == 1)
+            })
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let call = Call::new([self.lease_keys().lease(&lease.key)]).arg(lease_value(lease));
+        let value =
+            self.eval(&scripts::LEASE_RELEASE, &call).await.map_err(|e| lease_err("release", lease.key.as_str(), e))?;
+        Ok(reply::int("release", &value).map_err(|e| lease_reply_err("release", lease.key.as_str(), e))? == 1)
+    }
+
+    async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.lease_keys().lease(key));
+        let value = self.simple("holder", key.as_str(), &cmd).await?;
+        let Some(raw) = reply::opt_string("holder", &value).map_err(|e| lease_reply_err("holder", key.as_str(), e))?
+        else {
+            return Ok(None);
+        };
+        let corrupt = || LeaseError::Corrupt {
+            key: key.to_string(),
+            detail: format!("lease value {raw:?} is not \"owner token\""),
+        };
+        let (owner, token) = raw.rsplit_once(' ').ok_or_else(corrupt)?;
+        let owner = WorkerId::new(owner).map_err(|_| corrupt())?;
+        let token = token.parse().map_err(|_| corrupt())?;
+        Ok(Some(Lease { key: key.clone(), owner, token: FencingToken(token) }))
+    }
+
+    async fn mark_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(self.lease_keys().live()).arg(key.as_str());
+        self.simple("mark_live", key.as_str(), &cmd).await.map(|_| ())
+    }
+
+    async fn mark_not_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let k = self.lease_keys();
+        let call = Call::new([k.live(), k.lease(key), k.tier(key)]).arg(key.as_str());
+        self.eval(&scripts::LEASE_NOT_LIVE, &call).await.map_err(|e| lease_err("mark_not_live", key.as_str(), e))?;
+        Ok(())
+    }
+
+    async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
+        let live = self.lease_keys().live();
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(&live);
+        let value = self.simple("live_keys", &live, &cmd).await?;
+        let items = reply::array("live_keys", value).map_err(|e| lease_reply_err("live_keys", &live, e))?;
+        let mut keys = Vec::with_capacity(items.len());
+        for item in &items {
+            let s = reply::string("live_keys", item).map_err(|e| lease_reply_err("live_keys", &live, e))?;
+            keys.push(LeaseKey::new(&s).map_err(|e| LeaseError::Corrupt { key: live.clone(), detail: e.to_string() })?);
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
+        check_ttl("worker registration TTL", ttl)?;
+        let k = self.lease_keys();
+        let call = Call::new([k.worker(worker), k.worker_index()]).arg(worker.as_str()).arg(millis(ttl));
+        self.eval(&scripts::WORKER_REGISTER, &call)
+            .await
+            .map_err(|e| lease_err("register_worker", worker.as_str(), e))?;
+        Ok(())
+    }
+
+    async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError> {
+        let k = self.lease_keys();
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL").arg(k.worker(worker)).ignore().cmd("ZREM").arg(k.worker_index()).arg(worker.as_str()).ignore();
+        pipe.query_async::<()>(&mut self.conn()).await.map_err(|e| lease_err("deregister_worker", worker.as_str(), e))
+    }
+
+    async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError> {
+        let index = self.lease_keys().worker_index();
+        let value = self
+            .eval(&scripts::WORKER_LIVE, &Call::new([&index]))
+            .await
+            .map_err(|e| lease_err("live_workers", &index, e))?;
+        let items = reply::array("live_workers", value).map_err(|e| lease_reply_err("live_workers", &index, e))?;
+        let mut workers = Vec::with_capacity(items.len());
+        for item in &items {
+            let s = reply::string("live_workers", item).map_err(|e| lease_reply_err("live_workers", &index, e))?;
+            workers.push(
+                WorkerId::new(&s).map_err(|e| LeaseError::Corrupt { key: index.clone(), detail: e.to_string() })?,
+            );
+        }
+        workers.sort();
+        Ok(workers)
+    }
+
+    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.lease_keys().tier(key)).arg(tier.as_str());
+        self.simple("set_tier", key.as_str(), &cmd).await.map(|_| ())
+    }
+
+    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.lease_keys().tier(key));
+        let value = self.simple("tier", key.as_str(), &cmd).await?;
+        match reply::opt_string("tier", &value).map_err(|e| lease_reply_err("tier", key.as_str(), e))? {
+            None => Ok(None),
+            Some(s) => s.parse().map(Some).map_err(|e: String| LeaseError::Corrupt { key: key.to_string(), detail: e }),
+        }
+    }
+
+    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
+        check_ttl("session grace", grace)?;
+        let k = self.lease_keys();
+        let call = Call::new([k.session(user)]).arg(user.as_str()).arg(millis(grace)).arg(k.user_active_channel());
+        self.eval(&scripts::USER_ACTIVE, &call).await.map_err(|e| lease_err("mark_user_active", user.as_str(), e))?;
+        Ok(())
+    }
+
+    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(self.lease_keys().session(user));
+        let value = self.simple("is_user_active", user.as_str(), &cmd).await?;
+        Ok(reply::int("is_user_active", &value).map_err(|e| lease_reply_err("is_user_active", user.as_str(), e))? == 1)
+    }
+
+    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
+        self.inner.user_active.subscribe().await.map_err(|detail| LeaseError::Backend {
+            op: "subscribe_user_active",
+            key: self.lease_keys().user_active_channel().to_owned(),
+            source: detail.into(),
+        })
+    }
+}

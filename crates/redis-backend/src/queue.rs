@@ -1,0 +1,670 @@
+//! [`UnitQueue`] on Redis: every transition is one call of `transition.lua`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, MAX_SUMMARY_LEN, ORPHAN_EVENTS_TTL};
+use leasehold_core::{
+    Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeRequest, InitOutcome, LivenessReply,
+    PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunId, RunSpec,
+    SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+};
+use redis::Value;
+
+use crate::conn::Call;
+use crate::keys::RunKeys;
+use crate::reply::{self, ReplyError};
+use crate::scripts;
+use crate::store::{queue_err, queue_reply_err, RedisStore};
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// JSON of an optional value, or "" for none (the scripts write `null`).
+fn json_or_empty<T: serde::Serialize + ?Sized>(value: Option<&T>) -> String {
+    value.and_then(|v| serde_json::to_string(v).ok()).unwrap_or_default()
+}
+
+/// One item of a reserve reply.
+enum Item {
+    Delivered(Delivery),
+    Exhausted(UnitId),
+}
+
+struct Reserved {
+    items: Vec<Item>,
+    corrupt: bool,
+}
+
+fn parse_entry_id(what: &'static str, value: &Value) -> Result<EntryId, ReplyError> {
+    let s = reply::string(what, value)?;
+    s.parse().map_err(|e| ReplyError::new(what, format!("{e}")))
+}
+
+fn parse_stream(what: &'static str, value: &Value) -> Result<StreamName, ReplyError> {
+    reply::string(what, value)?.parse().map_err(|e: String| ReplyError::new(what, e))
+}
+
+fn parse_unit(what: &'static str, value: &Value) -> Result<UnitId, ReplyError> {
+    UnitId::new(reply::string(what, value)?).map_err(|e| ReplyError::new(what, e.to_string()))
+}
+
+fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
+    const WHAT: &str = "reserve";
+    let items = reply::array(WHAT, value)?;
+    let tail = reply::string(WHAT, reply::at(WHAT, &items, 0)?)?;
+    let mut out = Reserved { items: Vec::with_capacity(items.len().saturating_sub(1)), corrupt: tail == "CORRUPT" };
+    for item in items.into_iter().skip(1) {
+        let fields = reply::array(WHAT, item)?;
+        match reply::string(WHAT, reply::at(WHAT, &fields, 0)?)?.as_str() {
+            "OK" => {
+                let reclaimed = reply::int(WHAT, reply::at(WHAT, &fields, 8)?)? == 1;
+                let origin = if reclaimed {
+                    let previous = reply::opt_string(WHAT, reply::at(WHAT, &fields, 9)?)?
+                        .map(WorkerId::new)
+                        .transpose()
+                        .map_err(|e| ReplyError::new(WHAT, e.to_string()))?;
+                    DeliveryOrigin::Reclaimed { previous_worker: previous }
+                } else {
+                    DeliveryOrigin::Fresh
+                };
+                out.items.push(Item::Delivered(Delivery {
+                    stream: parse_stream(WHAT, reply::at(WHAT, &fields, 1)?)?,
+                    entry_id: parse_entry_id(WHAT, reply::at(WHAT, &fields, 2)?)?,
+                    unit: parse_unit(WHAT, reply::at(WHAT, &fields, 3)?)?,
+                    kind: reply::string(WHAT, reply::at(WHAT, &fields, 4)?)?,
+                    delivery_count: reply::uint(WHAT, reply::at(WHAT, &fields, 5)?)?,
+                    retry_index: reply::uint(WHAT, reply::at(WHAT, &fields, 6)?)?,
+                    reclaim_count: reply::uint(WHAT, reply::at(WHAT, &fields, 7)?)?,
+                    origin,
+                }));
+            }
+            "FINALIZED" => out.items.push(Item::Exhausted(parse_unit(WHAT, reply::at(WHAT, &fields, 1)?)?)),
+            other => return Err(ReplyError::new(WHAT, format!("unknown item status {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// The status string of a `{ STATUS, ... }` reply, and the rest.
+fn status(what: &'static str, value: Value) -> Result<(String, Vec<Value>), ReplyError> {
+    let mut items = reply::array(what, value)?;
+    if items.is_empty() {
+        return Err(ReplyError::new(what, "empty reply"));
+    }
+    let rest = items.split_off(1);
+    Ok((reply::string(what, &items[0])?, rest))
+}
+
+fn ack(what: &'static str, status: &str) -> Result<Ack, ReplyError> {
+    match status {
+        "OK" => Ok(Ack::Ok),
+        "STALE" => Ok(Ack::Stale),
+        "CORRUPT" => Ok(Ack::Corrupt),
+        other => Err(ReplyError::new(what, format!("unknown status {other:?}"))),
+    }
+}
+
+/// Worker records as the scripts store them (the seed's JSON shape).
+#[derive(serde::Deserialize)]
+struct StoredWorker {
+    last_seen: u64,
+    current_unit: Option<UnitId>,
+    processed: u64,
+}
+
+impl RedisStore {
+    fn transition(&self, keys: &RunKeys, mode: &str, worker: &WorkerId) -> Call {
+        Call::new(keys.all()).arg(mode).arg(worker.as_str())
+    }
+
+    fn fenced(&self, keys: &RunKeys, mode: &str, worker: &WorkerId, d: &Delivery) -> Call {
+        self.transition(keys, mode, worker)
+            .arg(d.stream.as_str())
+            .arg(d.entry_id.to_string())
+            .arg(d.delivery_count)
+            .arg(d.unit.as_str())
+    }
+
+    async fn run_transition(&self, op: &'static str, run: &RunId, call: &Call) -> Result<Value, QueueError> {
+        self.eval(&scripts::TRANSITION, call).await.map_err(|e| queue_err(op, run, e))
+    }
+
+    async fn reserve_items(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        max: usize,
+        reclaim_after: Duration,
+        single: bool,
+    ) -> Result<Reserved, QueueError> {
+        check_reclaim_after(reclaim_after)?;
+        let keys = self.run_keys(run);
+        let call = self
+            .transition(&keys, "reserve", worker)
+            .arg(max as u64)
+            .arg(millis(reclaim_after))
+            .arg(if single { "1" } else { "0" });
+        let value = self.run_transition("reserve", run, &call).await?;
+        parse_reserve(value).map_err(|e| queue_reply_err("reserve", run, e))
+    }
+
+    fn finalize_args(call: &mut Call, d: &Delivery, request: &FinalizeRequest) {
+        call.push(d.stream.as_str());
+        call.push(d.entry_id.to_string());
+        call.push(d.delivery_count);
+        call.push(d.unit.as_str());
+        call.push(request.outcome.as_str());
+        call.push(request.duration_ms);
+        call.push(json_or_empty(request.reason.as_ref().map(|r| r.as_str()).filter(|r| !r.is_empty())));
+        call.push(json_or_empty(request.errors.as_ref()));
+    }
+
+    /// Finalizes many deliveries of one worker in one script call: the same
+    /// replies, events and state as calling [`UnitQueue::finalize`] for each
+    /// in order, for a fraction of the Redis CPU (one script set-up, one
+    /// worker-record update and one TTL renewal for the whole batch).
+    pub async fn finalize_many(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        for (_, request) in items {
+            request.validate()?;
+        }
+        let keys = self.run_keys(run);
+        let mut call = self.transition(&keys, "finalize_batch", worker).arg(items.len() as u64);
+        for (d, request) in items {
+            Self::finalize_args(&mut call, d, request);
+        }
+        let value = self.run_transition("finalize", run, &call).await?;
+        let statuses = reply::array("finalize_batch", value).map_err(|e| queue_reply_err("finalize", run, e))?;
+        if statuses.len() == 1 && items.len() > 1 {
+            // The run's meta is gone: one CORRUPT for the whole call.
+            let s = reply::string("finalize_batch", &statuses[0]).map_err(|e| queue_reply_err("finalize", run, e))?;
+            let a = ack("finalize_batch", &s).map_err(|e| queue_reply_err("finalize", run, e))?;
+            return Ok(vec![a; items.len()]);
+        }
+        statuses
+            .iter()
+            .map(|s| {
+                reply::string("finalize_batch", s)
+                    .and_then(|s| ack("finalize_batch", &s))
+                    .map_err(|e| queue_reply_err("finalize", run, e))
+            })
+            .collect()
+    }
+
+    async fn append_prebuilt(
+        &self,
+        op: &'static str,
+        run: &RunId,
+        worker: &WorkerId,
+        event: serde_json::Value,
+    ) -> Result<(), QueueError> {
+        let json = serde_json::to_string(&event).map_err(|e| QueueError::backend(op, run, e))?;
+        // Drop the closing brace: the script stamps at_ms and closes the object.
+        let body = json.strip_suffix('}').unwrap_or(&json).to_owned();
+        let keys = self.run_keys(run);
+        let call = self.transition(&keys, op, worker).arg(body).arg(millis(ORPHAN_EVENTS_TTL));
+        let value = self.run_transition(op, run, &call).await?;
+        let (s, _) = status(op, value).map_err(|e| queue_reply_err(op, run, e))?;
+        if s != "OK" {
+            return Err(queue_reply_err(op, run, ReplyError::new(op, format!("status {s}"))));
+        }
+        Ok(())
+    }
+
+    async fn meta_exists(&self, op: &'static str, run: &RunId, keys: &RunKeys) -> Result<bool, QueueError> {
+        let mut conn = self.conn();
+        redis::cmd("EXISTS").arg(&keys.meta).query_async::<bool>(&mut conn).await.map_err(|e| queue_err(op, run, e))
+    }
+}
+
+#[async_trait]
+impl UnitQueue for RedisStore {
+    async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
+        spec.validate()?;
+        let run = &spec.run;
+        let keys = self.run_keys(run);
+        // A nonce makes a re-sent call (after a lost reply) answer INITIALIZED again.
+        let nonce = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+        );
+        let mut call = Call::new(keys.all())
+            .arg(spec.fingerprint())
+            .arg(nonce)
+            .arg(millis(spec.ttl))
+            .arg(spec.budgets.max_requeues)
+            .arg(spec.budgets.requeue_tolerance.to_string())
+            .arg(spec.budgets.max_reclaims)
+            .arg(spec.units.len() as u64);
+        for unit in &spec.units {
+            call.push(unit.id.as_str());
+            call.push(unit.kind.as_str());
+        }
+        let value = self.eval(&scripts::INITIALIZE, &call).await.map_err(|e| queue_err("initialize", run, e))?;
+        let bad = |e| queue_reply_err("initialize", run, e);
+        let (s, rest) = status("initialize", value).map_err(bad)?;
+        match s.as_str() {
+            "INITIALIZED" => Ok(InitOutcome::Initialized),
+            "ALREADY" => {
+                let field = |i: usize, name: &'static str| -> Result<String, QueueError> {
+                    reply::string("initialize", reply::at("initialize", &rest, i).map_err(bad)?).map_err(bad).map_err(
+                        |_| QueueError::Corrupt { run: run.clone(), detail: format!("meta field {name} is missing") },
+                    )
+                };
+                let corrupt = |name: &str| QueueError::Corrupt {
+                    run: run.clone(),
+                    detail: format!("meta field {name} is not a number"),
+                };
+                let budgets = Budgets {
+                    max_requeues: field(0, "max_requeues")?.parse().map_err(|_| corrupt("max_requeues"))?,
+                    requeue_tolerance: field(1, "requeue_tolerance")?
+                        .parse()
+                        .map_err(|_| corrupt("requeue_tolerance"))?,
+                    max_reclaims: field(2, "max_reclaims")?.parse().map_err(|_| corrupt("max_reclaims"))?,
+                };
+                Ok(InitOutcome::AlreadyInitialized { budgets })
+            }
+            "MISMATCH" => {
+                let existing =
+                    reply::uint("initialize", reply::at("initialize", &rest, 0).map_err(bad)?).map_err(bad)?;
+                Err(QueueError::UnitListMismatch { run: run.clone(), existing, given: spec.units.len() as u64 })
+            }
+            other => Err(bad(ReplyError::new("initialize", format!("unknown status {other:?}")))),
+        }
+    }
+
+    async fn reserve(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        reclaim_after: Duration,
+    ) -> Result<ReserveReply, QueueError> {
+        let reserved = self.reserve_items(run, worker, 1, reclaim_after, true).await?;
+        Ok(match reserved.items.into_iter().next() {
+            Some(Item::Delivered(d)) => ReserveReply::Delivered(d),
+            Some(Item::Exhausted(unit)) => ReserveReply::ReclaimExhausted { unit },
+            None if reserved.corrupt => ReserveReply::Corrupt,
+            None => ReserveReply::None,
+        })
+    }
+
+    async fn reserve_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        max: usize,
+        reclaim_after: Duration,
+    ) -> Result<ReserveBatch, QueueError> {
+        if max == 0 {
+            return Err(SpecError::ZeroBatch.into());
+        }
+        let reserved = self.reserve_items(run, worker, max, reclaim_after, false).await?;
+        let mut batch = ReserveBatch { corrupt: reserved.corrupt, ..ReserveBatch::default() };
+        for item in reserved.items {
+            match item {
+                Item::Delivered(d) => batch.deliveries.push(d),
+                Item::Exhausted(unit) => batch.exhausted.push(unit),
+            }
+        }
+        Ok(batch)
+    }
+
+    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
+        let keys = self.run_keys(run);
+        let call = self.fenced(&keys, "heartbeat", worker, delivery);
+        let value = self.run_transition("heartbeat", run, &call).await?;
+        let (s, _) = status("heartbeat", value).map_err(|e| queue_reply_err("heartbeat", run, e))?;
+        ack("heartbeat", &s).map_err(|e| queue_reply_err("heartbeat", run, e))
+    }
+
+    async fn finalize(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &FinalizeRequest,
+    ) -> Result<Ack, QueueError> {
+        request.validate()?;
+        let keys = self.run_keys(run);
+        let mut call = self.transition(&keys, "finalize", worker);
+        Self::finalize_args(&mut call, delivery, request);
+        let value = self.run_transition("finalize", run, &call).await?;
+        let (s, _) = status("finalize", value).map_err(|e| queue_reply_err("finalize", run, e))?;
+        ack("finalize", &s).map_err(|e| queue_reply_err("finalize", run, e))
+    }
+
+    async fn requeue(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        request: &RequeueRequest,
+    ) -> Result<RequeueReply, QueueError> {
+        request.validate()?;
+        let keys = self.run_keys(run);
+        let call = self
+            .fenced(&keys, "requeue", worker, delivery)
+            .arg(delivery.kind.as_str())
+            .arg(request.duration_ms)
+            .arg(json_or_empty(request.failure_summary.as_deref().filter(|s| !s.is_empty())))
+            .arg(json_or_empty(request.errors.as_ref()));
+        let value = self.run_transition("requeue", run, &call).await?;
+        let bad = |e| queue_reply_err("requeue", run, e);
+        let (s, rest) = status("requeue", value).map_err(bad)?;
+        let retry_index = || -> Result<u32, QueueError> {
+            reply::uint("requeue", reply::at("requeue", &rest, 0).map_err(bad)?).map_err(bad)
+        };
+        match s.as_str() {
+            "REQUEUED" => Ok(RequeueReply::Requeued { retry_index: retry_index()? }),
+            "FINALIZED" => Ok(RequeueReply::Finalized { retry_index: retry_index()? }),
+            "STALE" => Ok(RequeueReply::Stale),
+            "CORRUPT" => Ok(RequeueReply::Corrupt),
+            other => Err(bad(ReplyError::new("requeue", format!("unknown status {other:?}")))),
+        }
+    }
+
+    async fn abandon(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        elapsed_ms: u64,
+    ) -> Result<Ack, QueueError> {
+        let keys = self.run_keys(run);
+        let call = self.fenced(&keys, "abandoned", worker, delivery).arg(elapsed_ms);
+        let value = self.run_transition("abandon", run, &call).await?;
+        let (s, _) = status("abandon", value).map_err(|e| queue_reply_err("abandon", run, e))?;
+        ack("abandon", &s).map_err(|e| queue_reply_err("abandon", run, e))
+    }
+
+    async fn liveness(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        current_unit: Option<&UnitId>,
+    ) -> Result<LivenessReply, QueueError> {
+        let keys = self.run_keys(run);
+        let call = self.transition(&keys, "liveness", worker).arg(current_unit.map(|u| u.as_str()).unwrap_or(""));
+        let value = self.run_transition("liveness", run, &call).await?;
+        let (s, _) = status("liveness", value).map_err(|e| queue_reply_err("liveness", run, e))?;
+        match s.as_str() {
+            "OK" => Ok(LivenessReply::Ok),
+            "CORRUPT" => Ok(LivenessReply::Corrupt),
+            other => {
+                Err(queue_reply_err("liveness", run, ReplyError::new("liveness", format!("unknown status {other:?}"))))
+            }
+        }
+    }
+
+    async fn record_worker_error(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        unit: Option<&UnitId>,
+        message: &str,
+    ) -> Result<(), QueueError> {
+        if message.len() > MAX_SUMMARY_LEN {
+            return Err(SpecError::TextTooLong {
+                what: "worker error message",
+                len: message.len(),
+                max: MAX_SUMMARY_LEN,
+            }
+            .into());
+        }
+        let event = serde_json::json!({
+            "type": "worker_error",
+            "worker_id": worker,
+            "unit_id": unit,
+            "message": message,
+        });
+        self.append_prebuilt("worker_error", run, worker, event).await
+    }
+
+    async fn record_stale_rejected(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+        transition: &str,
+    ) -> Result<(), QueueError> {
+        let event = serde_json::json!({
+            "type": "stale_rejected",
+            "worker_id": worker,
+            "unit_id": delivery.unit,
+            "stream": delivery.stream,
+            "entry_id": delivery.entry_id,
+            "delivery_count": delivery.delivery_count,
+            "transition": transition,
+        });
+        self.append_prebuilt("stale_rejected", run, worker, event).await
+    }
+
+    async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
+        let keys = self.run_keys(run);
+        let call = Call::new([&keys.units, &keys.priority, &keys.meta]);
+        let value = self.eval(&scripts::PROGRESS, &call).await.map_err(|e| queue_err("progress", run, e))?;
+        let bad = |e| queue_reply_err("progress", run, e);
+        let items = reply::array("progress", value).map_err(bad)?;
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let n = |i| -> Result<u64, QueueError> {
+            reply::uint("progress", reply::at("progress", &items, i).map_err(bad)?).map_err(bad)
+        };
+        Ok(Some(Progress { total: n(0)?, finalized: n(1)?, requeued_units: n(2)?, in_flight: n(3)?, queued: n(4)? }))
+    }
+
+    async fn budgets(&self, run: &RunId) -> Result<Option<Budgets>, QueueError> {
+        let keys = self.run_keys(run);
+        let mut conn = self.conn();
+        let values: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.meta)
+            .arg(&["ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims"])
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| queue_err("budgets", run, e))?;
+        let [ttl, max_requeues, tolerance, max_reclaims]: [Option<String>; 4] = values
+            .try_into()
+            .map_err(|_| queue_reply_err("budgets", run, ReplyError::new("budgets", "HMGET gave the wrong count")))?;
+        if ttl.is_none() {
+            return Ok(None);
+        }
+        let corrupt = |field: &str| QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("meta field {field} is missing or not a number"),
+        };
+        Ok(Some(Budgets {
+            max_requeues: max_requeues.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("max_requeues"))?,
+            requeue_tolerance: tolerance.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("requeue_tolerance"))?,
+            max_reclaims: max_reclaims.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("max_reclaims"))?,
+        }))
+    }
+
+    async fn units(&self, run: &RunId) -> Result<Vec<UnitSpec>, QueueError> {
+        const PAGE: usize = 10_000;
+        let keys = self.run_keys(run);
+        if !self.meta_exists("units", run, &keys).await? {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn();
+        let mut out = Vec::new();
+        let mut start = "-".to_owned();
+        loop {
+            let value: Value = redis::cmd("XRANGE")
+                .arg(&keys.units)
+                .arg(&start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| queue_err("units", run, e))?;
+            let entries = reply::array("units", value).map_err(|e| queue_reply_err("units", run, e))?;
+            let n = entries.len();
+            for entry in entries {
+                let (id, unit, kind) = stream_entry(entry).map_err(|e| queue_reply_err("units", run, e))?;
+                let unit = unit.ok_or_else(|| QueueError::Corrupt {
+                    run: run.clone(),
+                    detail: format!("main stream entry {id} names no unit"),
+                })?;
+                out.push(UnitSpec::new(unit, kind.unwrap_or_default()));
+                start = format!("({id}");
+            }
+            if n < PAGE {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn unit_state(&self, run: &RunId, unit: &UnitId) -> Result<Option<UnitState>, QueueError> {
+        let keys = self.run_keys(run);
+        let mut conn = self.conn();
+        let (exists, raw): (bool, Option<String>) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(&keys.meta)
+            .cmd("HGET")
+            .arg(&keys.unit_state)
+            .arg(unit.as_str())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| queue_err("unit_state", run, e))?;
+        match (exists, raw) {
+            (true, Some(raw)) => serde_json::from_str(&raw).map(Some).map_err(|e| QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!("unit_state of {unit:?} is not valid ({e}): {raw:?}"),
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    async fn events(&self, run: &RunId, after: Option<EventId>, limit: usize) -> Result<Vec<EventRecord>, QueueError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = self.run_keys(run);
+        let mut conn = self.conn();
+        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let value: Value = redis::cmd("XRANGE")
+            .arg(&keys.attempts)
+            .arg(start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| queue_err("events", run, e))?;
+        let entries = reply::array("events", value).map_err(|e| queue_reply_err("events", run, e))?;
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let items = reply::array("events", entry).map_err(|e| queue_reply_err("events", run, e))?;
+            let id = parse_entry_id(
+                "events",
+                reply::at("events", &items, 0).map_err(|e| queue_reply_err("events", run, e))?,
+            )
+            .map_err(|e| queue_reply_err("events", run, e))?;
+            let fields = reply::array("events", items.into_iter().nth(1).unwrap_or(Value::Nil))
+                .map_err(|e| queue_reply_err("events", run, e))?;
+            let json = fields
+                .chunks(2)
+                .find(|kv| reply::opt_string("events", &kv[0]).ok().flatten().as_deref() == Some("json"))
+                .and_then(|kv| kv.get(1))
+                .and_then(|v| reply::opt_string("events", v).ok().flatten())
+                .ok_or_else(|| QueueError::Corrupt {
+                    run: run.clone(),
+                    detail: format!("event {id} has no json field"),
+                })?;
+            let event: Event = serde_json::from_str(&json).map_err(|e| QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!("event {id} is not a valid event ({e}): {json}"),
+            })?;
+            out.push(EventRecord { id, event });
+        }
+        Ok(out)
+    }
+
+    async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
+        let keys = self.run_keys(run);
+        let mut conn = self.conn();
+        let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&keys.workers)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| queue_err("workers", run, e))?;
+        let mut out = Vec::with_capacity(raw.len());
+        for (worker, json) in raw {
+            let stored: StoredWorker = serde_json::from_str(&json).map_err(|e| QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!("worker record of {worker:?} is not valid ({e}): {json:?}"),
+            })?;
+            let worker = WorkerId::new(&worker)
+                .map_err(|e| QueueError::Corrupt { run: run.clone(), detail: format!("worker record: {e}") })?;
+            out.push(WorkerRecord {
+                worker,
+                last_seen_ms: stored.last_seen,
+                current_unit: stored.current_unit,
+                processed: stored.processed,
+            });
+        }
+        out.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(out)
+    }
+
+    async fn pending(&self, run: &RunId) -> Result<Vec<PendingDelivery>, QueueError> {
+        const WHAT: &str = "pending";
+        let keys = self.run_keys(run);
+        let call = Call::new([&keys.units, &keys.priority]);
+        let value = self.eval(&scripts::PENDING, &call).await.map_err(|e| queue_err(WHAT, run, e))?;
+        let bad = |e| queue_reply_err(WHAT, run, e);
+        let rows = reply::array(WHAT, value).map_err(bad)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let f = reply::array(WHAT, row).map_err(bad)?;
+            let get = |i| reply::at(WHAT, &f, i).map_err(bad);
+            let entry_id = parse_entry_id(WHAT, get(1)?).map_err(bad)?;
+            let unit = reply::opt_string(WHAT, get(2)?).map_err(bad)?.ok_or_else(|| QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!("pending entry {entry_id} is not in its stream"),
+            })?;
+            out.push(PendingDelivery {
+                stream: parse_stream(WHAT, get(0)?).map_err(bad)?,
+                entry_id,
+                unit: UnitId::new(unit).map_err(|e| bad(ReplyError::new(WHAT, e.to_string())))?,
+                worker: WorkerId::new(reply::string(WHAT, get(3)?).map_err(bad)?)
+                    .map_err(|e| bad(ReplyError::new(WHAT, e.to_string())))?,
+                idle_ms: reply::uint(WHAT, get(4)?).map_err(bad)?,
+                delivery_count: reply::uint(WHAT, get(5)?).map_err(bad)?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// A stream entry as (id, unit, kind).
+fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>), ReplyError> {
+    const WHAT: &str = "stream entry";
+    let items = reply::array(WHAT, entry)?;
+    let id = parse_entry_id(WHAT, reply::at(WHAT, &items, 0)?)?;
+    let fields = reply::array(WHAT, items.into_iter().nth(1).unwrap_or(Value::Nil))?;
+    let (mut unit, mut kind) = (None, None);
+    for kv in fields.chunks(2) {
+        if kv.len() < 2 {
+            continue;
+        }
+        match reply::string(WHAT, &kv[0])?.as_str() {
+            "id" => unit = Some(parse_unit(WHAT, &kv[1])?),
+            "type" => kind = Some(reply::string(WHAT, &kv[1])?),
+            _ => {}
+        }
+    }
+    Ok((id, unit, kind))
+}

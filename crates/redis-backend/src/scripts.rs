@@ -1,0 +1,31 @@
+//! The Lua scripts, compiled into the binary and sent by SHA1.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Unit-queue transitions (the seed's `transition.lua`, extended).
+pub(crate) static TRANSITION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/transition.lua")));
+/// Run initialisation (leader election).
+pub(crate) static INITIALIZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/initialize.lua")));
+/// A run's counters.
+pub(crate) static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/progress.lua")));
+/// A run's pending deliveries.
+pub(crate) static PENDING: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/pending.lua")));
+/// Lease claims.
+pub(crate) static LEASE_CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lease_claim.lua")));
+/// Lease renewal.
+pub(crate) static LEASE_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lease_renew.lua")));
+/// Lease release.
+pub(crate) static LEASE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lease_release.lua")));
+/// `mark_not_live`.
+pub(crate) static LEASE_NOT_LIVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lease_not_live.lua")));
+/// Worker registration.
+pub(crate) static WORKER_REGISTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/worker_register.lua")));
+/// Live workers.
+pub(crate) static WORKER_LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/worker_live.lua")));
+/// Presence + `user.active`.
+pub(crate) static USER_ACTIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/user_active.lua")));
