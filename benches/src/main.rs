@@ -4,6 +4,8 @@
 //! figures (`{"bench":"NAME", ...}`). Numbers are measured here, never
 //! asserted in timed tests.
 
+mod hopper_local;
+mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
 
@@ -13,6 +15,8 @@ use anyhow::{bail, Result};
 const BENCHES: &[(&str, &str)] = &[
     ("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks"),
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
+    ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
+    ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
 ];
 
 fn main() -> Result<()> {
@@ -28,6 +32,8 @@ fn main() -> Result<()> {
         match name {
             "mem-queue" => mem_queue::run().await,
             "redis-queue" => redis_queue::run().await,
+            "hopper-local" => hopper_local::run().await,
+            "hopper-redis" => hopper_redis::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

@@ -2,7 +2,9 @@
 //!
 //! * `cargo xtask test` installs what the tests need when it is missing
 //!   (redis-server from Debian's packages), then runs the format check,
-//!   clippy with `-D warnings` and every test of the workspace. Tests start
+//!   clippy with `-D warnings` and every test of the workspace. It starts one
+//!   private 3-master Redis Cluster on loopback for the cluster suites (passed
+//!   on as `REDIS_CLUSTER_URL` unless that is already set); other tests start
 //!   their own private servers on free loopback ports.
 //! * `cargo xtask bench NAME` runs one benchmark in release mode; it prints
 //!   readable lines and ends with one JSON line of figures.
@@ -119,8 +121,21 @@ fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
         ]);
         run("clippy", clippy)?;
     }
+    // One cluster for every test process: starting one per process costs ~2 s each.
+    let _cluster = match std::env::var_os("REDIS_CLUSTER_URL") {
+        Some(_) => None,
+        None => {
+            let cluster = leasehold_redis::test_support::RedisCluster::start(3)
+                .map_err(|e| anyhow::anyhow!("could not start the private Redis Cluster for the tests: {e}"))?;
+            eprintln!("xtask: private Redis Cluster at {}", cluster.url());
+            Some(cluster)
+        }
+    };
     let mut tests = cargo();
     tests.current_dir(root);
+    if let Some(cluster) = &_cluster {
+        tests.env("REDIS_CLUSTER_URL", cluster.url());
+    }
     if has_nextest() {
         tests.args(["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"]);
     } else {

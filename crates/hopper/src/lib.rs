@@ -1,2 +1,40 @@
-//! hopper, the distributed test runner (in progress).
+//! # hopper
+//!
+//! A distributed test runner on leasehold's fenced unit queue. A build's test
+//! suite is cut into units (files or single tests); any number of workers pull
+//! units from a shared queue, run them, and report. Failed units are retried
+//! within budgets, units of dead workers are reclaimed, and one report step
+//! waits for the end and prints the verdict, JUnit XML and the flaky units. On
+//! one machine (the default `mem://` queue) it is a local parallel runner with
+//! no server at all.
+//!
+//! The crate is cut like cargo-nextest: a thin binary (`src/main.rs`: clap and
+//! anyhow) over this library, whose logic is generic over
+//! `Arc<dyn UnitQueue>`:
+//!
+//! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
+//! * [`command`]: the `{unit}` command template;
+//! * [`process`]: one invocation in its own process group, bounded output,
+//!   TERM-then-KILL on timeout or stop;
+//! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
+//! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
+//! * [`timings`]: earlier durations that order units slowest first;
+//! * [`backend`]: the one module that turns a `--queue` URL into a backend;
+//! * [`commands`]: the three subcommands as functions;
+//! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
+
+pub mod backend;
+pub mod command;
+pub mod commands;
+pub mod errors;
+pub mod identity;
+pub mod observer;
+pub mod process;
+pub mod report;
+pub mod runner;
+pub mod status;
+pub mod timings;
+pub mod units;
+
+pub use errors::{exit, HopperError};

@@ -1,0 +1,131 @@
+//! `hopper-local`: 2,000 units of `true` through `hopper run -j 2` (memory
+//! queue) against `xargs -P 2 -n 1 true` on the same unit list, in the same
+//! run. Target: hopper's wall time ≤ 1.25 × xargs'.
+//!
+//! Both are run [`ROUNDS`] times, alternating, and the median wall time of
+//! each is reported.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+/// Units per run.
+pub const UNITS: usize = 2000;
+/// Runs of each contender; the median counts.
+pub const ROUNDS: usize = 5;
+
+/// The `hopper` binary: `HOPPER_BIN`, else the one beside this benchmark's
+/// executable (same target dir and profile), built with cargo when missing.
+pub fn hopper_binary() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HOPPER_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("cannot find this benchmark's executable")?;
+    let profile_dir = exe.parent().context("benchmark executable has no directory")?.to_owned();
+    let candidate = profile_dir.join("hopper");
+    if candidate.is_file() {
+        return Ok(candidate);
+    }
+    let target_dir = profile_dir.parent().context("benchmark executable is not in a target dir")?;
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!("building the hopper binary ({})", if release { "release" } else { "debug" });
+    let mut build = Command::new(cargo);
+    build.args(["build", "-p", "hopper", "--bin", "hopper"]).env("CARGO_TARGET_DIR", target_dir);
+    if release {
+        build.arg("--release");
+    }
+    let status = build.status().context("cannot run cargo to build hopper")?;
+    if !status.success() || !candidate.is_file() {
+        bail!("building hopper failed ({status}); set HOPPER_BIN to a built hopper binary");
+    }
+    Ok(candidate)
+}
+
+/// Writes `n` unit names, one per line, and returns the file.
+pub fn write_units(dir: &Path, n: usize) -> Result<PathBuf> {
+    let path = dir.join("units.txt");
+    let text: String = (0..n).map(|i| format!("unit-{i:05}\n")).collect();
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Runs `cmd` to completion (output discarded) and returns its wall time.
+pub fn timed(mut cmd: Command, what: &str) -> Result<Duration> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let output = cmd.output().with_context(|| format!("cannot start {what}"))?;
+    let elapsed = started.elapsed();
+    if !output.status.success() {
+        bail!("{what} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+    }
+    Ok(elapsed)
+}
+
+/// The median of some durations.
+pub fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
+/// One run of `hopper run -j 2` on the memory queue.
+pub fn hopper_local_once(hopper: &Path, dir: &Path, units: &Path) -> Result<Duration> {
+    let mut cmd = Command::new(hopper);
+    cmd.current_dir(dir)
+        .args(["run", "-j", "2", "--quiet", "--no-timings", "--units-from"])
+        .arg(units)
+        .args(["--", "true"]);
+    timed(cmd, "hopper run")
+}
+
+/// One run of `xargs -P 2 -n 1 true` on the same list.
+pub fn xargs_once(units: &Path) -> Result<Duration> {
+    let mut cmd = Command::new("xargs");
+    cmd.args(["-P", "2", "-n", "1", "-a"]).arg(units).arg("true");
+    timed(cmd, "xargs")
+}
+
+/// Runs the benchmark; prints readable lines and returns its JSON figures.
+pub async fn run() -> Result<serde_json::Value> {
+    tokio::task::spawn_blocking(run_blocking).await.context("benchmark thread panicked")?
+}
+
+fn run_blocking() -> Result<serde_json::Value> {
+    let hopper = hopper_binary()?;
+    let dir = tempfile::tempdir().context("cannot make a temp dir")?;
+    let units = write_units(dir.path(), UNITS)?;
+    println!(
+        "hopper-local: {UNITS} units of `true`, -j 2, {ROUNDS} rounds each (median), hopper at {}",
+        hopper.display()
+    );
+    // One warm-up of each (page cache, binary loading).
+    hopper_local_once(&hopper, dir.path(), &units)?;
+    xargs_once(&units)?;
+    let (mut hop, mut xargs) = (Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let h = hopper_local_once(&hopper, dir.path(), &units)?;
+        let x = xargs_once(&units)?;
+        println!("  round {round}: hopper {:.3}s  xargs {:.3}s", h.as_secs_f64(), x.as_secs_f64());
+        hop.push(h);
+        xargs.push(x);
+    }
+    let (h, x) = (median(hop).as_secs_f64(), median(xargs).as_secs_f64());
+    let ratio = if x > 0.0 { h / x } else { f64::NAN };
+    let verdict = if ratio <= 1.25 { "meets" } else { "misses" };
+    println!("hopper {h:.3}s, xargs {x:.3}s: ratio {ratio:.3} ({verdict} the target of 1.25)");
+    Ok(json!({
+        "bench": "hopper-local",
+        "units": UNITS,
+        "hopper_s": round3(h),
+        "xargs_s": round3(x),
+        "ratio": round3(ratio),
+    }))
+}
+
+/// Rounds to milliseconds (for readable JSON).
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

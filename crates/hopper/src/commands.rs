@@ -1,0 +1,229 @@
+//! The three commands (`run`, `report`, `status`) as library functions: the
+//! binary only parses arguments into these option structs and prints errors.
+//!
+//! Every input is checked (queue URL, command, budgets, ids, unit list)
+//! before a backend is contacted, so bad input never writes to the queue.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
+use crate::command::CommandTemplate;
+use crate::errors::{exit, BackendError, HopperError};
+use crate::identity::{resolve_build, resolve_worker, EnvLookup};
+use crate::observer::{default_observer, QuietObserver, RunObserver};
+use crate::process::ProcessLimits;
+use crate::report::{wait_for_end, RunReport, WaitOptions};
+use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
+use crate::status::{now_ms, StatusSnapshot};
+use crate::timings::order_slowest_first;
+use crate::units::{collect_units, UnitSource};
+
+/// The build id memory mode uses when none is given.
+pub const LOCAL_BUILD: &str = "local";
+
+/// Options of `hopper run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The queue URL.
+    pub queue: String,
+    /// Backend settings.
+    pub backend: BackendOptions,
+    /// `--build`.
+    pub build: Option<String>,
+    /// `--worker`.
+    pub worker: Option<String>,
+    /// Local slots (`-j`).
+    pub slots: usize,
+    /// Units per invocation.
+    pub batch_size: usize,
+    /// Where the units come from.
+    pub source: UnitSource,
+    /// `--timeout`: a delivery idle this long is reclaimed; heartbeats run at a third of it.
+    pub reclaim_timeout: Duration,
+    /// `--unit-timeout`.
+    pub unit_timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Bytes of output kept per attempt.
+    pub output_tail: usize,
+    /// The budgets (frozen into the run by whichever worker initialises it).
+    pub budgets: Budgets,
+    /// The run's inactivity TTL in the queue.
+    pub run_ttl: Duration,
+    /// The command template (`{unit}`).
+    pub command: Vec<String>,
+    /// JUnit XML output (memory mode, where `run` prints the report).
+    pub junit: Option<PathBuf>,
+    /// How many slowest units the report lists.
+    pub slowest: usize,
+    /// No progress output.
+    pub quiet: bool,
+}
+
+/// Options of `hopper report`.
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// The queue URL.
+    pub queue: String,
+    /// Backend settings.
+    pub backend: BackendOptions,
+    /// `--build`.
+    pub build: Option<String>,
+    /// JUnit XML output.
+    pub junit: Option<PathBuf>,
+    /// Give up after this long.
+    pub wait_timeout: Duration,
+    /// A worker silent this long is gone.
+    pub worker_timeout: Duration,
+    /// How long to wait for the build to appear.
+    pub appear_timeout: Duration,
+    /// How many slowest units to list.
+    pub slowest: usize,
+}
+
+/// Options of `hopper status`.
+#[derive(Debug, Clone)]
+pub struct StatusOptions {
+    /// The queue URL.
+    pub queue: String,
+    /// Backend settings.
+    pub backend: BackendOptions,
+    /// `--build`.
+    pub build: Option<String>,
+}
+
+fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperError> {
+    let kind = parse_queue_url(url)?;
+    if !kind.is_shared() {
+        return Err(BackendError::MemoryNotShared { command }.into());
+    }
+    Ok(kind)
+}
+
+/// `hopper run`: one worker. In memory mode it is the whole build and prints
+/// the report; returns the exit code.
+pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
+    let kind = parse_queue_url(&options.queue)?;
+    let command = CommandTemplate::new(options.command.clone())?;
+    options.budgets.validate()?;
+    let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
+    let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
+    let worker_id = resolve_worker(options.worker.as_deref(), env)?;
+    let heartbeat_every = (options.reclaim_timeout / 3).max(Duration::from_millis(10));
+    let config = WorkerConfig {
+        run: run_id.clone(),
+        worker: worker_id,
+        command,
+        slots: options.slots,
+        batch_size: options.batch_size,
+        reclaim_after: options.reclaim_timeout,
+        heartbeat_every,
+        limits: ProcessLimits {
+            timeout: options.unit_timeout,
+            kill_grace: options.kill_grace,
+            tail_bytes: options.output_tail.clamp(1024, 256 * 1024),
+        },
+        idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
+        env: Vec::new(),
+        results: Arc::new(ExitCodeResults),
+    };
+    config.validate()?;
+    let units = collect_units(&options.source).await?;
+    // Check the whole spec before anything touches the queue.
+    RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
+
+    let backend = connect(&kind, &options.backend).await?;
+    if backend.shared && options.junit.is_some() {
+        tracing::warn!("--junit is ignored by `hopper run` with a shared queue: use `hopper report --junit`");
+        eprintln!("hopper: warning: --junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
+    }
+    let units = match backend.timings.load().await {
+        Ok(timings) => order_slowest_first(units, &timings),
+        Err(error) => {
+            tracing::warn!(%error, "could not read earlier timings; keeping the listed order");
+            units
+        }
+    };
+    let observer: Arc<dyn RunObserver> =
+        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
+    let worker = Worker::new(Arc::clone(&backend.queue), config, observer, shutdown)?;
+    worker.join(units, options.budgets, options.run_ttl).await?;
+    let outcome = worker.run().await;
+    let timings = worker.summary().timings;
+    if let Err(error) = backend.timings.record(&timings).await {
+        tracing::warn!(%error, "could not save timings");
+    }
+    let summary = outcome?;
+    if backend.shared {
+        eprintln!(
+            "hopper: worker done: {} passed, {} failed, {} retried, {} stale here; run `hopper report` for the build's verdict",
+            summary.passed, summary.failed, summary.retried, summary.stale
+        );
+        return Ok(exit::PASSED);
+    }
+    let report = RunReport::load(&backend.queue, &run_id)
+        .await?
+        .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
+    finish_report(&report, options.junit.as_deref(), options.slowest)
+}
+
+fn finish_report(report: &RunReport, junit: Option<&std::path::Path>, slowest: usize) -> Result<i32, HopperError> {
+    print!("{}", report.render(slowest));
+    if let Some(path) = junit {
+        report.write_junit(path)?;
+        println!("hopper: JUnit XML written to {}", path.display());
+    }
+    Ok(report.exit_code())
+}
+
+/// `hopper report`: waits for the build's end, prints the verdict, writes
+/// JUnit; returns the exit code (0 only when every unit passed).
+pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
+    let kind = shared_kind(&options.queue, "report")?;
+    let run_id = resolve_build(options.build.as_deref(), env, None)?;
+    let backend = connect(&kind, &options.backend).await?;
+    let wait = WaitOptions {
+        wait_timeout: options.wait_timeout,
+        worker_timeout: options.worker_timeout,
+        appear_timeout: options.appear_timeout,
+        poll: Duration::from_millis(250).min(options.worker_timeout / 4).max(Duration::from_millis(10)),
+    };
+    let waited = wait_for_end(&backend.queue, &run_id, wait).await;
+    if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
+        // Still show what is known, and leave a JUnit file that names the unfinished units.
+        if let Some(report) = RunReport::load(&backend.queue, &run_id).await? {
+            print!("{}", report.render(options.slowest));
+            if let Some(path) = options.junit.as_deref() {
+                report.write_junit(path)?;
+            }
+        }
+        return Err(error);
+    }
+    waited?;
+    let report = RunReport::load(&backend.queue, &run_id)
+        .await?
+        .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
+    finish_report(&report, options.junit.as_deref(), options.slowest)
+}
+
+/// `hopper status`: prints a snapshot of the build.
+pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
+    let kind = shared_kind(&options.queue, "status")?;
+    let run_id = resolve_build(options.build.as_deref(), env, None)?;
+    let backend = connect(&kind, &options.backend).await?;
+    print!("{}", status_text(&backend.queue, &run_id).await?);
+    Ok(exit::PASSED)
+}
+
+/// The status text of a build (or an error when it does not exist).
+pub async fn status_text(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<String, HopperError> {
+    let snapshot = StatusSnapshot::load(queue, run)
+        .await?
+        .ok_or_else(|| HopperError::RunNotFound { run: run.clone(), waited: Duration::ZERO })?;
+    Ok(snapshot.render(now_ms()))
+}

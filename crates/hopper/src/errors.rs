@@ -1,0 +1,325 @@
+//! hopper's errors: each says what failed, on what, and (where there is one)
+//! what to do about it. Every message fits on one line, so the binary can
+//! print `hopper: <error>` and exit.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold_core::{IdError, QueueError, RunId, SpecError, UnitId};
+
+/// Exit codes of the `hopper` binary.
+pub mod exit {
+    /// Every unit passed (flaky units pass).
+    pub const PASSED: i32 = 0;
+    /// At least one unit failed.
+    pub const FAILED: i32 = 1;
+    /// Bad input or a setup error (unreadable unit list, unreachable Redis, ...).
+    pub const ERROR: i32 = 2;
+    /// The run did not finish: every worker is gone or the wait timed out.
+    pub const INCOMPLETE: i32 = 3;
+    /// Interrupted by SIGINT / SIGTERM (the running units were abandoned).
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// Why the unit list could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum UnitsError {
+    /// The unit file could not be read.
+    #[error("cannot read unit list {path}: {source}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A glob pattern is malformed.
+    #[error("bad glob pattern {pattern:?}: {source}")]
+    BadGlob {
+        /// The pattern.
+        pattern: String,
+        /// The cause.
+        #[source]
+        source: glob::PatternError,
+    },
+    /// A path matched by a glob could not be read.
+    #[error("glob {pattern:?}: cannot read a matched path: {source}")]
+    GlobWalk {
+        /// The pattern.
+        pattern: String,
+        /// The cause.
+        #[source]
+        source: glob::GlobError,
+    },
+    /// The discover kind is not one hopper knows.
+    #[error("unknown discover kind {kind:?}: use one of nextest, cargo-test, pytest, rspec")]
+    UnknownDiscoverKind {
+        /// What was given.
+        kind: String,
+    },
+    /// The discovery tool could not be started.
+    #[error("discovery with `{command}` could not start: {source}")]
+    DiscoverSpawn {
+        /// The command line.
+        command: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The discovery tool failed.
+    #[error("discovery with `{command}` failed ({status}): {detail}")]
+    DiscoverFailed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// The last line of its error output.
+        detail: String,
+    },
+    /// The discovery tool's output could not be understood.
+    #[error("discovery with `{command}`: cannot parse its output: {detail}")]
+    DiscoverParse {
+        /// The command line.
+        command: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A unit name is not a valid unit id.
+    #[error("unit {value:?} from {source_name} is not a valid unit: {error}")]
+    BadUnit {
+        /// Where it came from.
+        source_name: String,
+        /// The offending name (escaped).
+        value: String,
+        /// Why.
+        error: IdError,
+    },
+    /// The sources gave no units at all.
+    #[error("no units to run: {source_name} gave an empty unit list")]
+    Empty {
+        /// Where the (empty) list came from.
+        source_name: String,
+    },
+}
+
+/// Why a `--queue` URL could not be turned into a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The URL's scheme is not supported.
+    #[error("unsupported queue URL {url:?}: use mem://, redis://, rediss:// or redis+cluster://")]
+    UnsupportedScheme {
+        /// The URL given.
+        url: String,
+    },
+    /// The Redis settings are invalid (URL, key prefix).
+    #[error("invalid Redis settings: {detail}")]
+    BadConfig {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The Redis server could not be reached.
+    #[error("cannot reach Redis at {url}: {detail}")]
+    Unreachable {
+        /// The URL (password removed).
+        url: String,
+        /// The cause.
+        detail: String,
+    },
+    /// The memory queue lives inside one `hopper run` process only.
+    #[error("`hopper {command}` needs a shared queue (redis://...): a mem:// run lives inside its `hopper run` process, which prints its own report")]
+    MemoryNotShared {
+        /// The subcommand.
+        command: &'static str,
+    },
+}
+
+/// Why timings could not be read or written (never fatal to a run: logged).
+#[derive(Debug, thiserror::Error)]
+pub enum TimingsError {
+    /// The timings file could not be read or written.
+    #[error("timings file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The timings file is not valid JSON of the expected shape.
+    #[error("timings file {path} is not valid: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The backend's timings store failed.
+    #[error("timings store: {detail}")]
+    Backend {
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// An error of a hopper command.
+#[derive(Debug, thiserror::Error)]
+pub enum HopperError {
+    /// The unit list could not be made.
+    #[error(transparent)]
+    Units(#[from] UnitsError),
+    /// The queue backend could not be made.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// No command to run each unit was given.
+    #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
+    MissingCommand,
+    /// A batch size of zero was asked for.
+    #[error("--batch-size must be at least 1")]
+    ZeroBatchSize,
+    /// Zero local slots were asked for.
+    #[error("-j must be at least 1")]
+    ZeroSlots,
+    /// A time limit of zero was given.
+    #[error("{what} must be more than 0 seconds")]
+    ZeroDuration {
+        /// Which option.
+        what: &'static str,
+    },
+    /// No build id could be found for a shared queue.
+    #[error("no build id: pass --build ID or set HOPPER_BUILD (all workers and the report of one build must use the same id)")]
+    MissingBuild,
+    /// A build or worker id is invalid.
+    #[error("invalid {what}: {source}")]
+    BadId {
+        /// `--build` or `--worker`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: IdError,
+    },
+    /// The budgets are invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The build id is already in use with other units.
+    #[error("build {run} already exists with a different unit list ({existing} units, this worker has {given}): use a new --build id for a different suite")]
+    BuildReused {
+        /// The run.
+        run: RunId,
+        /// Units stored.
+        existing: u64,
+        /// Units of this worker.
+        given: u64,
+    },
+    /// A queue call failed.
+    #[error("queue: {0}")]
+    Queue(QueueError),
+    /// The run's state is missing or inconsistent.
+    #[error("build {run}: the queue's state is missing or corrupt ({detail}); it may have expired: start a new build")]
+    Corrupt {
+        /// The run.
+        run: RunId,
+        /// What was found.
+        detail: String,
+    },
+    /// The run does not exist (yet) after waiting for it.
+    #[error("build {run} not found after waiting {waited:?}: no worker has started it (check --build and --queue)")]
+    RunNotFound {
+        /// The run.
+        run: RunId,
+        /// How long the report waited.
+        waited: Duration,
+    },
+    /// Every worker of the run is gone while units remain.
+    #[error("build {run} cannot finish: every worker is gone (no sign of life for {silent_for:?}) and {} unit(s) are unfinished: {}", unfinished.len(), name_units(unfinished))]
+    WorkersGone {
+        /// The run.
+        run: RunId,
+        /// How long no worker has shown a sign of life.
+        silent_for: Duration,
+        /// The units not finalized.
+        unfinished: Vec<UnitId>,
+    },
+    /// The report's wait timed out while units remain.
+    #[error("build {run}: gave up waiting after {waited:?} with {} unit(s) unfinished: {}", unfinished.len(), name_units(unfinished))]
+    WaitTimeout {
+        /// The run.
+        run: RunId,
+        /// How long it waited.
+        waited: Duration,
+        /// The units not finalized.
+        unfinished: Vec<UnitId>,
+    },
+    /// The JUnit file could not be written.
+    #[error("cannot write JUnit XML to {path}: {detail}")]
+    Junit {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        detail: String,
+    },
+    /// The worker was interrupted by a signal.
+    #[error("interrupted: stopped taking units and abandoned the running ones (with a shared queue, other workers reclaim them)")]
+    Interrupted,
+}
+
+impl HopperError {
+    /// The exit code the binary uses for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. } => exit::INCOMPLETE,
+            HopperError::Interrupted => exit::INTERRUPTED,
+            _ => exit::ERROR,
+        }
+    }
+}
+
+impl From<QueueError> for HopperError {
+    fn from(error: QueueError) -> Self {
+        match error {
+            QueueError::Spec(spec) => HopperError::Spec(spec),
+            QueueError::UnitListMismatch { run, existing, given } => HopperError::BuildReused { run, existing, given },
+            QueueError::Corrupt { run, detail } => HopperError::Corrupt { run, detail },
+            other => HopperError::Queue(other),
+        }
+    }
+}
+
+/// Names up to ten units, then how many more.
+pub fn name_units(units: &[UnitId]) -> String {
+    const SHOWN: usize = 10;
+    let mut text = units.iter().take(SHOWN).map(|u| u.as_str()).collect::<Vec<_>>().join(", ");
+    if units.len() > SHOWN {
+        text.push_str(&format!(" and {} more", units.len() - SHOWN));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unfinished_units_are_named_and_capped() {
+        let units: Vec<UnitId> = (0..12).map(|i| UnitId::new(format!("u{i}")).unwrap()).collect();
+        let err = HopperError::WorkersGone {
+            run: RunId::new("b1").unwrap(),
+            silent_for: Duration::from_secs(3),
+            unfinished: units,
+        };
+        let text = err.to_string();
+        assert!(text.contains("12 unit(s)"), "{text}");
+        assert!(text.contains("u0, u1"), "{text}");
+        assert!(text.contains("and 2 more"), "{text}");
+        assert!(!text.contains('\n'));
+        assert_eq!(err.exit_code(), exit::INCOMPLETE);
+    }
+
+    #[test]
+    fn unit_list_mismatch_becomes_build_reused() {
+        let err: HopperError =
+            QueueError::UnitListMismatch { run: RunId::new("b").unwrap(), existing: 3, given: 4 }.into();
+        assert!(matches!(err, HopperError::BuildReused { existing: 3, given: 4, .. }));
+        assert!(err.to_string().contains("new --build"));
+    }
+}

@@ -1,0 +1,281 @@
+//! The `hopper` binary: parses the command line into the library's option
+//! structs, wires up signals and logging, and turns errors into one line on
+//! stderr and an exit code.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
+use hopper::commands::{self, ReportOptions, RunOptions, StatusOptions};
+use hopper::identity::process_env;
+use hopper::units::{DiscoverKind, UnitSource};
+use hopper::{exit, HopperError};
+use leasehold_core::Budgets;
+use tokio_util::sync::CancellationToken;
+
+/// A distributed test runner: workers pull units from a shared queue, run
+/// them, retry failures within budgets and reclaim the units of dead workers.
+#[derive(Debug, Parser)]
+#[command(name = "hopper", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run units as one worker (with a mem:// queue: the whole build, then the report).
+    Run(Box<RunArgs>),
+    /// Wait until every unit of a build is finalized, print the verdict, write JUnit XML.
+    Report(ReportArgs),
+    /// Show a build's progress, its workers and the units in flight.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+struct QueueArgs {
+    /// The queue: mem:// (one process), redis://host:port or redis+cluster://host:port,host:port.
+    #[arg(long, env = "HOPPER_QUEUE", default_value = DEFAULT_QUEUE)]
+    queue: String,
+    /// The build id shared by all workers and the report [default: HOPPER_BUILD or the CI's build id].
+    #[arg(long)]
+    build: Option<String>,
+    /// Prefix of every Redis key.
+    #[arg(long, env = "HOPPER_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
+    key_prefix: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("units").required(true).args(["units_from", "glob", "discover"])))]
+struct RunArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// This worker's id [default: HOPPER_WORKER, the CI's node index, or <host>-<pid>].
+    #[arg(long)]
+    worker: Option<String>,
+    /// Local slots: units run at once by this worker [default: the number of CPUs].
+    #[arg(short = 'j', long = "jobs")]
+    jobs: Option<usize>,
+    /// Read units from FILE, one per line (`-` for stdin).
+    #[arg(long, value_name = "FILE")]
+    units_from: Option<PathBuf>,
+    /// Units are the files matching these patterns (e.g. 'spec/**/*_spec.rb').
+    #[arg(long, value_name = "PATTERN", num_args = 1..)]
+    glob: Vec<String>,
+    /// List units with the test tool: nextest, cargo-test, pytest or rspec.
+    #[arg(long, value_name = "KIND")]
+    discover: Option<String>,
+    /// Seconds a unit may go without a heartbeat before another worker reclaims it;
+    /// heartbeats run at a third of it.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_secs)]
+    timeout: Duration,
+    /// Kill a unit (SIGTERM, then SIGKILL) that runs longer than this; the attempt fails with reason timeout.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    unit_timeout: Option<Duration>,
+    /// Seconds between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
+    kill_grace: Duration,
+    /// Retries one unit may get.
+    #[arg(long, value_name = "N", default_value_t = Budgets::default().max_requeues)]
+    max_requeues: u32,
+    /// Fraction of the build's units that may be retried at all.
+    #[arg(long, value_name = "F", default_value_t = Budgets::default().requeue_tolerance)]
+    requeue_tolerance: f64,
+    /// Times one unit may be reclaimed from a dead worker before it fails.
+    #[arg(long, value_name = "N", default_value_t = Budgets::default().max_reclaims)]
+    max_reclaims: u32,
+    /// Units per invocation (`{unit}` expands to all of them).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    batch_size: usize,
+    /// Write JUnit XML here (mem:// only; use `hopper report --junit` with a shared queue).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Keep timings in this file [default: .hopper/timings.json with mem://, Redis otherwise].
+    #[arg(long, value_name = "FILE", env = "HOPPER_TIMINGS")]
+    timings: Option<PathBuf>,
+    /// Do not read or write timings.
+    #[arg(long, conflicts_with = "timings")]
+    no_timings: bool,
+    /// Bytes of each attempt's output kept (the tail).
+    #[arg(long, value_name = "BYTES", default_value_t = 32 * 1024)]
+    output_tail: usize,
+    /// Seconds the build's state stays in the queue after its last activity.
+    #[arg(long, value_name = "SECS", default_value = "86400", value_parser = parse_secs)]
+    run_ttl: Duration,
+    /// Slowest units listed in the report.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    slowest: usize,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+    /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// Write JUnit XML here.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Give up (naming the unfinished units) after this many seconds.
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_secs)]
+    wait_timeout: Duration,
+    /// A worker silent this many seconds is gone; when all are gone with units left, fail.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
+    worker_timeout: Duration,
+    /// Seconds to wait for the build to be started by a worker.
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_secs)]
+    start_timeout: Duration,
+    /// Slowest units listed.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    slowest: usize,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+}
+
+fn parse_secs(raw: &str) -> Result<Duration, String> {
+    let secs: f64 = raw.trim().parse().map_err(|_| format!("{raw:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("{raw:?} must be a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{raw:?}: {e}"))
+}
+
+fn backend_options(queue: &QueueArgs, timings: TimingsChoice) -> BackendOptions {
+    BackendOptions { prefix: queue.key_prefix.clone(), timings }
+}
+
+fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
+    let source = if let Some(path) = args.units_from {
+        UnitSource::File(path)
+    } else if let Some(kind) = args.discover {
+        UnitSource::Discover(kind.parse::<DiscoverKind>()?)
+    } else {
+        UnitSource::Globs(args.glob)
+    };
+    let timings = match (args.no_timings, args.timings) {
+        (true, _) => TimingsChoice::Off,
+        (false, Some(path)) => TimingsChoice::File(path),
+        (false, None) => TimingsChoice::Default,
+    };
+    let slots = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    Ok(RunOptions {
+        backend: backend_options(&args.queue, timings),
+        queue: args.queue.queue,
+        build: args.queue.build,
+        worker: args.worker,
+        slots,
+        batch_size: args.batch_size,
+        source,
+        reclaim_timeout: args.timeout,
+        unit_timeout: args.unit_timeout,
+        kill_grace: args.kill_grace,
+        output_tail: args.output_tail,
+        budgets: Budgets {
+            max_requeues: args.max_requeues,
+            requeue_tolerance: args.requeue_tolerance,
+            max_reclaims: args.max_reclaims,
+        },
+        run_ttl: args.run_ttl,
+        command: args.command,
+        junit: args.junit,
+        slowest: args.slowest,
+        quiet: args.quiet,
+    })
+}
+
+/// SIGINT / SIGTERM cancel `token` (the worker abandons its units and exits);
+/// a second signal exits at once.
+fn watch_signals(token: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            seen += 1;
+            if seen == 1 {
+                eprintln!("hopper: stopping: abandoning running units (signal again to exit at once)");
+                token.cancel();
+            } else {
+                std::process::exit(exit::INTERRUPTED);
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn real_main(cli: Cli) -> anyhow::Result<i32> {
+    let env = process_env;
+    let code = match cli.command {
+        Command::Run(args) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone())?;
+            commands::run(run_options(*args)?, &env, shutdown).await?
+        }
+        Command::Report(args) => {
+            let options = ReportOptions {
+                backend: backend_options(&args.queue, TimingsChoice::Off),
+                queue: args.queue.queue,
+                build: args.queue.build,
+                junit: args.junit,
+                wait_timeout: args.wait_timeout,
+                worker_timeout: args.worker_timeout,
+                appear_timeout: args.start_timeout,
+                slowest: args.slowest,
+            };
+            commands::report(options, &env).await?
+        }
+        Command::Status(args) => {
+            let options = StatusOptions {
+                backend: backend_options(&args.queue, TimingsChoice::Off),
+                queue: args.queue.queue,
+                build: args.queue.build,
+            };
+            commands::status(options, &env).await?
+        }
+    };
+    Ok(code)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HOPPER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("hopper: error: cannot start the async runtime: {error}");
+            std::process::exit(exit::ERROR);
+        }
+    };
+    let code = match runtime.block_on(real_main(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            let code = error.downcast_ref::<HopperError>().map(HopperError::exit_code).unwrap_or(exit::ERROR);
+            eprintln!("hopper: error: {error:#}");
+            code
+        }
+    };
+    // Do not wait for stray blocking tasks (a stdin read, a slow log write).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    std::process::exit(code);
+}

@@ -1,0 +1,585 @@
+//! The build's report: read from the queue's event log, so any process can
+//! make it (the memory-mode runner at its end, or `hopper report` in CI).
+//!
+//! [`wait_for_end`] waits until every unit is finalized, and fails clearly
+//! (never hangs) when every worker is gone or the wait times out.
+//! [`RunReport::render`] prints the verdict, failures with their output,
+//! flaky units, requeue/reclaim counts and the slowest units;
+//! [`RunReport::junit`] gives JUnit XML with flaky units marked as such.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
+use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
+use tokio::time::Instant;
+
+use crate::errors::HopperError;
+
+/// Events read per page.
+const EVENT_PAGE: usize = 1000;
+/// Lines of output shown per failure in the text report.
+const TAIL_LINES: usize = 30;
+
+/// One failed attempt of a unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedAttempt {
+    /// `exit`, `timeout`, `signal`, `spawn`, `no_result` or a queue reason.
+    pub reason: String,
+    /// A short description (`exit code 1`, `timed out after 5.0s`, ...).
+    pub detail: String,
+    /// The tail of the attempt's output (empty when unknown).
+    pub output: String,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// The worker that ran it, when known.
+    pub worker: Option<WorkerId>,
+}
+
+/// Everything the report knows about one unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitReport {
+    /// The unit.
+    pub unit: UnitId,
+    /// Its kind label.
+    pub kind: String,
+    /// Its final outcome; `None` while unfinished.
+    pub outcome: Option<Outcome>,
+    /// Why it was finalized, when not a plain result.
+    pub reason: Option<FinalizeReason>,
+    /// Duration of the final attempt.
+    pub duration_ms: u64,
+    /// The worker that finalized it.
+    pub finalized_by: Option<WorkerId>,
+    /// Failed attempts, in order (including the final one when it failed).
+    pub failed_attempts: Vec<FailedAttempt>,
+    /// Times it was reclaimed from a dead worker, and from whom.
+    pub reclaimed_from: Vec<Option<WorkerId>>,
+    /// Times it was requeued for another attempt.
+    pub requeues: u32,
+    /// Times a worker abandoned it on shutdown.
+    pub abandoned: u32,
+    /// Finalized events seen (exactly 1 when the queue keeps its contract).
+    pub finalized_events: u32,
+}
+
+impl UnitReport {
+    fn new(unit: UnitId, kind: String) -> Self {
+        Self {
+            unit,
+            kind,
+            outcome: None,
+            reason: None,
+            duration_ms: 0,
+            finalized_by: None,
+            failed_attempts: Vec::new(),
+            reclaimed_from: Vec::new(),
+            requeues: 0,
+            abandoned: 0,
+            finalized_events: 0,
+        }
+    }
+
+    /// Failed at least once, then passed.
+    pub fn is_flaky(&self) -> bool {
+        self.outcome == Some(Outcome::Passed) && !self.failed_attempts.is_empty()
+    }
+
+    /// Finalized as failed.
+    pub fn is_failed(&self) -> bool {
+        self.outcome == Some(Outcome::Failed)
+    }
+}
+
+/// The report of one build.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// The build.
+    pub run: RunId,
+    /// Every unit, in the run's initial order.
+    pub units: Vec<UnitReport>,
+    /// Results dropped because the unit had a newer owner.
+    pub stale_rejected: u64,
+    /// Worker errors recorded.
+    pub worker_errors: Vec<String>,
+}
+
+fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
+    errors.and_then(|e| e.get(field)).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+fn attempt_from(
+    errors: Option<&serde_json::Value>,
+    summary: Option<&str>,
+    duration_ms: u64,
+    fallback_reason: &str,
+    worker: &WorkerId,
+) -> FailedAttempt {
+    FailedAttempt {
+        reason: text_field(errors, "reason").unwrap_or_else(|| fallback_reason.to_owned()),
+        detail: text_field(errors, "detail").or_else(|| summary.map(str::to_owned)).unwrap_or_default(),
+        output: text_field(errors, "output").unwrap_or_default(),
+        duration_ms,
+        worker: Some(worker.clone()),
+    }
+}
+
+impl RunReport {
+    /// Reads the run's units and its whole event log. `None` when the run
+    /// does not exist.
+    pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
+        let units = queue.units(run).await?;
+        if units.is_empty() {
+            return Ok(None);
+        }
+        let mut index: HashMap<UnitId, usize> = HashMap::with_capacity(units.len());
+        let mut reports = Vec::with_capacity(units.len());
+        for (i, spec) in units.into_iter().enumerate() {
+            index.insert(spec.id.clone(), i);
+            reports.push(UnitReport::new(spec.id, spec.kind));
+        }
+        let mut report = RunReport { run: run.clone(), units: reports, stale_rejected: 0, worker_errors: Vec::new() };
+        let mut after = None;
+        loop {
+            let page = queue.events(run, after, EVENT_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            let full = page.len() == EVENT_PAGE;
+            for record in page {
+                report.apply(&index, record.event);
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(Some(report))
+    }
+
+    fn apply(&mut self, index: &HashMap<UnitId, usize>, event: Event) {
+        let slot = event.unit_id().and_then(|u| index.get(u)).copied();
+        match event {
+            Event::Requeued { header, duration_ms, failure_summary, errors, .. } => {
+                if let Some(i) = slot {
+                    self.units[i].requeues += 1;
+                    self.units[i].failed_attempts.push(attempt_from(
+                        errors.as_ref(),
+                        failure_summary.as_deref(),
+                        duration_ms,
+                        "failed",
+                        &header.worker_id,
+                    ));
+                }
+            }
+            Event::Finalized {
+                header,
+                outcome,
+                duration_ms,
+                reason,
+                errors,
+                failure_summary,
+                previous_worker_id,
+                ..
+            } => {
+                let Some(i) = slot else { return };
+                let unit = &mut self.units[i];
+                unit.finalized_events += 1;
+                unit.outcome = Some(outcome);
+                unit.duration_ms = duration_ms;
+                unit.finalized_by = Some(header.worker_id.clone());
+                if outcome == Outcome::Failed {
+                    let fallback = reason.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| "failed".into());
+                    let mut attempt = attempt_from(
+                        errors.as_ref(),
+                        failure_summary.as_deref(),
+                        duration_ms,
+                        &fallback,
+                        &header.worker_id,
+                    );
+                    if reason == Some(FinalizeReason::ReclaimBudgetExhausted) {
+                        attempt.detail = format!(
+                            "reclaimed too often: its worker{} stopped responding",
+                            previous_worker_id.map(|w| format!(" {w}")).unwrap_or_default()
+                        );
+                        attempt.worker = None;
+                    }
+                    unit.failed_attempts.push(attempt);
+                }
+                unit.reason = reason;
+            }
+            Event::Reclaimed { previous_worker_id, .. } => {
+                if let Some(i) = slot {
+                    self.units[i].reclaimed_from.push(previous_worker_id);
+                }
+            }
+            Event::Abandoned { .. } => {
+                if let Some(i) = slot {
+                    self.units[i].abandoned += 1;
+                }
+            }
+            Event::StaleRejected { .. } => self.stale_rejected += 1,
+            Event::WorkerError { worker_id, unit_id, message, .. } => {
+                let unit = unit_id.map(|u| format!(" ({u})")).unwrap_or_default();
+                self.worker_errors.push(format!("{worker_id}{unit}: {message}"));
+            }
+            Event::Delivered { .. } => {}
+        }
+    }
+
+    /// Units not finalized yet.
+    pub fn unfinished(&self) -> Vec<UnitId> {
+        self.units.iter().filter(|u| u.outcome.is_none()).map(|u| u.unit.clone()).collect()
+    }
+
+    /// Units finalized as failed.
+    pub fn failed(&self) -> impl Iterator<Item = &UnitReport> {
+        self.units.iter().filter(|u| u.is_failed())
+    }
+
+    /// Units that failed, then passed on a retry.
+    pub fn flaky(&self) -> impl Iterator<Item = &UnitReport> {
+        self.units.iter().filter(|u| u.is_flaky())
+    }
+
+    /// Whether every unit finished and passed (flaky units pass).
+    pub fn passed(&self) -> bool {
+        self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+    }
+
+    /// The `n` slowest units (final attempt duration).
+    pub fn slowest(&self, n: usize) -> Vec<&UnitReport> {
+        let mut finished: Vec<&UnitReport> = self.units.iter().filter(|u| u.outcome.is_some()).collect();
+        finished.sort_by_key(|u| std::cmp::Reverse(u.duration_ms));
+        finished.truncate(n);
+        finished
+    }
+
+    /// The process exit code: 0 passed, 1 failed or unfinished.
+    pub fn exit_code(&self) -> i32 {
+        if self.passed() {
+            crate::errors::exit::PASSED
+        } else {
+            crate::errors::exit::FAILED
+        }
+    }
+
+    /// The human-readable report, ending with the verdict line.
+    pub fn render(&self, slowest: usize) -> String {
+        let mut out = String::new();
+        let total = self.units.len();
+        let failed: Vec<&UnitReport> = self.failed().collect();
+        let flaky: Vec<&UnitReport> = self.flaky().collect();
+        let unfinished = self.unfinished();
+        let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count();
+        let requeued = self.units.iter().filter(|u| u.requeues > 0).count();
+        let requeues: u64 = self.units.iter().map(|u| u64::from(u.requeues)).sum();
+        let reclaims: usize = self.units.iter().map(|u| u.reclaimed_from.len()).sum();
+
+        if !failed.is_empty() {
+            let _ = writeln!(out, "\nFAILED units ({}):", failed.len());
+            for unit in &failed {
+                let attempts = unit.failed_attempts.len();
+                let last = unit.failed_attempts.last();
+                let what = last.map(|a| a.detail.clone()).unwrap_or_default();
+                let reason = match &unit.reason {
+                    Some(r) => format!(", {r}"),
+                    None => String::new(),
+                };
+                let _ = writeln!(out, "  FAIL {} ({what}; {attempts} failed attempt(s){reason})", unit.unit);
+                if let Some(attempt) = last.filter(|a| !a.output.is_empty()) {
+                    for line in tail_lines(&attempt.output, TAIL_LINES) {
+                        let _ = writeln!(out, "    | {line}");
+                    }
+                }
+            }
+        }
+        if !flaky.is_empty() {
+            let _ = writeln!(out, "\nFLAKY units ({}): failed, then passed on a retry:", flaky.len());
+            for unit in &flaky {
+                let details: Vec<String> = unit.failed_attempts.iter().map(|a| a.detail.clone()).collect();
+                let _ = writeln!(out, "  FLAKY {} (failed {}x: {})", unit.unit, details.len(), details.join("; "));
+            }
+        }
+        let reclaimed: Vec<&UnitReport> = self.units.iter().filter(|u| !u.reclaimed_from.is_empty()).collect();
+        if !reclaimed.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nRECLAIMED units ({}): taken over from a worker that stopped responding:",
+                reclaimed.len()
+            );
+            for unit in &reclaimed {
+                let from: Vec<String> = unit
+                    .reclaimed_from
+                    .iter()
+                    .map(|w| w.as_ref().map(|w| w.to_string()).unwrap_or_else(|| "?".into()))
+                    .collect();
+                let by = unit.finalized_by.as_ref().map(|w| format!(", finished by {w}")).unwrap_or_default();
+                let _ = writeln!(out, "  RECLAIMED {} (from {}{by})", unit.unit, from.join(", "));
+            }
+        }
+        if !unfinished.is_empty() {
+            let _ =
+                writeln!(out, "\nUNFINISHED units ({}): {}", unfinished.len(), crate::errors::name_units(&unfinished));
+        }
+        let slow = self.slowest(slowest);
+        if !slow.is_empty() {
+            let _ = writeln!(out, "\nSLOWEST units:");
+            for unit in slow {
+                let _ = writeln!(out, "  {:>8.2}s {}", unit.duration_ms as f64 / 1000.0, unit.unit);
+            }
+        }
+        for unit in self.units.iter().filter(|u| u.finalized_events > 1) {
+            let _ = writeln!(
+                out,
+                "\nANOMALY: {} was finalized {} times (the queue must finalize each unit once)",
+                unit.unit, unit.finalized_events
+            );
+        }
+        if self.stale_rejected > 0 {
+            let _ = writeln!(
+                out,
+                "\n{} result(s) were dropped because another worker owned the unit (STALE).",
+                self.stale_rejected
+            );
+        }
+        for error in &self.worker_errors {
+            let _ = writeln!(out, "worker error: {error}");
+        }
+        let verdict = if self.passed() { "PASSED" } else { "FAILED" };
+        let _ = writeln!(
+            out,
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            self.run,
+            flaky.len(),
+            failed.len(),
+            unfinished.len(),
+        );
+        out
+    }
+
+    /// The report as JUnit XML: one test case per unit; flaky units pass with
+    /// their failed attempts as `flakyFailure`; unfinished units are errors.
+    pub fn junit(&self) -> Report {
+        let mut suite = TestSuite::new(format!("hopper {}", self.run));
+        let mut total_ms = 0u64;
+        for unit in &self.units {
+            total_ms += unit.duration_ms;
+            let rerun = |a: &FailedAttempt| {
+                let mut rerun = TestRerun::new(NonSuccessKind::Failure);
+                rerun
+                    .set_message(a.detail.as_str())
+                    .set_type(a.reason.as_str())
+                    .set_time(Duration::from_millis(a.duration_ms));
+                if !a.output.is_empty() {
+                    rerun.set_system_out(a.output.as_str());
+                }
+                rerun
+            };
+            let status = match unit.outcome {
+                Some(Outcome::Passed) => {
+                    let mut status = TestCaseStatus::success();
+                    status.add_reruns(unit.failed_attempts.iter().map(rerun));
+                    status
+                }
+                Some(Outcome::Skipped) => TestCaseStatus::skipped(),
+                Some(Outcome::Failed) => {
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    if let Some((last, earlier)) = unit.failed_attempts.split_last() {
+                        status.set_message(last.detail.as_str()).set_type(last.reason.as_str());
+                        if !last.output.is_empty() {
+                            status.set_description(last.output.as_str());
+                        }
+                        status.add_reruns(earlier.iter().map(rerun));
+                        status.set_rerun_kind(FlakyOrRerun::Rerun);
+                    }
+                    status
+                }
+                None => {
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+                    status.set_message("unfinished: no worker finished this unit").set_type("unfinished");
+                    status
+                }
+            };
+            let mut case = TestCase::new(unit.unit.as_str(), status);
+            case.set_classname(if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() });
+            case.set_time(Duration::from_millis(unit.duration_ms));
+            suite.add_test_case(case);
+        }
+        let mut report = Report::new("hopper");
+        report.set_time(Duration::from_millis(total_ms));
+        report.add_test_suite(suite);
+        report
+    }
+
+    /// Writes the JUnit XML to `path`.
+    pub fn write_junit(&self, path: &Path) -> Result<(), HopperError> {
+        let xml = self
+            .junit()
+            .to_string()
+            .map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })?;
+        }
+        std::fs::write(path, xml).map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })
+    }
+}
+
+fn tail_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
+/// How [`wait_for_end`] waits.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitOptions {
+    /// Give up after this long.
+    pub wait_timeout: Duration,
+    /// A worker whose record has not changed for this long is gone.
+    pub worker_timeout: Duration,
+    /// How long to wait for the run to appear at all.
+    pub appear_timeout: Duration,
+    /// Time between polls.
+    pub poll: Duration,
+}
+
+/// Waits until every unit of `run` is finalized.
+///
+/// Worker liveness is judged by change, not by comparing clocks: a worker is
+/// alive while its record's `last_seen` keeps moving, so clock skew between
+/// machines cannot make the report wrong. Fails with
+/// [`HopperError::WorkersGone`] when units remain but no worker record has
+/// moved for `worker_timeout`, [`HopperError::WaitTimeout`] after
+/// `wait_timeout`, and [`HopperError::RunNotFound`] when the run never appears.
+pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: WaitOptions) -> Result<(), HopperError> {
+    let started = Instant::now();
+    let mut seen: HashMap<WorkerId, u64> = HashMap::new();
+    let mut last_sign_of_life = Instant::now();
+    let unfinished = || async {
+        Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
+    };
+    loop {
+        match queue.progress(run).await? {
+            None => {
+                if started.elapsed() >= options.appear_timeout.min(options.wait_timeout) {
+                    return Err(HopperError::RunNotFound { run: run.clone(), waited: started.elapsed() });
+                }
+                last_sign_of_life = Instant::now();
+            }
+            Some(progress) if progress.is_complete() => return Ok(()),
+            Some(_) => {
+                for record in queue.workers(run).await? {
+                    if seen.insert(record.worker.clone(), record.last_seen_ms) != Some(record.last_seen_ms) {
+                        last_sign_of_life = Instant::now();
+                    }
+                }
+                if last_sign_of_life.elapsed() >= options.worker_timeout {
+                    return Err(HopperError::WorkersGone {
+                        run: run.clone(),
+                        silent_for: last_sign_of_life.elapsed(),
+                        unfinished: unfinished().await?,
+                    });
+                }
+            }
+        }
+        if started.elapsed() >= options.wait_timeout {
+            return Err(HopperError::WaitTimeout {
+                run: run.clone(),
+                waited: started.elapsed(),
+                unfinished: unfinished().await?,
+            });
+        }
+        tokio::time::sleep(options.poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_core::{EntryId, StreamName, UnitEventHeader};
+
+    use super::*;
+
+    fn header(unit: &str, retry: u32) -> UnitEventHeader {
+        UnitEventHeader {
+            unit_id: UnitId::new(unit).unwrap(),
+            worker_id: WorkerId::new("w1").unwrap(),
+            retry_index: retry,
+            reclaim_count: 0,
+            ownership_generation: 1 + retry,
+            at_ms: 1,
+        }
+    }
+
+    fn finalized(unit: &str, outcome: Outcome, ms: u64, reason: Option<FinalizeReason>) -> Event {
+        Event::Finalized {
+            header: header(unit, 0),
+            outcome,
+            duration_ms: ms,
+            reason,
+            errors: Some(serde_json::json!({"reason": "exit", "detail": "exit code 1", "output": "boom\n"})),
+            stream: StreamName::Main,
+            entry_id: EntryId::new(1, 0),
+            previous_worker_id: None,
+            delivery_count: None,
+            failure_summary: Some("exit code 1".into()),
+        }
+    }
+
+    fn requeued(unit: &str) -> Event {
+        Event::Requeued {
+            header: header(unit, 1),
+            previous_retry_index: 0,
+            duration_ms: 5,
+            failure_summary: Some("exit code 1".into()),
+            errors: Some(serde_json::json!({"reason": "exit", "detail": "exit code 1", "output": "first try\n"})),
+            stream: StreamName::Main,
+            entry_id: EntryId::new(1, 0),
+            new_entry_id: EntryId::new(2, 0),
+        }
+    }
+
+    fn sample() -> RunReport {
+        let names = ["ok", "flaky", "bad", "todo"];
+        let index: HashMap<UnitId, usize> =
+            names.iter().enumerate().map(|(i, n)| (UnitId::new(*n).unwrap(), i)).collect();
+        let mut report = RunReport {
+            run: RunId::new("b1").unwrap(),
+            units: names.iter().map(|n| UnitReport::new(UnitId::new(*n).unwrap(), "file".into())).collect(),
+            stale_rejected: 0,
+            worker_errors: vec![],
+        };
+        report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
+        report.apply(&index, requeued("flaky"));
+        report.apply(&index, finalized("flaky", Outcome::Passed, 10, None));
+        report.apply(&index, requeued("bad"));
+        report.apply(&index, finalized("bad", Outcome::Failed, 20, Some(FinalizeReason::RetryBudgetExhausted)));
+        report
+    }
+
+    #[test]
+    fn classifies_units() {
+        let report = sample();
+        assert_eq!(report.flaky().map(|u| u.unit.as_str()).collect::<Vec<_>>(), vec!["flaky"]);
+        assert_eq!(report.failed().map(|u| u.unit.as_str()).collect::<Vec<_>>(), vec!["bad"]);
+        assert_eq!(report.unfinished(), vec![UnitId::new("todo").unwrap()]);
+        assert!(!report.passed());
+        assert_eq!(report.slowest(1)[0].unit.as_str(), "ok");
+        let text = report.render(5);
+        assert!(text.contains("FAIL bad (exit code 1; 2 failed attempt(s), retry_budget_exhausted)"), "{text}");
+        assert!(text.contains("| boom"), "{text}");
+        assert!(text.contains("FLAKY flaky"), "{text}");
+        assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 1 unfinished"), "{text}");
+    }
+
+    #[test]
+    fn junit_marks_flaky_and_failed_units() {
+        let xml = sample().junit().to_string().unwrap();
+        assert!(xml.contains("tests=\"4\""), "{xml}");
+        assert!(xml.contains("<flakyFailure"), "{xml}");
+        assert!(xml.contains("<rerunFailure"), "{xml}");
+        assert!(xml.contains("<failure message=\"exit code 1\""), "{xml}");
+        assert!(xml.contains("type=\"unfinished\""), "{xml}");
+    }
+}

@@ -1,0 +1,559 @@
+//! The worker: reserves batches of units from a [`UnitQueue`], runs each
+//! batch as one invocation in its own process group, heartbeats the
+//! deliveries while it runs, and reports each unit's result through the
+//! fenced transitions (finalize, requeue, abandon).
+//!
+//! A batch is the general case: `batch_size` 1 (the default) runs one unit
+//! per invocation. A [`BatchResults`] turns an invocation into one verdict per
+//! unit; a unit it has no verdict for is treated as failed and retried within
+//! the budgets.
+//!
+//! The worker only speaks the [`UnitQueue`] trait, so the same code runs a
+//! local parallel runner (memory queue, `slots` local slots) and one worker of
+//! a distributed build (Redis).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::queue::MAX_SUMMARY_LEN;
+use leasehold_core::{
+    Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, QueueError, RequeueReply,
+    RequeueRequest, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::command::CommandTemplate;
+use crate::errors::HopperError;
+use crate::observer::{AttemptEnd, RunObserver};
+use crate::process::{run_process, ProcessLimits, ProcessResult, Termination};
+
+/// The verdict on one unit of an invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitVerdict {
+    /// It passed.
+    Passed,
+    /// It failed.
+    Failed {
+        /// `exit`, `timeout`, `signal`, `spawn` or `no_result`.
+        reason: &'static str,
+        /// A short description (`exit code 1`, ...).
+        detail: String,
+    },
+}
+
+/// Turns one invocation's result into one verdict per unit. Units missing
+/// from the map have no result and are retried.
+pub trait BatchResults: Send + Sync {
+    /// The verdicts for `units`, all run by the invocation that gave `result`.
+    fn verdicts(
+        &self,
+        units: &[UnitId],
+        result: &ProcessResult,
+        limits: &ProcessLimits,
+    ) -> HashMap<UnitId, UnitVerdict>;
+}
+
+/// Every unit of the invocation gets the invocation's own verdict: exit 0
+/// passes all of them, anything else fails all of them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExitCodeResults;
+
+/// The verdict an invocation's termination gives on its own.
+pub fn termination_verdict(termination: &Termination, limits: &ProcessLimits) -> UnitVerdict {
+    match termination {
+        Termination::Exited(0) => UnitVerdict::Passed,
+        Termination::Exited(code) => UnitVerdict::Failed { reason: "exit", detail: format!("exit code {code}") },
+        Termination::Signaled(sig) => {
+            UnitVerdict::Failed { reason: "signal", detail: format!("killed by signal {sig}") }
+        }
+        Termination::TimedOut => UnitVerdict::Failed {
+            reason: "timeout",
+            detail: match limits.timeout {
+                Some(t) => format!("timed out after {:.1}s", t.as_secs_f64()),
+                None => "timed out".to_owned(),
+            },
+        },
+        Termination::Stopped => UnitVerdict::Failed { reason: "stopped", detail: "stopped".to_owned() },
+        Termination::SpawnFailed(e) => UnitVerdict::Failed { reason: "spawn", detail: format!("could not start: {e}") },
+    }
+}
+
+impl BatchResults for ExitCodeResults {
+    fn verdicts(
+        &self,
+        units: &[UnitId],
+        result: &ProcessResult,
+        limits: &ProcessLimits,
+    ) -> HashMap<UnitId, UnitVerdict> {
+        let verdict = termination_verdict(&result.termination, limits);
+        units.iter().map(|u| (u.clone(), verdict.clone())).collect()
+    }
+}
+
+/// Everything a worker needs besides the queue.
+#[derive(Clone)]
+pub struct WorkerConfig {
+    /// The build.
+    pub run: RunId,
+    /// This worker.
+    pub worker: WorkerId,
+    /// The command each batch runs.
+    pub command: CommandTemplate,
+    /// Local slots (invocations running at once).
+    pub slots: usize,
+    /// Units per invocation.
+    pub batch_size: usize,
+    /// A delivery idle this long may be reclaimed by another worker.
+    pub reclaim_after: Duration,
+    /// How often running deliveries are heartbeated (and liveness refreshed).
+    pub heartbeat_every: Duration,
+    /// Limits of each invocation.
+    pub limits: ProcessLimits,
+    /// Longest wait between polls when nothing is available.
+    pub idle_poll: Duration,
+    /// Extra environment for every invocation.
+    pub env: Vec<(String, String)>,
+    /// How batch results are read.
+    pub results: Arc<dyn BatchResults>,
+}
+
+impl std::fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("run", &self.run)
+            .field("worker", &self.worker)
+            .field("command", &self.command)
+            .field("slots", &self.slots)
+            .field("batch_size", &self.batch_size)
+            .field("reclaim_after", &self.reclaim_after)
+            .field("heartbeat_every", &self.heartbeat_every)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerConfig {
+    /// Checks slots, batch size and durations.
+    pub fn validate(&self) -> Result<(), HopperError> {
+        if self.slots == 0 {
+            return Err(HopperError::ZeroSlots);
+        }
+        if self.batch_size == 0 {
+            return Err(HopperError::ZeroBatchSize);
+        }
+        if self.reclaim_after.is_zero() {
+            return Err(HopperError::ZeroDuration { what: "--timeout" });
+        }
+        if self.limits.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(HopperError::ZeroDuration { what: "--unit-timeout" });
+        }
+        Ok(())
+    }
+}
+
+/// What a worker did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Whether this worker initialised the run.
+    pub leader: bool,
+    /// Invocations run.
+    pub invocations: u64,
+    /// Units finalized as passed by this worker.
+    pub passed: u64,
+    /// Units finalized as failed by this worker.
+    pub failed: u64,
+    /// Attempts that failed and were requeued.
+    pub retried: u64,
+    /// Results dropped because another worker owned the unit (STALE).
+    pub stale: u64,
+    /// Deliveries given up on shutdown.
+    pub abandoned: u64,
+    /// Latest duration of each unit this worker ran (milliseconds).
+    pub timings: Vec<(String, u64)>,
+}
+
+struct Shared {
+    queue: Arc<dyn UnitQueue>,
+    config: WorkerConfig,
+    observer: Arc<dyn RunObserver>,
+    /// Signals (SIGINT/SIGTERM): abandon and stop.
+    shutdown: CancellationToken,
+    /// Stops the slots (shutdown, or another slot's fatal error).
+    stop: CancellationToken,
+    /// Wakes idle slots when a local slot requeued or finished a unit.
+    wake: Notify,
+    running: Mutex<Vec<UnitId>>,
+    summary: Mutex<WorkerSummary>,
+}
+
+/// Calls a queue operation, retrying transport errors a few times.
+async fn retrying<T, F, Fut>(what: &'static str, mut call: F) -> Result<T, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, QueueError>>,
+{
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(QueueError::Backend { op, run, source }) if attempt < 4 => {
+                tracing::warn!(what, op, %run, error = %source, attempt, "queue call failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One worker of a build.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    /// A worker on `queue`. `shutdown` is cancelled on SIGINT/SIGTERM.
+    pub fn new(
+        queue: Arc<dyn UnitQueue>,
+        config: WorkerConfig,
+        observer: Arc<dyn RunObserver>,
+        shutdown: CancellationToken,
+    ) -> Result<Self, HopperError> {
+        config.validate()?;
+        let stop = shutdown.child_token();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                queue,
+                config,
+                observer,
+                shutdown,
+                stop,
+                wake: Notify::new(),
+                running: Mutex::new(Vec::new()),
+                summary: Mutex::new(WorkerSummary::default()),
+            }),
+        })
+    }
+
+    /// Initialises the run with `units` and `budgets`, or joins it when
+    /// another worker was first. Returns whether this worker is the leader.
+    ///
+    /// Initialisation is one atomic step of the queue, so a follower never
+    /// sees a half-written run and has nothing to wait for; a follower whose
+    /// unit list differs gets [`HopperError::BuildReused`].
+    pub async fn join(&self, units: Vec<UnitSpec>, budgets: Budgets, ttl: Duration) -> Result<bool, HopperError> {
+        let shared = &self.shared;
+        let spec = RunSpec { run: shared.config.run.clone(), units, budgets, ttl };
+        spec.validate()?;
+        let total = spec.units.len() as u64;
+        let outcome = retrying("initialize", || shared.queue.initialize(&spec)).await?;
+        let leader = match outcome {
+            InitOutcome::Initialized => true,
+            InitOutcome::AlreadyInitialized { budgets } => {
+                tracing::info!(run = %spec.run, ?budgets, "joined a run another worker initialised");
+                false
+            }
+        };
+        shared.summary.lock().leader = leader;
+        shared.observer.run_started(&spec.run, total, leader);
+        Ok(leader)
+    }
+
+    /// Runs units until every unit of the run is finalized, or until shutdown.
+    /// On shutdown, running units are stopped and abandoned (another worker
+    /// reclaims them) and [`HopperError::Interrupted`] is returned.
+    pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
+        let shared = &self.shared;
+        let mut slots = JoinSet::new();
+        for slot in 0..shared.config.slots {
+            let shared = Arc::clone(shared);
+            slots.spawn(async move { slot_loop(shared, slot).await });
+        }
+        let ticker = tokio::spawn(liveness_loop(Arc::clone(shared)));
+        let mut first_error = None;
+        while let Some(joined) = slots.join_next().await {
+            let result = match joined {
+                Ok(result) => result,
+                Err(join_error) => Err(HopperError::Queue(QueueError::Corrupt {
+                    run: shared.config.run.clone(),
+                    detail: format!("a worker slot panicked: {join_error}"),
+                })),
+            };
+            if let Err(error) = result {
+                tracing::error!(%error, "worker slot failed; stopping the others");
+                shared.stop.cancel();
+                first_error.get_or_insert(error);
+            }
+        }
+        ticker.abort();
+        shared.observer.finished();
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        if shared.shutdown.is_cancelled() {
+            return Err(HopperError::Interrupted);
+        }
+        Ok(shared.summary.lock().clone())
+    }
+
+    /// What the worker did so far.
+    pub fn summary(&self) -> WorkerSummary {
+        self.shared.summary.lock().clone()
+    }
+}
+
+async fn liveness_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(shared.config.heartbeat_every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let current = shared.running.lock().first().cloned();
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        match shared.queue.liveness(run, worker, current.as_ref()).await {
+            Ok(LivenessReply::Ok) => {}
+            Ok(LivenessReply::Corrupt) => tracing::warn!(%run, "liveness: the run is gone"),
+            Err(error) => tracing::warn!(%error, "liveness update failed"),
+        }
+        if let Ok(Some(progress)) = shared.queue.progress(run).await {
+            shared.observer.progress(&progress);
+        }
+    }
+}
+
+async fn slot_loop(shared: Arc<Shared>, slot: usize) -> Result<(), HopperError> {
+    let config = &shared.config;
+    let (run, worker) = (&config.run, &config.worker);
+    let min_wait = Duration::from_millis(2);
+    let mut wait = min_wait;
+    loop {
+        if shared.stop.is_cancelled() {
+            return Ok(());
+        }
+        let batch =
+            retrying("reserve", || shared.queue.reserve_batch(run, worker, config.batch_size, config.reclaim_after))
+                .await?;
+        for unit in &batch.exhausted {
+            shared.observer.attempt_ended(
+                unit,
+                AttemptEnd::ReclaimExhausted,
+                Duration::ZERO,
+                Some("reclaim budget exhausted"),
+            );
+            shared.wake.notify_waiters();
+        }
+        if !batch.deliveries.is_empty() {
+            wait = min_wait;
+            run_batch(&shared, batch.deliveries).await?;
+            continue;
+        }
+        if batch.corrupt {
+            return Err(HopperError::Corrupt { run: run.clone(), detail: "reserve replied CORRUPT".into() });
+        }
+        if !batch.exhausted.is_empty() {
+            continue;
+        }
+        let progress = retrying("progress", || shared.queue.progress(run)).await?;
+        match progress {
+            None => return Err(HopperError::Corrupt { run: run.clone(), detail: "the run no longer exists".into() }),
+            Some(p) if p.is_complete() => {
+                tracing::debug!(slot, "every unit is finalized");
+                shared.wake.notify_waiters();
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        // Units are in flight elsewhere: they may come back (requeue or reclaim).
+        tokio::select! {
+            _ = shared.stop.cancelled() => return Ok(()),
+            _ = shared.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(config.idle_poll);
+    }
+}
+
+async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+    let config = &shared.config;
+    let (run, worker) = (&config.run, &config.worker);
+    let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+    let argv = config.command.render(&units);
+    let mut env = config.env.clone();
+    env.push(("HOPPER_BUILD".into(), run.to_string()));
+    env.push(("HOPPER_WORKER".into(), worker.to_string()));
+    if let [single] = deliveries.as_slice() {
+        env.push(("HOPPER_UNIT".into(), single.unit.to_string()));
+        env.push(("HOPPER_ATTEMPT".into(), (single.retry_index + 1).to_string()));
+    }
+    shared.running.lock().extend(units.iter().cloned());
+    let started = Instant::now();
+
+    // `lost[i]`: the queue no longer lets us report delivery i.
+    let mut lost = vec![false; deliveries.len()];
+    let stop_unit = shared.stop.child_token();
+    let process = run_process(&argv, &env, config.limits, &stop_unit);
+    tokio::pin!(process);
+    let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
+    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let result = loop {
+        tokio::select! {
+            result = &mut process => break result,
+            _ = beat.tick() => {
+                for (i, delivery) in deliveries.iter().enumerate() {
+                    if lost[i] {
+                        continue;
+                    }
+                    match shared.queue.heartbeat(run, worker, delivery).await {
+                        Ok(Ack::Ok) => {}
+                        Ok(reply) => {
+                            lost[i] = true;
+                            fenced_off(shared, delivery, "heartbeat", reply).await;
+                        }
+                        Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
+                    }
+                }
+                if lost.iter().all(|l| *l) {
+                    // Nobody will take this attempt's result: stop wasting the slot.
+                    stop_unit.cancel();
+                }
+            }
+        }
+    };
+    {
+        let mut running = shared.running.lock();
+        running.retain(|u| !units.contains(u));
+    }
+    shared.summary.lock().invocations += 1;
+
+    let elapsed_ms = millis(result.duration);
+    if shared.stop.is_cancelled() && result.termination == Termination::Stopped {
+        for (i, delivery) in deliveries.iter().enumerate() {
+            if lost[i] {
+                continue;
+            }
+            match shared.queue.abandon(run, worker, delivery, elapsed_ms).await {
+                Ok(Ack::Ok) => {
+                    shared.summary.lock().abandoned += 1;
+                    shared.observer.attempt_ended(
+                        &delivery.unit,
+                        AttemptEnd::Abandoned,
+                        result.duration,
+                        Some("shutting down"),
+                    );
+                }
+                Ok(reply) => fenced_off(shared, delivery, "abandon", reply).await,
+                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "could not mark the unit abandoned"),
+            }
+        }
+        return Ok(());
+    }
+
+    let verdicts = config.results.verdicts(&units, &result, &config.limits);
+    let per_unit = result.duration / deliveries.len().max(1) as u32;
+    let per_unit_ms = millis(per_unit);
+    let output = result.output.text(MAX_SUMMARY_LEN / 2);
+    for (i, delivery) in deliveries.iter().enumerate() {
+        if lost[i] {
+            continue;
+        }
+        let verdict = verdicts.get(&delivery.unit).cloned().unwrap_or(UnitVerdict::Failed {
+            reason: "no_result",
+            detail: "the invocation reported no result for this unit".into(),
+        });
+        shared.summary.lock().timings.push((delivery.unit.to_string(), per_unit_ms));
+        match verdict {
+            UnitVerdict::Passed => {
+                let request = FinalizeRequest::new(Outcome::Passed, per_unit_ms);
+                match retrying("finalize", || shared.queue.finalize(run, worker, delivery, &request)).await? {
+                    Ack::Ok => {
+                        shared.summary.lock().passed += 1;
+                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, per_unit, None);
+                    }
+                    reply => fenced_off(shared, delivery, "finalize", reply).await,
+                }
+            }
+            UnitVerdict::Failed { reason, detail } => {
+                let request = RequeueRequest {
+                    duration_ms: per_unit_ms,
+                    failure_summary: Some(detail.clone()),
+                    errors: Some(serde_json::json!({
+                        "reason": reason,
+                        "detail": detail,
+                        "attempt": delivery.retry_index + 1,
+                        "worker": worker.as_str(),
+                        "output": output,
+                    })),
+                };
+                match retrying("requeue", || shared.queue.requeue(run, worker, delivery, &request)).await? {
+                    RequeueReply::Requeued { retry_index } => {
+                        shared.summary.lock().retried += 1;
+                        let note = format!("{detail}; retry {retry_index}");
+                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, per_unit, Some(&note));
+                    }
+                    RequeueReply::Finalized { .. } => {
+                        shared.summary.lock().failed += 1;
+                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, per_unit, Some(&detail));
+                    }
+                    RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
+                    RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
+                }
+            }
+        }
+    }
+    shared.wake.notify_waiters();
+    Ok(())
+}
+
+/// A transition was refused: drop the result, log it, go on.
+async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    match reply {
+        Ack::Stale => {
+            shared.summary.lock().stale += 1;
+            tracing::warn!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
+            shared.observer.attempt_ended(
+                &delivery.unit,
+                AttemptEnd::Stale,
+                Duration::ZERO,
+                Some(&format!("{transition} refused: another worker owns it now; result dropped")),
+            );
+            if let Err(error) = shared.queue.record_stale_rejected(run, worker, delivery, transition).await {
+                tracing::warn!(%error, "could not record the stale result");
+            }
+        }
+        Ack::Corrupt => {
+            tracing::error!(unit = %delivery.unit, transition, "CORRUPT: the run's state is missing");
+            shared.observer.warn(&format!("{transition} of {}: the run's state is missing (expired?)", delivery.unit));
+        }
+        Ack::Ok => {}
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn termination_verdicts() {
+        let limits = ProcessLimits { timeout: Some(Duration::from_secs(2)), ..ProcessLimits::default() };
+        assert_eq!(termination_verdict(&Termination::Exited(0), &limits), UnitVerdict::Passed);
+        assert!(matches!(
+            termination_verdict(&Termination::TimedOut, &limits),
+            UnitVerdict::Failed { reason: "timeout", .. }
+        ));
+        assert!(matches!(
+            termination_verdict(&Termination::Exited(2), &limits),
+            UnitVerdict::Failed { reason: "exit", ref detail } if detail == "exit code 2"
+        ));
+    }
+}

@@ -1,0 +1,100 @@
+//! Helpers shared by hopper's end-to-end tests: a suite of shell units in a
+//! temporary directory and a way to run the built `hopper` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The built binary.
+pub fn hopper_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hopper")
+}
+
+/// A `hopper` command run in `dir`, with no CI variables leaking in.
+pub fn hopper(dir: &Path) -> Command {
+    let mut cmd = Command::new(hopper_bin());
+    cmd.current_dir(dir).stdin(Stdio::null());
+    for var in [
+        "HOPPER_BUILD",
+        "HOPPER_WORKER",
+        "HOPPER_QUEUE",
+        "HOPPER_TIMINGS",
+        "GITHUB_RUN_ID",
+        "BUILDKITE_BUILD_ID",
+        "CIRCLE_WORKFLOW_ID",
+        "CI_PIPELINE_ID",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// stdout and stderr of a finished command, for assertions and messages.
+pub fn texts(output: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// A suite of units (shell scripts) in a temporary directory.
+pub struct Suite {
+    pub dir: tempfile::TempDir,
+    pub units: Vec<PathBuf>,
+}
+
+impl Suite {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("temp dir"), units: Vec::new() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Adds a unit `name` whose body is `script` (run with `sh`).
+    pub fn unit(&mut self, name: &str, script: &str) -> &mut Self {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, script).expect("write unit");
+        self.units.push(path);
+        self
+    }
+
+    /// A passing unit.
+    pub fn passing(&mut self, name: &str) -> &mut Self {
+        self.unit(name, &format!("echo 'ok from {name}'\nexit 0\n"))
+    }
+
+    /// A unit that always fails with a recognisable message.
+    pub fn failing(&mut self, name: &str) -> &mut Self {
+        self.unit(name, "echo 'assertion failed: expected 1, got 2' >&2\nexit 1\n")
+    }
+
+    /// A unit that fails on its first attempt and passes on the next (a
+    /// marker file in the suite directory remembers the first attempt).
+    pub fn flaky(&mut self, name: &str) -> &mut Self {
+        let marker = self.dir.path().join(format!("{name}.marker"));
+        self.unit(
+            name,
+            &format!(
+                "if [ -e '{m}' ]; then echo 'passed on retry'; exit 0; fi\ntouch '{m}'\necho 'flake: first attempt fails' >&2\nexit 1\n",
+                m = marker.display()
+            ),
+        )
+    }
+
+    /// A unit that sleeps `secs` then passes.
+    pub fn slow(&mut self, name: &str, secs: f64) -> &mut Self {
+        self.unit(name, &format!("sleep {secs}\necho 'slow done'\n"))
+    }
+
+    /// Writes the unit list and returns its path.
+    pub fn unit_list(&self) -> PathBuf {
+        let path = self.dir.path().join("units.txt");
+        let text: String = self.units.iter().map(|u| format!("{}\n", u.display())).collect();
+        std::fs::write(&path, text).expect("write unit list");
+        path
+    }
+
+    /// The name the report uses for a unit.
+    pub fn unit_name(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+}

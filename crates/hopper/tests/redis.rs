@@ -1,0 +1,310 @@
+//! End-to-end tests of the `hopper` binary on a private Redis: several
+//! worker processes, one killed with SIGKILL mid-unit, and the report.
+//!
+//! The Redis comes from `leasehold_redis::test_support` (`REDIS_URL`, or a
+//! private `redis-server` on a free loopback port). A missing `redis-server`
+//! fails these tests, never skips them.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{hopper, texts, Suite};
+use leasehold_redis::test_support::{redis_url, unique_prefix};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use quick_junit::{Report, TestCaseStatus};
+
+/// Watches the FIFO at `path` (made here) until `n` lines were written to it;
+/// each writer opens it, writes a line and closes it.
+fn fifo_watch(path: &Path, n: usize) -> mpsc::Receiver<Vec<String>> {
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_owned();
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        while lines.len() < n {
+            let mut text = String::new();
+            if std::fs::File::open(&path).and_then(|mut f| f.read_to_string(&mut text)).is_err() {
+                break;
+            }
+            lines.extend(text.lines().map(str::to_owned));
+        }
+        let _ = tx.send(lines);
+    });
+    rx
+}
+
+struct Build {
+    url: String,
+    prefix: String,
+    build: String,
+}
+
+impl Build {
+    fn new(tag: &str) -> Self {
+        Self { url: redis_url(), prefix: unique_prefix(tag), build: format!("b-{}", unique_prefix(tag)) }
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--queue".into(),
+            self.url.clone(),
+            "--key-prefix".into(),
+            self.prefix.clone(),
+            "--build".into(),
+            self.build.clone(),
+        ]
+    }
+
+    fn worker(&self, suite: &Suite, list: &Path, name: &str, extra: &[&str]) -> Child {
+        hopper(suite.path())
+            .arg("run")
+            .args(self.args())
+            .args(["--worker", name, "-j", "1", "--requeue-tolerance", "0.5", "--units-from"])
+            .arg(list)
+            .args(if extra.contains(&"--timeout") { &[][..] } else { &["--timeout", "2"][..] })
+            .args(extra)
+            .args(["--", "sh", "{unit}"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a worker")
+    }
+}
+
+fn kill_pid_file(path: &Path) {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if let Ok(pid) = text.trim().parse::<i32>() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+fn junit_cases(path: &Path) -> HashMap<String, TestCaseStatus> {
+    let xml = std::fs::read_to_string(path).expect("JUnit file written");
+    let report = Report::deserialize_from_str(&xml).expect("valid JUnit XML");
+    let mut cases = HashMap::new();
+    for case in report.test_suites.iter().flat_map(|s| s.test_cases.iter()) {
+        assert!(cases.insert(case.name.to_string(), case.status.clone()).is_none(), "{:?} listed twice", case.name);
+    }
+    cases
+}
+
+#[test]
+fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
+    let build = Build::new("hopper-e2e-kill");
+    let mut suite = Suite::new();
+    let fifo = suite.path().join("victim.fifo");
+    let victim_pid = suite.path().join("victim.pid");
+    // The first unit: on the doomed worker it says it started and hangs; on
+    // any other worker (after the reclaim) it passes at once.
+    suite.unit(
+        "a_victim.sh",
+        &format!(
+            "if [ \"$HOPPER_WORKER\" = doomed ]; then echo $$ > '{pid}'; echo started > '{fifo}'; exec sleep 60; fi\necho 'ran elsewhere'\n",
+            pid = victim_pid.display(),
+            fifo = fifo.display()
+        ),
+    );
+    suite.passing("b_pass.sh").passing("c_pass.sh").passing("d_pass.sh").passing("e_pass.sh");
+    suite.failing("f_fail.sh").flaky("g_flaky.sh").slow("h_slow.sh", 1.0).slow("i_slow.sh", 1.0);
+    let list = suite.unit_list();
+    let junit = suite.path().join("junit.xml");
+
+    let started = fifo_watch(&fifo, 1);
+    let mut doomed = build.worker(&suite, &list, "doomed", &["--no-timings"]);
+    let lines = started.recv_timeout(Duration::from_secs(60)).expect("the doomed worker started its unit");
+    assert_eq!(lines, vec!["started"]);
+
+    // The report waits for the end while the rest of the build happens.
+    let report = hopper(suite.path())
+        .arg("report")
+        .args(build.args())
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--worker-timeout", "10", "--wait-timeout", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    kill(Pid::from_raw(doomed.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = doomed.wait();
+    kill_pid_file(&victim_pid); // the orphaned unit process; not part of what is tested
+
+    let w2 = build.worker(&suite, &list, "w2", &["--no-timings"]);
+    let w3 = build.worker(&suite, &list, "w3", &["--no-timings"]);
+    for (name, worker) in [("w2", w2), ("w3", w3)] {
+        let output = worker.wait_with_output().unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(0), "{name}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+
+    let output = report.wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "a failing unit fails the build\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let victim = suite.unit_name("a_victim.sh");
+    let fail = suite.unit_name("f_fail.sh");
+    let flaky = suite.unit_name("g_flaky.sh");
+    assert!(stdout.contains("FAILED: 9 units, 8 passed (1 flaky), 1 failed, 0 unfinished"), "{stdout}");
+    assert!(stdout.contains(&format!("FAIL {fail} (exit code 1")), "{stdout}");
+    assert!(stdout.contains(&format!("FLAKY {flaky}")), "{stdout}");
+    let reclaimed = stdout.lines().find(|l| l.contains(&format!("RECLAIMED {victim}"))).unwrap_or("");
+    assert!(reclaimed.contains("from doomed"), "victim reclaimed from the killed worker:\n{stdout}");
+    assert!(reclaimed.contains("finished by w2") || reclaimed.contains("finished by w3"), "{stdout}");
+    assert!(stdout.contains("1 reclaim(s)"), "{stdout}");
+    assert!(!stdout.contains("ANOMALY"), "every unit finalized exactly once:\n{stdout}");
+
+    let cases = junit_cases(&junit);
+    let names: HashSet<String> = suite.units.iter().map(|u| u.display().to_string()).collect();
+    assert_eq!(cases.keys().cloned().collect::<HashSet<_>>(), names, "JUnit lists every unit exactly once");
+    assert!(matches!(&cases[&fail], TestCaseStatus::NonSuccess { .. }), "{:?}", cases[&fail]);
+    assert!(matches!(&cases[&flaky], TestCaseStatus::Success { flaky_runs } if flaky_runs.len() == 1));
+    assert!(matches!(&cases[&victim], TestCaseStatus::Success { flaky_runs } if flaky_runs.is_empty()));
+    let passed = cases.values().filter(|s| matches!(s, TestCaseStatus::Success { .. })).count();
+    assert_eq!(passed, 8, "JUnit agrees with the report");
+}
+
+#[test]
+fn report_fails_clearly_without_hanging_when_every_worker_is_gone() {
+    let build = Build::new("hopper-e2e-gone");
+    let mut suite = Suite::new();
+    let fifo = suite.path().join("started.fifo");
+    let pids = suite.path().join("pids");
+    std::fs::create_dir(&pids).unwrap();
+    for name in ["u1.sh", "u2.sh", "u3.sh", "u4.sh"] {
+        suite.unit(
+            name,
+            &format!(
+                "echo $$ > '{}/{name}.pid'\necho \"$HOPPER_WORKER\" > '{}'\nexec sleep 60\n",
+                pids.display(),
+                fifo.display()
+            ),
+        );
+    }
+    let list = suite.unit_list();
+    let started = fifo_watch(&fifo, 2);
+    let mut w1 = build.worker(&suite, &list, "w1", &["--no-timings"]);
+    let mut w2 = build.worker(&suite, &list, "w2", &["--no-timings"]);
+    let mut who = started.recv_timeout(Duration::from_secs(60)).expect("both workers started a unit");
+    who.sort();
+    assert_eq!(who, vec!["w1", "w2"]);
+    for worker in [&mut w1, &mut w2] {
+        kill(Pid::from_raw(worker.id() as i32), Signal::SIGKILL).unwrap();
+        let _ = worker.wait();
+    }
+    for entry in std::fs::read_dir(&pids).unwrap() {
+        kill_pid_file(&entry.unwrap().path());
+    }
+
+    let junit = suite.path().join("junit.xml");
+    let begun = Instant::now();
+    let output = hopper(suite.path())
+        .arg("report")
+        .args(build.args())
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--worker-timeout", "2", "--wait-timeout", "120"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(3), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(begun.elapsed() < Duration::from_secs(60), "the report did not hang");
+    let line = stderr.trim_end();
+    assert!(!line.contains('\n'), "one-line error: {stderr:?}");
+    assert!(line.contains("every worker is gone") && line.contains("4 unit(s) are unfinished"), "{line}");
+    for name in ["u1.sh", "u2.sh", "u3.sh", "u4.sh"] {
+        assert!(line.contains(&suite.unit_name(name)), "{name} named in {line}");
+    }
+    let cases = junit_cases(&junit);
+    assert_eq!(cases.len(), 4);
+    assert!(cases.values().all(|s| matches!(s, TestCaseStatus::NonSuccess { .. })), "{cases:?}");
+}
+
+#[test]
+fn a_reused_build_id_with_other_units_is_refused_and_nothing_changes() {
+    let build = Build::new("hopper-e2e-reuse");
+    let mut suite = Suite::new();
+    suite.passing("a.sh").passing("b.sh");
+    let list = suite.unit_list();
+    let first = build.worker(&suite, &list, "w1", &["--no-timings"]).wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(0), "{:?}", texts(&first));
+
+    let other: PathBuf = suite.path().join("other.txt");
+    std::fs::write(&other, format!("{}\n", suite.unit_name("a.sh"))).unwrap();
+    let second = build.worker(&suite, &other, "w2", &["--no-timings"]).wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&second);
+    assert_eq!(second.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = stderr.lines().last().unwrap_or("");
+    assert!(line.contains("already exists with a different unit list (2 units, this worker has 1)"), "{stderr}");
+
+    let status = hopper(suite.path()).arg("status").args(build.args()).output().unwrap();
+    let (stdout, stderr) = texts(&status);
+    assert_eq!(status.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("complete: 2/2 finalized"), "{stdout}");
+    assert!(stdout.contains("w1") && !stdout.contains("w2"), "the refused worker wrote nothing: {stdout}");
+}
+
+#[test]
+fn report_for_a_build_that_never_started_fails_clearly() {
+    let build = Build::new("hopper-e2e-none");
+    let suite = Suite::new();
+    let output =
+        hopper(suite.path()).arg("report").args(build.args()).args(["--start-timeout", "0.5"]).output().unwrap();
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("build {} not found", build.build)), "{stderr}");
+}
+
+/// A worker paused (SIGSTOP) past the reclaim timeout loses its unit to
+/// another worker; when it resumes, its late result is fenced off (STALE),
+/// dropped and logged, and the unit is still reported exactly once.
+#[test]
+fn a_paused_worker_s_late_result_is_fenced_off_as_stale() {
+    let build = Build::new("hopper-e2e-stale");
+    let mut suite = Suite::new();
+    let fifo = suite.path().join("paused.fifo");
+    suite.unit(
+        "a_victim.sh",
+        &format!(
+            "if [ \"$HOPPER_WORKER\" = paused ]; then echo started > '{}'; exec sleep 2; fi\necho 'ran elsewhere'\n",
+            fifo.display()
+        ),
+    );
+    suite.passing("b_pass.sh").passing("c_pass.sh");
+    let list = suite.unit_list();
+
+    let started = fifo_watch(&fifo, 1);
+    let paused = build.worker(&suite, &list, "paused", &["--no-timings", "--timeout", "1"]);
+    started.recv_timeout(Duration::from_secs(60)).expect("the paused worker started its unit");
+    let paused_pid = Pid::from_raw(paused.id() as i32);
+    kill(paused_pid, Signal::SIGSTOP).unwrap();
+
+    // Another worker reclaims the unit after the timeout and finishes the build.
+    let other = build.worker(&suite, &list, "w2", &["--no-timings", "--timeout", "1"]).wait_with_output().unwrap();
+    assert_eq!(other.status.code(), Some(0), "{:?}", texts(&other));
+
+    kill(paused_pid, Signal::SIGCONT).unwrap();
+    let output = paused.wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let victim = suite.unit_name("a_victim.sh");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("STALE") && l.contains(&victim) && l.contains("result dropped")),
+        "the late result was dropped and logged:\n{stderr}"
+    );
+
+    let report = hopper(suite.path()).arg("report").args(build.args()).output().unwrap();
+    let (stdout, stderr) = texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("PASSED: 3 units, 3 passed (0 flaky)"), "{stdout}");
+    assert!(stdout.contains("were dropped because another worker owned the unit (STALE)"), "{stdout}");
+    assert!(stdout.contains(&format!("RECLAIMED {victim} (from paused, finished by w2)")), "{stdout}");
+    assert!(!stdout.contains("ANOMALY"), "{stdout}");
+}

@@ -1,0 +1,3 @@
+# Passes, slowly: the report lists it among the slowest units.
+sleep 1
+echo "slept 1s"
