@@ -671,6 +671,25 @@ pub trait UnitQueue: Send + Sync + 'static {
         request: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError>;
 
+    /// Finalizes several deliveries of one worker: the same replies, events
+    /// and state as calling [`UnitQueue::finalize`] for each item in order.
+    /// Backends may do this in one round trip.
+    async fn finalize_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<FinalizeReply>, QueueError> {
+        for (_, request) in items {
+            request.validate()?;
+        }
+        let mut replies = Vec::with_capacity(items.len());
+        for (delivery, request) in items {
+            replies.push(self.finalize(run, worker, delivery, request).await?);
+        }
+        Ok(replies)
+    }
+
     /// Asks for another attempt of a failed unit (within the budgets).
     async fn requeue(
         &self,

@@ -327,6 +327,15 @@ impl UnitQueue for RedisStore {
         ack("heartbeat", &s).map_err(|e| queue_reply_err("heartbeat", run, e))
     }
 
+    async fn finalize_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<Ack>, QueueError> {
+        self.finalize_many(run, worker, items).await
+    }
+
     async fn finalize(
         &self,
         run: &RunId,

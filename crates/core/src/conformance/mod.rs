@@ -98,6 +98,7 @@ macro_rules! conformance_suite {
                 abandon_records_event_and_unit_stays_pending,
                 finalize_records_outcome_and_event,
                 finalize_counts_each_unit_once,
+                finalize_batch_matches_one_by_one,
                 finalize_and_requeue_update_worker_record,
                 liveness_creates_and_updates_worker_records,
                 record_worker_error_needs_no_run,

@@ -320,6 +320,36 @@ pub async fn fence_rejects_handle_with_another_units_entry(fx: Fixture) {
     assert_eq!(progress(&fx, &r).await, counters(2, 2, 0, 0, 0));
 }
 
+/// `finalize_batch` answers and records exactly what finalizing each item in
+/// order would: a stale item in the middle is `STALE` and changes nothing,
+/// and an item repeated within the batch is finalized once.
+pub async fn finalize_batch_matches_one_by_one(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c", "d"], lenient()).await;
+    let da = reserve(&fx, &r, "w1").await;
+    let db = reserve(&fx, &r, "w1").await;
+    let dc = reserve(&fx, &r, "w2").await;
+    let stale_c = dc.clone();
+    let items =
+        vec![(da.clone(), passed(10)), (stale_c, passed(11)), (db.clone(), passed(12)), (da.clone(), passed(13))];
+    let replies = fx.queue.finalize_batch(&r, &worker("w1"), &items).await.unwrap();
+    assert_eq!(replies, vec![Ack::Ok, Ack::Stale, Ack::Ok, Ack::Stale]);
+    assert_eq!(progress(&fx, &r).await, counters(4, 2, 0, 1, 1));
+    let finalized = events_of_type(&all_events(&fx, &r).await, "finalized");
+    assert_eq!(finalized.len(), 2);
+    assert_eq!(finalized[0].unit_id(), Some(&unit("a")));
+    assert_eq!(finalized[1].unit_id(), Some(&unit("b")));
+    match &finalized[1] {
+        Event::Finalized { duration_ms, .. } => assert_eq!(*duration_ms, 12),
+        other => panic!("expected a finalized event, got {other:?}"),
+    }
+    let rec = worker_record(&fx, &r, "w1").await;
+    assert_eq!((rec.current_unit, rec.processed), (None, 2));
+    let none = fx.queue.finalize_batch(&r, &worker("w1"), &[]).await.unwrap();
+    assert!(none.is_empty());
+    let missing = fx.queue.finalize_batch(&run("nope"), &worker("w1"), &[(dc.clone(), passed(1))]).await.unwrap();
+    assert_eq!(missing, vec![Ack::Corrupt]);
+}
+
 /// After a delivery is finalized every transition on it is `STALE`: a double
 /// finalize never counts twice.
 pub async fn transitions_after_finalize_are_stale(fx: Fixture) {
