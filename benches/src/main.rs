@@ -8,6 +8,7 @@ mod hopper_local;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
+mod sync_ownership;
 
 use anyhow::{bail, Result};
 
@@ -17,6 +18,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
+    ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
 ];
 
 fn main() -> Result<()> {
@@ -34,6 +36,7 @@ fn main() -> Result<()> {
             "redis-queue" => redis_queue::run().await,
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
+            "sync-ownership" => sync_ownership::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

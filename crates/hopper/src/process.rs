@@ -338,9 +338,16 @@ mod tests {
         assert_eq!(r.termination, Termination::TimedOut);
         let child: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         // The grandchild was in the group: it must be gone (or a zombie being reaped by init).
-        let alive = nix::sys::signal::kill(Pid::from_raw(child), None).is_ok()
-            && std::fs::read_to_string(format!("/proc/{child}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
-        assert!(!alive, "grandchild {child} survived the group kill");
+        // SIGKILL is delivered asynchronously, so give the kernel a moment to finish it.
+        let alive = || {
+            nix::sys::signal::kill(Pid::from_raw(child), None).is_ok()
+                && std::fs::read_to_string(format!("/proc/{child}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(), "grandchild {child} survived the group kill");
     }
 
     #[tokio::test]

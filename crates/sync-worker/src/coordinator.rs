@@ -1,0 +1,862 @@
+//! The coordinator: which accounts this worker owns, and how hot each is.
+//!
+//! One task per worker loops over four events:
+//!
+//! * **the tick**, every `LEASE_TTL / 3`: re-register the worker (TTL
+//!   `LEASE_TTL`); stop the runners of leases whose local deadline passed
+//!   (renews kept failing); renew every owned lease in one
+//!   [`LeaseStore::renew_many`] call and stop *at once* the runner of every
+//!   lease the store answers is lost (taken over, expired, or dropped by
+//!   `mark_not_live`); read the live set and the live workers; stop accounts
+//!   that left the live set; then balance against the **fair share**
+//!   `ceil(live / workers)`: above `share + slack` (slack = 1 % of the share,
+//!   rounded down, so small shares get none) it sheds the excess gracefully
+//!   (cold accounts first, then warm, then hot: runners finish the poll in
+//!   progress, then the leases are released so the new owner starts at once);
+//!   below the share it claims free accounts with [`LeaseStore::claim_many`].
+//! * **the claim retry**: for `LEASE_TTL + 2 ticks` after the live workers or
+//!   the live set changed (a worker joined, left or died; accounts came or
+//!   went), a worker short of its share retries claims every `LEASE_TTL / 10`,
+//!   so a dead worker's accounts are taken about as soon as its leases
+//!   expire. Outside that window a worker short of its share (the rounding of
+//!   `ceil` leaves one short when the live count does not divide evenly)
+//!   re-checks with backoff (every 1, 2, 4 ticks) and a bounded sweep.
+//! * **tier evaluation**, every `TIER_EVAL_INTERVAL`: see [`crate::tiers`].
+//!   Tiers are written to the store (`sync:tier:{id}`) and the runners are
+//!   reshaped in place. A newly claimed account starts in the tier the store
+//!   holds (warm by default on claim; a previous owner's evaluation carries
+//!   over).
+//! * **`user.active` events**: the user's owned accounts are promoted to hot
+//!   at once.
+//!
+//! Claims are spread: each worker starts its sweep of the (sorted) live set at
+//! `index_of_worker * live / workers`, so workers that start together claim
+//! disjoint ranges on the first try.
+//!
+//! On [`CoordinatorHandle::shutdown`] (SIGTERM in the binary) every runner is
+//! stopped, every lease released and the worker deregistered, so the others
+//! take over at their next tick. [`CoordinatorHandle::kill`] drops everything
+//! without a word to the store, as a crash would.
+//!
+//! The coordinator depends only on the core traits: it runs on any
+//! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use leasehold_core::{
+    Clock, FencingToken, Lease, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use crate::config::Config;
+use crate::directory::AccountDirectory;
+use crate::errors::SyncError;
+use crate::runner::{RunnerHandle, RunnerSettings, RunnerStatus};
+use crate::source::{Fence, MailSource};
+use crate::tiers::{TierInputs, TierPolicy};
+
+/// Concurrent store or source calls in flight at once for per-key reads.
+const CONCURRENCY: usize = 64;
+/// Most keys one `claim_many` call carries.
+const MAX_CLAIM_BATCH: usize = 4096;
+/// Most keys a backoff (non-eager) sweep tries.
+const BACKOFF_SWEEP_CAP: usize = 1024;
+/// Longest backoff between sweeps of a worker short of its share, in ticks.
+const MAX_SWEEP_BACKOFF: u32 = 4;
+
+/// What the coordinator needs from the outside world.
+#[derive(Clone)]
+pub struct Deps {
+    /// Leases, live set, workers, tiers and presence.
+    pub store: Arc<dyn LeaseStore>,
+    /// The mail engine.
+    pub source: Arc<dyn MailSource>,
+    /// Account -> user.
+    pub directory: Arc<dyn AccountDirectory>,
+    /// Wall-clock time, for mail ages (tokio's clock follows paused time in tests).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Deps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deps").field("clock", &self.clock).finish_non_exhaustive()
+    }
+}
+
+/// One owned account, as seen from outside the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountView {
+    /// The account.
+    pub account: LeaseKey,
+    /// The lease's fencing token.
+    pub token: FencingToken,
+    /// Its tier.
+    pub tier: Tier,
+    /// Its user, when known.
+    pub user: Option<UserId>,
+    /// What its runner last did.
+    pub status: RunnerStatus,
+}
+
+/// Counters of one coordinator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoordinatorStats {
+    /// Full ticks (register, renew, balance) done.
+    pub ticks: u64,
+    /// Claim-only retries done.
+    pub claim_retries: u64,
+    /// Accounts claimed.
+    pub claimed: u64,
+    /// Accounts lost (renew said lost, or the lease deadline passed).
+    pub lost: u64,
+    /// Accounts shed to other workers.
+    pub shed: u64,
+    /// Accounts released at shutdown.
+    pub released: u64,
+    /// Tier evaluations done.
+    pub tier_evaluations: u64,
+    /// Accounts promoted by `user.active` events.
+    pub promoted_by_event: u64,
+}
+
+struct SharedEntry {
+    token: FencingToken,
+    tier: Tier,
+    user: Option<UserId>,
+    status: Arc<Mutex<RunnerStatus>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    owned: Mutex<HashMap<LeaseKey, SharedEntry>>,
+    stats: Mutex<CoordinatorStats>,
+}
+
+/// A running coordinator. Dropping it without [`CoordinatorHandle::shutdown`]
+/// leaves the coordinator running in the background.
+pub struct CoordinatorHandle {
+    worker: WorkerId,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<Result<(), SyncError>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CoordinatorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorHandle").field("worker", &self.worker).finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorHandle {
+    /// This coordinator's worker id.
+    pub fn worker(&self) -> &WorkerId {
+        &self.worker
+    }
+
+    /// How many accounts it owns.
+    pub fn owned_count(&self) -> usize {
+        self.shared.owned.lock().len()
+    }
+
+    /// The accounts it owns, sorted.
+    pub fn owned_keys(&self) -> Vec<LeaseKey> {
+        let mut keys: Vec<LeaseKey> = self.shared.owned.lock().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Every owned account with its token, tier, user and runner status, sorted.
+    pub fn owned(&self) -> Vec<AccountView> {
+        let mut views: Vec<AccountView> = self
+            .shared
+            .owned
+            .lock()
+            .iter()
+            .map(|(k, e)| AccountView {
+                account: k.clone(),
+                token: e.token,
+                tier: e.tier,
+                user: e.user.clone(),
+                status: e.status.lock().clone(),
+            })
+            .collect();
+        views.sort_by(|a, b| a.account.cmp(&b.account));
+        views
+    }
+
+    /// Whether it owns `account`.
+    pub fn owns(&self, account: &LeaseKey) -> bool {
+        self.shared.owned.lock().contains_key(account)
+    }
+
+    /// The tier of `account`, when owned.
+    pub fn tier_of(&self, account: &LeaseKey) -> Option<Tier> {
+        self.shared.owned.lock().get(account).map(|e| e.tier)
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> CoordinatorStats {
+        *self.shared.stats.lock()
+    }
+
+    /// A cloneable read-only view, usable from any thread.
+    pub fn observer(&self) -> CoordinatorObserver {
+        CoordinatorObserver { worker: self.worker.clone(), shared: self.shared.clone() }
+    }
+
+    /// Whether the coordinator task has ended (it only ends on shutdown or a panic).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the coordinator task to end by itself (it does not, unless it panics).
+    pub async fn finished(&mut self) -> Result<(), SyncError> {
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => Err(SyncError::Coordinator { worker: self.worker.to_string(), detail: e.to_string() }),
+        }
+    }
+
+    /// Graceful shutdown: stops every runner (after its poll in progress),
+    /// releases every lease so other workers take over at once, deregisters
+    /// the worker.
+    pub async fn shutdown(self) -> Result<(), SyncError> {
+        self.shutdown.send_replace(true);
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(SyncError::Coordinator { worker: self.worker.to_string(), detail: e.to_string() }),
+        }
+    }
+
+    /// Ends the coordinator and all its runners at once *without* releasing
+    /// anything, as a crash would: its leases lapse after their TTL.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        self.shared.owned.lock().clear();
+    }
+}
+
+/// A read-only, cloneable view of a running coordinator (for status pages,
+/// benchmarks and tests), usable from any thread.
+#[derive(Clone)]
+pub struct CoordinatorObserver {
+    worker: WorkerId,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CoordinatorObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorObserver").field("worker", &self.worker).finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorObserver {
+    /// The worker id.
+    pub fn worker(&self) -> &WorkerId {
+        &self.worker
+    }
+
+    /// How many accounts it owns.
+    pub fn owned_count(&self) -> usize {
+        self.shared.owned.lock().len()
+    }
+
+    /// Whether it owns `account`.
+    pub fn owns(&self, account: &LeaseKey) -> bool {
+        self.shared.owned.lock().contains_key(account)
+    }
+
+    /// The accounts it owns, sorted.
+    pub fn owned_keys(&self) -> Vec<LeaseKey> {
+        let mut keys: Vec<LeaseKey> = self.shared.owned.lock().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> CoordinatorStats {
+        *self.shared.stats.lock()
+    }
+}
+
+/// Starts coordinators.
+#[derive(Debug)]
+pub struct Coordinator;
+
+/// A coordinator whose worker is registered but whose loop has not started
+/// (see [`Coordinator::prepare`]).
+pub struct PreparedCoordinator {
+    worker: WorkerId,
+    config: Config,
+    deps: Deps,
+    sub: UserActiveSubscription,
+}
+
+impl std::fmt::Debug for PreparedCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCoordinator").field("worker", &self.worker).finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// Validates `config`, registers `worker`, subscribes to `user.active`
+    /// and starts the coordinator task. The first tick runs at once.
+    pub async fn start(worker: WorkerId, config: Config, deps: Deps) -> Result<CoordinatorHandle, SyncError> {
+        Ok(Self::prepare(worker, config, deps).await?.spawn())
+    }
+
+    /// The first half of [`Coordinator::start`]: validates, registers the
+    /// worker and subscribes, without claiming anything yet. Workers that
+    /// start together can all register first, so their first ticks already
+    /// see each other and split the accounts without shedding.
+    pub async fn prepare(worker: WorkerId, config: Config, deps: Deps) -> Result<PreparedCoordinator, SyncError> {
+        config.validate()?;
+        deps.store.register_worker(&worker, config.lease_ttl).await?;
+        let sub = deps.store.subscribe_user_active().await?;
+        Ok(PreparedCoordinator { worker, config, deps, sub })
+    }
+}
+
+impl PreparedCoordinator {
+    /// Starts the coordinator task; the first tick runs at once.
+    pub fn spawn(self) -> CoordinatorHandle {
+        let PreparedCoordinator { worker, config, deps, sub } = self;
+        let shared = Arc::new(Shared::default());
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let now = Instant::now();
+        let coord = Coord {
+            worker: worker.clone(),
+            settings: RunnerSettings::from(&config),
+            policy: TierPolicy::from(&config),
+            config,
+            deps,
+            owned: HashMap::new(),
+            shared: shared.clone(),
+            last_workers: Vec::new(),
+            last_live_sig: (0, 0),
+            eager_until: now,
+            sweep_backoff: 1,
+            ticks_since_sweep: 0,
+            sweep_cursor: 0,
+            retry_claim_at: None,
+        };
+        tracing::info!(%worker, "coordinator started");
+        let task = tokio::spawn(coord.run(shutdown_rx, sub));
+        CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }
+    }
+}
+
+struct Owned {
+    lease: Lease,
+    deadline: Instant,
+    user: Option<UserId>,
+    latest_mail_ms: Option<u64>,
+    runner: RunnerHandle,
+}
+
+struct Coord {
+    worker: WorkerId,
+    config: Config,
+    settings: RunnerSettings,
+    policy: TierPolicy,
+    deps: Deps,
+    owned: HashMap<LeaseKey, Owned>,
+    shared: Arc<Shared>,
+    last_workers: Vec<WorkerId>,
+    last_live_sig: (usize, u64),
+    eager_until: Instant,
+    sweep_backoff: u32,
+    ticks_since_sweep: u32,
+    sweep_cursor: usize,
+    retry_claim_at: Option<Instant>,
+}
+
+fn tier_rank(t: Tier) -> u8 {
+    match t {
+        Tier::Cold => 0,
+        Tier::Warm => 1,
+        Tier::Hot => 2,
+    }
+}
+
+impl Coord {
+    fn ttl(&self) -> Duration {
+        self.config.lease_ttl
+    }
+
+    /// The local deadline of a lease claimed or renewed by a call sent at
+    /// `sent_at`: its TTL less a tenth, for clock differences with the store.
+    fn deadline_from(&self, sent_at: Instant) -> Instant {
+        sent_at + self.ttl() - self.ttl() / 10
+    }
+
+    fn stats(&self, f: impl FnOnce(&mut CoordinatorStats)) {
+        f(&mut self.shared.stats.lock());
+    }
+
+    async fn run(mut self, mut shutdown: watch::Receiver<bool>, sub: UserActiveSubscription) -> Result<(), SyncError> {
+        let mut sub = Some(sub);
+        let every = self.config.renew_interval();
+        let mut next_tick = Instant::now();
+        let mut next_eval = Instant::now() + self.config.tier_eval_interval;
+        loop {
+            let retry = self.retry_claim_at;
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                _ = sleep_until(next_tick) => {
+                    let started = Instant::now();
+                    self.tick(true).await;
+                    next_tick = started + every;
+                }
+                ev = async { sub.as_mut()?.recv().await }, if sub.is_some() => match ev {
+                    Some(user) => self.on_user_active(&user).await,
+                    None => {
+                        tracing::warn!(worker = %self.worker, "user.active subscription closed");
+                        sub = None;
+                    }
+                },
+                _ = async { if let Some(at) = retry { sleep_until(at).await } }, if retry.is_some() => {
+                    self.retry_claim_at = None;
+                    self.tick(false).await;
+                }
+                _ = sleep_until(next_eval) => {
+                    let started = Instant::now();
+                    self.evaluate_tiers().await;
+                    next_eval = started + self.config.tier_eval_interval;
+                }
+            }
+        }
+        self.shutdown().await
+    }
+
+    /// One round: (full) register, expire, renew; then balance.
+    async fn tick(&mut self, full: bool) {
+        let ttl = self.ttl();
+        let store = self.deps.store.clone();
+        if full {
+            self.stats(|s| s.ticks += 1);
+            if let Err(e) = store.register_worker(&self.worker, ttl).await {
+                tracing::warn!(worker = %self.worker, error = %e, "worker registration failed");
+            }
+            self.expire_overdue().await;
+            self.renew().await;
+        } else {
+            self.stats(|s| s.claim_retries += 1);
+        }
+        let (live, workers) = match futures::try_join!(store.live_keys(), store.live_workers()) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %e, "could not read the live set or the live workers");
+                return;
+            }
+        };
+        self.drop_not_live(&live).await;
+
+        let me_counted = workers.contains(&self.worker);
+        let n_workers = workers.len() + usize::from(!me_counted);
+        let share = live.len().div_ceil(n_workers.max(1));
+        let slack = share / 100;
+        let now = Instant::now();
+        let sig = live_signature(&live);
+        if workers != self.last_workers || sig != self.last_live_sig {
+            self.eager_until = now + ttl + 2 * self.config.renew_interval();
+            self.sweep_backoff = 1;
+            self.last_workers = workers.clone();
+            self.last_live_sig = sig;
+        }
+        let eager = now < self.eager_until;
+        let owned = self.owned.len();
+        if owned > share + slack {
+            self.shed(owned - share).await;
+        } else if owned < share {
+            if full {
+                self.ticks_since_sweep += 1;
+            }
+            if eager || self.ticks_since_sweep >= self.sweep_backoff {
+                self.ticks_since_sweep = 0;
+                let won = self.claim(&live, &workers, share - owned, eager).await;
+                self.sweep_backoff = if won > 0 { 1 } else { (self.sweep_backoff * 2).min(MAX_SWEEP_BACKOFF) };
+            }
+        }
+        self.retry_claim_at = if self.owned.len() < share && eager { Some(Instant::now() + ttl / 10) } else { None };
+    }
+
+    /// Stops the runners whose lease deadline passed (renews kept failing).
+    async fn expire_overdue(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<LeaseKey> =
+            self.owned.iter().filter(|(_, o)| o.deadline <= now).map(|(k, _)| k.clone()).collect();
+        for key in overdue {
+            if let Some(o) = self.remove(&key) {
+                tracing::warn!(worker = %self.worker, account = %key, "lease deadline passed without a renew; stopped");
+                o.runner.abort().await;
+                self.stats(|s| s.lost += 1);
+                // Harmless if it is gone: release is token-checked.
+                let _ = self.deps.store.release(&o.lease).await;
+            }
+        }
+    }
+
+    async fn renew(&mut self) {
+        if self.owned.is_empty() {
+            return;
+        }
+        let (keys, leases): (Vec<LeaseKey>, Vec<Lease>) =
+            self.owned.iter().map(|(k, o)| (k.clone(), o.lease.clone())).unzip();
+        let sent_at = Instant::now();
+        let answers = match self.deps.store.renew_many(&leases, self.ttl()).await {
+            Ok(a) if a.len() == leases.len() => a,
+            Ok(a) => {
+                tracing::error!(worker = %self.worker, asked = leases.len(), answered = a.len(), "renew_many answered the wrong number of leases");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %e, "renew failed; leases stay valid until their deadline");
+                return;
+            }
+        };
+        let deadline = self.deadline_from(sent_at);
+        let mut lost = Vec::new();
+        for (key, ok) in keys.into_iter().zip(answers) {
+            if ok {
+                if let Some(o) = self.owned.get_mut(&key) {
+                    o.deadline = deadline;
+                    o.runner.extend(deadline);
+                }
+            } else {
+                lost.push(key);
+            }
+        }
+        for key in lost {
+            if let Some(o) = self.remove(&key) {
+                o.runner.abort().await;
+                tracing::info!(worker = %self.worker, account = %key, "lease lost; account stopped");
+                self.stats(|s| s.lost += 1);
+            }
+        }
+        // A runner that ended by itself (a panic) while its lease is still held: restart it.
+        let dead: Vec<LeaseKey> =
+            self.owned.iter().filter(|(_, o)| o.runner.is_finished()).map(|(k, _)| k.clone()).collect();
+        for key in dead {
+            if let Some(o) = self.owned.get_mut(&key) {
+                tracing::error!(worker = %self.worker, account = %key, "runner ended unexpectedly; restarting it");
+                let tier = o.runner.tier();
+                o.runner = RunnerHandle::spawn(
+                    self.deps.source.clone(),
+                    Fence::from(&o.lease),
+                    tier,
+                    o.deadline,
+                    self.settings,
+                );
+                if let Some(e) = self.shared.owned.lock().get_mut(&key) {
+                    e.status = o.runner.status_handle();
+                }
+            }
+        }
+    }
+
+    /// Stops and releases owned accounts that are no longer live (`live` is sorted).
+    async fn drop_not_live(&mut self, live: &[LeaseKey]) {
+        if self.owned.is_empty() {
+            return;
+        }
+        // The live set comes sorted: a binary search per owned key beats hashing the whole set.
+        let gone: Vec<LeaseKey> = self.owned.keys().filter(|k| live.binary_search(k).is_err()).cloned().collect();
+        for key in gone {
+            if let Some(o) = self.remove(&key) {
+                o.runner.abort().await;
+                let _ = self.deps.store.release(&o.lease).await;
+                tracing::info!(worker = %self.worker, account = %key, "account no longer live; stopped");
+                self.stats(|s| s.lost += 1);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &LeaseKey) -> Option<Owned> {
+        self.shared.owned.lock().remove(key);
+        self.owned.remove(key)
+    }
+
+    /// Claims up to `deficit` free live accounts.
+    async fn claim(&mut self, live: &[LeaseKey], workers: &[WorkerId], deficit: usize, eager: bool) -> usize {
+        let n = live.len();
+        if n == 0 {
+            return 0;
+        }
+        let idx = workers.iter().position(|w| w == &self.worker).unwrap_or(workers.len());
+        let offset = idx * n / workers.len().max(idx + 1);
+        let mut candidates: Vec<&LeaseKey> =
+            live[offset..].iter().chain(&live[..offset]).filter(|k| !self.owned.contains_key(*k)).collect();
+        if !eager && candidates.len() > BACKOFF_SWEEP_CAP {
+            // A bounded sweep that moves on each time, so all keys get looked at.
+            let start = self.sweep_cursor % candidates.len();
+            candidates.rotate_left(start);
+            candidates.truncate(BACKOFF_SWEEP_CAP);
+            self.sweep_cursor = self.sweep_cursor.wrapping_add(BACKOFF_SWEEP_CAP);
+        }
+        let ttl = self.ttl();
+        let mut remaining = deficit;
+        let mut cursor = 0;
+        let mut hit_rate = 1.0f64;
+        let mut total = 0;
+        while remaining > 0 && cursor < candidates.len() {
+            let want = ((remaining as f64 / hit_rate).ceil() as usize)
+                .clamp(remaining, MAX_CLAIM_BATCH.max(remaining))
+                .min(candidates.len() - cursor);
+            let batch: Vec<LeaseKey> = candidates[cursor..cursor + want].iter().map(|k| (*k).clone()).collect();
+            cursor += want;
+            let sent_at = Instant::now();
+            let mut won = match self.deps.store.claim_many(&batch, &self.worker, ttl).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(worker = %self.worker, error = %e, "claim failed");
+                    break;
+                }
+            };
+            hit_rate = (won.len() as f64 / want as f64).max(1.0 / 64.0);
+            if won.len() > remaining {
+                let surplus = won.split_off(remaining);
+                let store = self.deps.store.clone();
+                each(surplus, move |l| {
+                    let store = store.clone();
+                    async move {
+                        let _ = store.release(&l).await;
+                    }
+                })
+                .await;
+            }
+            remaining -= won.len();
+            total += won.len();
+            self.adopt(won, sent_at).await;
+        }
+        total
+    }
+
+    /// Starts runners for freshly claimed leases.
+    async fn adopt(&mut self, leases: Vec<Lease>, sent_at: Instant) {
+        if leases.is_empty() {
+            return;
+        }
+        let deadline = self.deadline_from(sent_at);
+        let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
+        let store = self.deps.store.clone();
+        let tiers: Vec<Tier> = each(keys.clone(), move |k| {
+            let store = store.clone();
+            async move {
+                match store.tier(&k).await {
+                    Ok(t) => t.unwrap_or(Tier::Warm),
+                    Err(e) => {
+                        tracing::warn!(account = %k, error = %e, "could not read the tier; starting warm");
+                        Tier::Warm
+                    }
+                }
+            }
+        })
+        .await;
+        let users = match self.deps.directory.users_of(&keys).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %e, "could not look up account users");
+                vec![None; keys.len()]
+            }
+        };
+        let n = leases.len() as u64;
+        let mut shared = Vec::with_capacity(leases.len());
+        for ((lease, tier), user) in leases.into_iter().zip(tiers).zip(users) {
+            let key = lease.key.clone();
+            let runner =
+                RunnerHandle::spawn(self.deps.source.clone(), Fence::from(&lease), tier, deadline, self.settings);
+            tracing::debug!(worker = %self.worker, account = %key, token = %lease.token, %tier, "claimed");
+            shared.push((
+                key.clone(),
+                SharedEntry { token: lease.token, tier, user: user.clone(), status: runner.status_handle() },
+            ));
+            self.owned.insert(key, Owned { lease, deadline, user, latest_mail_ms: None, runner });
+        }
+        self.shared.owned.lock().extend(shared);
+        self.stats(|s| s.claimed += n);
+    }
+
+    /// Gives up `count` accounts gracefully: cold first, then warm, then hot.
+    async fn shed(&mut self, count: usize) {
+        let mut victims: Vec<(u8, LeaseKey)> =
+            self.owned.iter().map(|(k, o)| (tier_rank(o.runner.tier()), k.clone())).collect();
+        victims.sort();
+        victims.truncate(count);
+        let owned: Vec<Owned> = victims.iter().filter_map(|(_, k)| self.remove(k)).collect();
+        tracing::info!(worker = %self.worker, count = owned.len(), "shedding accounts above the fair share");
+        let n = self.release_all(owned).await;
+        self.stats(|s| s.shed += n);
+    }
+
+    /// Stops the runners (each after its poll in progress, within half a
+    /// tick), then releases the leases. Returns how many were released.
+    async fn release_all(&self, owned: Vec<Owned>) -> u64 {
+        let grace = self.config.renew_interval() / 2;
+        let mut leases = Vec::with_capacity(owned.len());
+        let stops = owned.into_iter().map(|o| {
+            leases.push(o.lease);
+            o.runner.stop(grace)
+        });
+        futures::future::join_all(stops.collect::<Vec<_>>()).await;
+        let store = self.deps.store.clone();
+        let released: Vec<bool> = each(leases, move |l| {
+            let store = store.clone();
+            async move {
+                match store.release(&l).await {
+                    Ok(released) => released,
+                    Err(e) => {
+                        tracing::warn!(account = %l.key, error = %e, "release failed; the lease will lapse");
+                        false
+                    }
+                }
+            }
+        })
+        .await;
+        released.into_iter().filter(|r| *r).count() as u64
+    }
+
+    async fn shutdown(mut self) -> Result<(), SyncError> {
+        let owned: Vec<Owned> = self.owned.drain().map(|(_, o)| o).collect();
+        self.shared.owned.lock().clear();
+        let count = owned.len();
+        let released = self.release_all(owned).await;
+        self.stats(|s| s.released += released);
+        let dereg = self.deps.store.deregister_worker(&self.worker).await;
+        tracing::info!(worker = %self.worker, count, released, "coordinator shut down; leases released");
+        dereg.map_err(SyncError::from)
+    }
+
+    fn set_tier_local(&mut self, key: &LeaseKey, tier: Tier) {
+        if let Some(o) = self.owned.get(key) {
+            o.runner.set_tier(tier);
+        }
+        if let Some(e) = self.shared.owned.lock().get_mut(key) {
+            e.tier = tier;
+        }
+    }
+
+    /// Applies tier changes: the store first, then the runners.
+    async fn apply_tiers(&mut self, changes: Vec<(LeaseKey, Tier)>) {
+        let store = self.deps.store.clone();
+        each(changes.clone(), move |(k, t)| {
+            let store = store.clone();
+            async move {
+                if let Err(e) = store.set_tier(&k, t).await {
+                    tracing::warn!(account = %k, tier = %t, error = %e, "could not store the tier");
+                }
+            }
+        })
+        .await;
+        for (key, tier) in changes {
+            tracing::debug!(worker = %self.worker, account = %key, %tier, "tier changed");
+            self.set_tier_local(&key, tier);
+        }
+    }
+
+    async fn on_user_active(&mut self, user: &UserId) {
+        let changes: Vec<(LeaseKey, Tier)> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.user.as_ref() == Some(user) && o.runner.tier() != Tier::Hot)
+            .map(|(k, _)| (k.clone(), Tier::Hot))
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        let n = changes.len() as u64;
+        tracing::info!(worker = %self.worker, %user, accounts = n, "user active; promoting to hot");
+        self.apply_tiers(changes).await;
+        self.stats(|s| s.promoted_by_event += n);
+    }
+
+    async fn evaluate_tiers(&mut self) {
+        self.stats(|s| s.tier_evaluations += 1);
+        if self.owned.is_empty() {
+            return;
+        }
+        let mut keys: Vec<LeaseKey> = self.owned.keys().cloned().collect();
+        keys.sort();
+        // Users may have been recorded after the claim: refresh them.
+        if let Ok(users) = self.deps.directory.users_of(&keys).await {
+            for (k, u) in keys.iter().zip(users) {
+                if let Some(o) = self.owned.get_mut(k) {
+                    if o.user != u {
+                        o.user = u.clone();
+                        if let Some(e) = self.shared.owned.lock().get_mut(k) {
+                            e.user = u;
+                        }
+                    }
+                }
+            }
+        }
+        let users: HashSet<UserId> = self.owned.values().filter_map(|o| o.user.clone()).collect();
+        let store = self.deps.store.clone();
+        let active: HashMap<UserId, bool> = each(users.into_iter().collect(), move |u: UserId| {
+            let store = store.clone();
+            async move {
+                let active = store.is_user_active(&u).await.unwrap_or_else(|e| {
+                    tracing::warn!(user = %u, error = %e, "could not read presence; taking it as absent");
+                    false
+                });
+                (u, active)
+            }
+        })
+        .await
+        .into_iter()
+        .collect();
+        let source = self.deps.source.clone();
+        let latest: Vec<Result<Option<u64>, String>> = each(keys.clone(), move |k| {
+            let source = source.clone();
+            async move { source.latest_internal_date(&k).await.map_err(|e| e.to_string()) }
+        })
+        .await;
+        let mut inputs = Vec::with_capacity(keys.len());
+        for (k, l) in keys.iter().zip(latest) {
+            let Some(o) = self.owned.get_mut(k) else { continue };
+            match l {
+                Ok(l) => o.latest_mail_ms = l,
+                Err(e) => {
+                    tracing::warn!(account = %k, error = %e, "could not read the newest mail date; keeping the last")
+                }
+            }
+            let session = o.user.as_ref().is_some_and(|u| active.get(u).copied().unwrap_or(false));
+            inputs.push(TierInputs { session, latest_mail_ms: o.latest_mail_ms });
+        }
+        let tiers = self.policy.assign(self.deps.clock.now_ms(), &inputs);
+        let changes: Vec<(LeaseKey, Tier)> = keys
+            .into_iter()
+            .zip(tiers)
+            .filter(|(k, t)| self.owned.get(k).is_some_and(|o| o.runner.tier() != *t))
+            .collect();
+        if !changes.is_empty() {
+            tracing::debug!(worker = %self.worker, changes = changes.len(), "tiers re-evaluated");
+            self.apply_tiers(changes).await;
+        }
+    }
+}
+
+/// Runs `f` on every item, [`CONCURRENCY`] at a time; answers in order.
+async fn each<T, R, Fut>(items: Vec<T>, f: impl FnMut(T) -> Fut) -> Vec<R>
+where
+    Fut: std::future::Future<Output = R>,
+{
+    stream::iter(items).map(f).buffered(CONCURRENCY).collect().await
+}
+
+/// A cheap fingerprint of the live set, to notice when it changed.
+fn live_signature(live: &[LeaseKey]) -> (usize, u64) {
+    let mut h = DefaultHasher::new();
+    live.hash(&mut h);
+    (live.len(), h.finish())
+}

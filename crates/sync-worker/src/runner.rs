@@ -1,0 +1,362 @@
+//! The runner: the loops of one owned account, shaped by its tier.
+//!
+//! * **hot**: a persistent connection waits for new mail on INBOX (IMAP IDLE,
+//!   re-issued every `IDLE_REISSUE` whatever keepalives the server sends, with
+//!   reconnects and exponential backoff) and polls INBOX after every wake-up
+//!   and when it (re)connects; plus a secondary poll of the special folders
+//!   every `POLL_WARM` on a transient connection.
+//! * **warm**: no persistent connection; a transient INBOX + special-folder
+//!   poll every `POLL_WARM`.
+//! * **cold**: the same every `POLL_COLD`.
+//!
+//! **Tier changes reshape the loops in place.** The periodic poll (special
+//! folders when hot, all folders otherwise) keeps one schedule across tiers:
+//! its next run is always *the start of the previous periodic poll + the
+//! current tier's interval* (or at once if that is already past, and then
+//! only once). So a change never skips the due poll nor runs an extra one;
+//! only the INBOX watch starts or stops.
+//!
+//! **Fencing.** Every connection is opened with the lease's [`Fence`], so
+//! every write carries its token. The runner also holds a *lease deadline*
+//! (the coordinator moves it forward after each successful renew): it never
+//! starts a poll past it and ends at its first poll after it, even if the
+//! coordinator is stuck (the coordinator itself aborts the runner of a lease
+//! whose deadline passed at its next tick). A poll rejected by storage
+//! ([`SourceError::Fenced`]: a newer owner wrote) ends the runner at once.
+//! The coordinator stops it at once when a renew answers that the lease is
+//! lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::Tier;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use crate::config::Config;
+use crate::errors::SourceError;
+use crate::source::{Fence, MailSource, Scope};
+
+/// A task handle that aborts the task when dropped, so no loop outlives its owner.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The runner's timing settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunnerSettings {
+    /// Periodic poll interval of warm accounts and secondary poll of hot ones.
+    pub poll_warm: Duration,
+    /// Periodic poll interval of cold accounts.
+    pub poll_cold: Duration,
+    /// Hard deadline of one INBOX wait before it is re-issued.
+    pub idle_reissue: Duration,
+    /// First delay after a failed connect or poll; doubles up to the poll interval.
+    pub retry_base: Duration,
+}
+
+impl From<&Config> for RunnerSettings {
+    fn from(c: &Config) -> Self {
+        Self {
+            poll_warm: c.poll_warm,
+            poll_cold: c.poll_cold,
+            idle_reissue: c.idle_reissue,
+            retry_base: Duration::from_secs(1).min(c.poll_warm),
+        }
+    }
+}
+
+impl RunnerSettings {
+    fn interval(&self, tier: Tier) -> Duration {
+        match tier {
+            Tier::Hot | Tier::Warm => self.poll_warm,
+            Tier::Cold => self.poll_cold,
+        }
+    }
+}
+
+/// What a runner last did, for status reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunnerStatus {
+    /// Successful polls so far.
+    pub polls: u64,
+    /// When the last successful poll ended (tokio time).
+    pub last_sync: Option<Instant>,
+    /// The last error, cleared by the next successful poll.
+    pub last_error: Option<String>,
+}
+
+/// How a runner ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerExit {
+    /// It was asked to stop.
+    Stopped,
+    /// Its lease deadline passed without a renew.
+    LeaseExpired,
+    /// Storage rejected a write: a newer owner holds the account.
+    Fenced,
+}
+
+/// The lease deadline, moved forward by the coordinator after each renew.
+/// A plain shared cell, not a channel or a timer: extending it wakes nobody
+/// (thousands of idle runners would otherwise wake on every renew); a runner
+/// reads it before every poll and ends when it has passed.
+#[derive(Debug)]
+struct Deadline(Mutex<Instant>);
+
+impl Deadline {
+    fn get(&self) -> Instant {
+        *self.0.lock()
+    }
+
+    fn passed(&self) -> bool {
+        Instant::now() >= self.get()
+    }
+}
+
+struct Ctx {
+    source: Arc<dyn MailSource>,
+    fence: Fence,
+    settings: RunnerSettings,
+    tier: watch::Receiver<Tier>,
+    deadline: Arc<Deadline>,
+    stop: watch::Receiver<bool>,
+    status: Arc<Mutex<RunnerStatus>>,
+}
+
+/// A running account: change its tier, move its lease deadline, stop it.
+/// Dropping the handle aborts the runner and all its loops.
+#[derive(Debug)]
+pub struct RunnerHandle {
+    fence: Fence,
+    tier: watch::Sender<Tier>,
+    deadline: Arc<Deadline>,
+    stop: watch::Sender<bool>,
+    status: Arc<Mutex<RunnerStatus>>,
+    task: AbortOnDrop<RunnerExit>,
+}
+
+impl RunnerHandle {
+    /// Starts the loops of `fence.account` in `tier`, valid until `deadline`.
+    pub fn spawn(
+        source: Arc<dyn MailSource>,
+        fence: Fence,
+        tier: Tier,
+        deadline: Instant,
+        settings: RunnerSettings,
+    ) -> Self {
+        let (tier_tx, tier_rx) = watch::channel(tier);
+        let deadline = Arc::new(Deadline(Mutex::new(deadline)));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let status = Arc::new(Mutex::new(RunnerStatus::default()));
+        let ctx = Ctx {
+            source,
+            fence: fence.clone(),
+            settings,
+            tier: tier_rx,
+            deadline: deadline.clone(),
+            stop: stop_rx,
+            status: status.clone(),
+        };
+        let task = AbortOnDrop(tokio::spawn(run(ctx)));
+        Self { fence, tier: tier_tx, deadline, stop: stop_tx, status, task }
+    }
+
+    /// The fence (account, worker, token) this runner writes under.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// The current tier.
+    pub fn tier(&self) -> Tier {
+        *self.tier.borrow()
+    }
+
+    /// Reshapes the loops for `tier` (no-op when unchanged).
+    pub fn set_tier(&self, tier: Tier) {
+        self.tier.send_if_modified(|t| std::mem::replace(t, tier) != tier);
+    }
+
+    /// Moves the lease deadline (after a successful renew).
+    pub fn extend(&self, deadline: Instant) {
+        *self.deadline.0.lock() = deadline;
+    }
+
+    /// A snapshot of what the runner last did.
+    pub fn status(&self) -> RunnerStatus {
+        self.status.lock().clone()
+    }
+
+    /// A shared view of the status that outlives the handle.
+    pub fn status_handle(&self) -> Arc<Mutex<RunnerStatus>> {
+        self.status.clone()
+    }
+
+    /// Whether the runner has ended (stopped, lease expired, or panicked).
+    pub fn is_finished(&self) -> bool {
+        self.task.0.is_finished()
+    }
+
+    /// Asks the runner to stop after the poll in progress (if any), waits up
+    /// to `grace` for it, then aborts whatever is left. When this returns, no
+    /// loop of the account runs any more.
+    pub async fn stop(mut self, grace: Duration) {
+        self.stop.send_replace(true);
+        if tokio::time::timeout(grace, &mut self.task.0).await.is_err() {
+            tracing::warn!(account = %self.fence.account, ?grace, "runner did not stop within its grace; aborted");
+            self.task.0.abort();
+            let _ = (&mut self.task.0).await;
+        }
+    }
+
+    /// Stops the runner at once (aborting a poll in progress). When the
+    /// returned future completes no loop of the account runs any more.
+    pub async fn abort(mut self) {
+        self.task.0.abort();
+        let _ = (&mut self.task.0).await;
+    }
+}
+
+async fn run(mut ctx: Ctx) -> RunnerExit {
+    let account = ctx.fence.account.clone();
+    tracing::debug!(%account, token = %ctx.fence.token, tier = %*ctx.tier.borrow(), "runner started");
+    // Start of the last successful periodic poll: the one schedule kept across tiers.
+    let mut last_periodic: Option<Instant> = None;
+    // After a failed periodic poll: when to retry, and the next backoff.
+    let mut retry: Option<(Instant, Duration)> = None;
+    let mut watch: Option<AbortOnDrop<()>> = None;
+    let exit = loop {
+        if *ctx.stop.borrow_and_update() {
+            break RunnerExit::Stopped;
+        }
+        if ctx.deadline.passed() {
+            break RunnerExit::LeaseExpired;
+        }
+        let tier = *ctx.tier.borrow_and_update();
+        match (tier, watch.is_some()) {
+            (Tier::Hot, false) => watch = Some(spawn_watch(&ctx)),
+            (Tier::Warm | Tier::Cold, true) => watch = None,
+            _ => {}
+        }
+        let due = match (retry, last_periodic) {
+            (Some((at, _)), _) => at,
+            (None, Some(last)) => last + ctx.settings.interval(tier),
+            (None, None) => Instant::now(),
+        };
+        tokio::select! {
+            biased;
+            r = ctx.stop.changed() => if r.is_err() { break RunnerExit::Stopped },
+            r = ctx.tier.changed() => if r.is_err() { break RunnerExit::Stopped },
+            _ = sleep_until(due) => {
+                if ctx.deadline.passed() {
+                    break RunnerExit::LeaseExpired;
+                }
+                let started = Instant::now();
+                let scope = if tier == Tier::Hot { Scope::Special } else { Scope::All };
+                match transient_poll(&ctx, scope).await {
+                    Ok(()) => {
+                        last_periodic = Some(started);
+                        retry = None;
+                    }
+                    Err(e @ SourceError::Fenced { .. }) => {
+                        tracing::warn!(%account, error = %e, "fenced off: a newer owner holds the account; stopping");
+                        ctx.status.lock().last_error = Some(e.to_string());
+                        break RunnerExit::Fenced;
+                    }
+                    Err(e) => {
+                        let backoff = retry.map_or(ctx.settings.retry_base, |(_, b)| b);
+                        tracing::warn!(%account, %scope, error = %e, retry_in = ?backoff, "periodic poll failed");
+                        ctx.status.lock().last_error = Some(e.to_string());
+                        let next = (backoff * 2).min(ctx.settings.interval(tier));
+                        retry = Some((Instant::now() + backoff, next));
+                    }
+                }
+            }
+        }
+    };
+    drop(watch);
+    tracing::debug!(%account, ?exit, "runner ended");
+    exit
+}
+
+/// One transient poll: connect, poll `scope`, disconnect.
+async fn transient_poll(ctx: &Ctx, scope: Scope) -> Result<(), SourceError> {
+    let mut conn = ctx.source.connect(&ctx.fence).await?;
+    if ctx.deadline.passed() {
+        return Err(SourceError::Io {
+            account: ctx.fence.account.clone(),
+            op: "poll",
+            detail: "lease deadline passed before the poll".into(),
+        });
+    }
+    let report = conn.poll(scope).await?;
+    let mut status = ctx.status.lock();
+    status.polls += 1;
+    status.last_sync = Some(Instant::now());
+    status.last_error = None;
+    tracing::trace!(account = %ctx.fence.account, %scope, new = report.new_messages, "polled");
+    Ok(())
+}
+
+fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
+    let source = ctx.source.clone();
+    let fence = ctx.fence.clone();
+    let deadline = ctx.deadline.clone();
+    let status = ctx.status.clone();
+    let settings = ctx.settings;
+    AbortOnDrop(tokio::spawn(async move {
+        let mut backoff = settings.retry_base;
+        loop {
+            let lease_ok = || !deadline.passed();
+            if !lease_ok() {
+                return;
+            }
+            let err = match source.connect(&fence).await {
+                Ok(mut conn) => 'conn: {
+                    // Catch up with whatever arrived before the watch began.
+                    let mut poll_inbox = true;
+                    loop {
+                        if poll_inbox {
+                            if !lease_ok() {
+                                return;
+                            }
+                            match conn.poll(Scope::Inbox).await {
+                                Ok(_) => {
+                                    backoff = settings.retry_base;
+                                    let mut s = status.lock();
+                                    s.polls += 1;
+                                    s.last_sync = Some(Instant::now());
+                                    s.last_error = None;
+                                }
+                                Err(e) => break 'conn e,
+                            }
+                        }
+                        // The hard deadline: keepalives inside the wait do not extend it.
+                        match tokio::time::timeout(settings.idle_reissue, conn.wait_new_mail()).await {
+                            Ok(Ok(())) => poll_inbox = true,
+                            Ok(Err(e)) => break 'conn e,
+                            Err(_) => poll_inbox = false, // re-issue the IDLE
+                        }
+                    }
+                }
+                Err(e) => e,
+            };
+            if matches!(err, SourceError::Fenced { .. }) {
+                tracing::warn!(account = %fence.account, error = %err, "fenced off: a newer owner holds the account; watch stopped");
+                status.lock().last_error = Some(err.to_string());
+                return;
+            }
+            tracing::warn!(account = %fence.account, error = %err, retry_in = ?backoff, "INBOX watch failed; reconnecting");
+            status.lock().last_error = Some(err.to_string());
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(settings.poll_warm.max(settings.retry_base));
+        }
+    }))
+}

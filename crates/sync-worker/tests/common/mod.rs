@@ -1,0 +1,301 @@
+//! Shared harness of the acceptance tests: a backend factory, a test
+//! environment (scripted source, directory, an admin store handle) and a
+//! fault-injecting store wrapper. The cases in `cases.rs` run unchanged on
+//! every backend.
+#![allow(dead_code)]
+
+pub mod cases;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::{
+    Clock, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, UserActiveSubscription, UserId, WorkerId,
+};
+use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, MemoryDirectory, ScriptedSource};
+use tokio::time::Instant;
+
+/// The time scale of a backend's tests.
+#[derive(Debug, Clone, Copy)]
+pub struct Scale {
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// POLL_WARM.
+    pub poll_warm: Duration,
+    /// POLL_COLD.
+    pub poll_cold: Duration,
+    /// TIER_EVAL_INTERVAL.
+    pub tier_eval: Duration,
+    /// Slack added to timing bounds (0 in paused time).
+    pub jitter: Duration,
+}
+
+impl Scale {
+    /// Paused tokio time: the production-like numbers.
+    pub fn paused() -> Self {
+        Self {
+            ttl: Duration::from_secs(30),
+            poll_warm: Duration::from_secs(60),
+            poll_cold: Duration::from_secs(600),
+            tier_eval: Duration::from_secs(120),
+            jitter: Duration::ZERO,
+        }
+    }
+
+    /// Real time (Redis): small numbers.
+    pub fn real() -> Self {
+        Self {
+            ttl: Duration::from_millis(1500),
+            poll_warm: Duration::from_millis(400),
+            poll_cold: Duration::from_millis(2000),
+            tier_eval: Duration::from_millis(1000),
+            jitter: Duration::from_millis(400),
+        }
+    }
+
+    /// The renew interval.
+    pub fn tick(&self) -> Duration {
+        self.ttl / 3
+    }
+}
+
+/// Makes stores that share one backend state.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// A store handle for one worker (its own connection where that means anything).
+    async fn store(&self) -> Arc<dyn LeaseStore>;
+    /// The time scale.
+    fn scale(&self) -> Scale;
+}
+
+/// The memory backend: clones of one store (tokio clock: paused time drives TTLs).
+pub struct Mem {
+    store: leasehold_mem::MemoryStore,
+}
+
+impl Mem {
+    pub fn backend() -> Arc<dyn Backend> {
+        Arc::new(Self { store: leasehold_mem::MemoryStore::new() })
+    }
+}
+
+#[async_trait]
+impl Backend for Mem {
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(self.store.clone())
+    }
+    fn scale(&self) -> Scale {
+        Scale::paused()
+    }
+}
+
+/// One test's world.
+pub struct Env {
+    pub backend: Arc<dyn Backend>,
+    pub s: Scale,
+    pub admin: Arc<dyn LeaseStore>,
+    pub source: ScriptedSource,
+    pub directory: MemoryDirectory,
+    pub clock: Arc<dyn Clock>,
+    pub config: Config,
+}
+
+pub fn key(name: &str) -> LeaseKey {
+    LeaseKey::new(name).expect("valid key")
+}
+
+pub fn user(name: &str) -> UserId {
+    UserId::new(name).expect("valid user")
+}
+
+pub fn wid(name: &str) -> WorkerId {
+    WorkerId::new(name).expect("valid worker")
+}
+
+impl Env {
+    pub async fn new(backend: Arc<dyn Backend>) -> Self {
+        let s = backend.scale();
+        let admin = backend.store().await;
+        let config = Config {
+            poll_warm: s.poll_warm,
+            poll_cold: s.poll_cold,
+            tier_eval_interval: s.tier_eval,
+            tier_hot_activity: Duration::from_secs(2 * 3600),
+            tier_cold_after: Duration::from_secs(48 * 3600),
+            tier_session_grace: Duration::from_secs(15 * 60),
+            hot_budget_per_worker: 1000,
+            lease_ttl: s.ttl,
+            ..Config::default()
+        };
+        Self {
+            backend,
+            s,
+            admin,
+            source: ScriptedSource::new(),
+            directory: MemoryDirectory::new(),
+            clock: Arc::new(TokioClock::new()),
+            config,
+        }
+    }
+
+    /// Makes `n` live accounts `{prefix}-{i:03}`, each owned by user `u-{prefix}-{i:03}`.
+    pub async fn accounts(&self, prefix: &str, n: usize) -> Vec<LeaseKey> {
+        let mut keys = Vec::new();
+        for i in 0..n {
+            let k = key(&format!("{prefix}-{i:03}"));
+            self.directory.insert(k.clone(), user(&format!("u-{prefix}-{i:03}")));
+            self.admin.mark_live(&k).await.expect("mark_live");
+            keys.push(k);
+        }
+        keys
+    }
+
+    /// One account owned by `owner`.
+    pub async fn account_of(&self, name: &str, owner: &UserId) -> LeaseKey {
+        let k = key(name);
+        self.directory.insert(k.clone(), owner.clone());
+        self.admin.mark_live(&k).await.expect("mark_live");
+        k
+    }
+
+    pub async fn start(&self, name: &str) -> CoordinatorHandle {
+        let store = self.backend.store().await;
+        self.start_on(name, store, self.config.clone()).await
+    }
+
+    pub async fn start_with(&self, name: &str, config: Config) -> CoordinatorHandle {
+        let store = self.backend.store().await;
+        self.start_on(name, store, config).await
+    }
+
+    pub async fn start_on(&self, name: &str, store: Arc<dyn LeaseStore>, config: Config) -> CoordinatorHandle {
+        let deps = Deps {
+            store,
+            source: Arc::new(self.source.clone()),
+            directory: Arc::new(self.directory.clone()),
+            clock: self.clock.clone(),
+        };
+        Coordinator::start(wid(name), config, deps).await.expect("coordinator starts")
+    }
+
+    /// Ms since the epoch, `ago` before now (the coordinator's clock).
+    pub fn ago(&self, ago: Duration) -> u64 {
+        self.clock.now_ms() - ago.as_millis() as u64
+    }
+
+    /// Waits until `cond` holds, checking often; `false` after `within`.
+    pub async fn wait_for(&self, within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + within + self.s.jitter;
+        let step = (self.s.ttl / 30).max(Duration::from_millis(10));
+        loop {
+            if cond() {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(step).await;
+        }
+    }
+
+    pub async fn sleep(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    /// Asserts the log never shows an account run by two workers at once.
+    pub fn assert_exclusive(&self) {
+        if let Err(report) = self.source.check_exclusive() {
+            panic!("an account was run by two workers at once:\n{report}");
+        }
+    }
+}
+
+/// A store wrapper that can be told to fail renews and claims (a worker cut
+/// off from the store, or whose renews time out).
+pub struct Faulty {
+    inner: Arc<dyn LeaseStore>,
+    pub fail: AtomicBool,
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn LeaseStore>) -> Arc<Self> {
+        Arc::new(Self { inner, fail: AtomicBool::new(false) })
+    }
+
+    pub fn set_failing(&self, on: bool) {
+        self.fail.store(on, Ordering::SeqCst);
+    }
+
+    fn check(&self, op: &'static str, key: &LeaseKey) -> Result<(), LeaseError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(LeaseError::backend(op, key, "injected fault: store unreachable"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Faulty {
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
+        self.check("claim", key)?;
+        self.inner.claim(key, owner, ttl).await
+    }
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+        if let Some(k) = keys.first() {
+            self.check("claim", k)?;
+        }
+        self.inner.claim_many(keys, owner, ttl).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
+        self.check("renew", &lease.key)?;
+        self.inner.renew(lease, ttl).await
+    }
+    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+        if let Some(l) = leases.first() {
+            self.check("renew", &l.key)?;
+        }
+        self.inner.renew_many(leases, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        self.check("release", &lease.key)?;
+        self.inner.release(lease).await
+    }
+    async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        self.inner.holder(key).await
+    }
+    async fn mark_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        self.inner.mark_live(key).await
+    }
+    async fn mark_not_live(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        self.inner.mark_not_live(key).await
+    }
+    async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
+        self.inner.live_keys().await
+    }
+    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
+        self.inner.register_worker(worker, ttl).await
+    }
+    async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError> {
+        self.inner.deregister_worker(worker).await
+    }
+    async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError> {
+        self.inner.live_workers().await
+    }
+    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError> {
+        self.inner.set_tier(key, tier).await
+    }
+    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
+        self.inner.tier(key).await
+    }
+    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
+        self.inner.mark_user_active(user, grace).await
+    }
+    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError> {
+        self.inner.is_user_active(user).await
+    }
+    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
+        self.inner.subscribe_user_active().await
+    }
+}
