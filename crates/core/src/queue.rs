@@ -577,6 +577,14 @@ pub struct PendingDelivery {
     pub delivery_count: u32,
 }
 
+/// Checks a batch size: at least one unit.
+pub fn check_batch_size(max: usize) -> Result<(), SpecError> {
+    if max == 0 {
+        return Err(SpecError::ZeroBatch);
+    }
+    Ok(())
+}
+
 /// Checks a reclaim timeout.
 pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
     check_ttl("reclaim timeout", reclaim_after)
@@ -636,9 +644,7 @@ pub trait UnitQueue: Send + Sync + 'static {
         max: usize,
         reclaim_after: Duration,
     ) -> Result<ReserveBatch, QueueError> {
-        if max == 0 {
-            return Err(SpecError::ZeroBatch.into());
-        }
+        check_batch_size(max)?;
         let mut batch = ReserveBatch::default();
         while batch.deliveries.len() < max {
             match self.reserve(run, worker, reclaim_after).await? {

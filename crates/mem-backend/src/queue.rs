@@ -498,9 +498,7 @@ impl UnitQueue for MemoryStore {
         max: usize,
         reclaim_after: Duration,
     ) -> Result<ReserveBatch, QueueError> {
-        if max == 0 {
-            return Err(SpecError::ZeroBatch.into());
-        }
+        leasehold_core::queue::check_batch_size(max)?;
         check_reclaim_after(reclaim_after)?;
         let min_idle = millis(reclaim_after);
         let mut batch = ReserveBatch::default();

@@ -305,9 +305,7 @@ impl UnitQueue for RedisStore {
         max: usize,
         reclaim_after: Duration,
     ) -> Result<ReserveBatch, QueueError> {
-        if max == 0 {
-            return Err(SpecError::ZeroBatch.into());
-        }
+        leasehold_core::queue::check_batch_size(max)?;
         let reserved = self.reserve_items(run, worker, max, reclaim_after, false).await?;
         let mut batch = ReserveBatch { corrupt: reserved.corrupt, ..ReserveBatch::default() };
         for item in reserved.items {
