@@ -42,7 +42,7 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install the system packages the tests need (redis-server, dovecot-imapd).
+    /// Install what the tests need: redis-server and redis-tools (Debian), pytest (PyPI).
     Setup,
 }
 
@@ -85,6 +85,11 @@ fn have(program: &str) -> bool {
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[("redis-server", "redis-server"), ("redis-cli", "redis-tools")];
 
 fn setup() -> Result<()> {
+    install_system_packages()?;
+    install_pytest()
+}
+
+fn install_system_packages() -> Result<()> {
     let missing: Vec<&str> = SYSTEM_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
@@ -100,6 +105,37 @@ fn setup() -> Result<()> {
     install.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "-qq", "--no-install-recommends"]);
     install.args(&missing);
     run("apt-get install", install)?;
+    Ok(())
+}
+
+fn python_module_works(args: &[&str]) -> bool {
+    Command::new("python3").args(args).output().is_ok_and(|o| o.status.success())
+}
+
+/// hopper's `--discover pytest` tests run the real pytest (as `python3 -m pytest`).
+fn install_pytest() -> Result<()> {
+    if python_module_works(&["-m", "pytest", "--version"]) {
+        return Ok(());
+    }
+    if !have("python3") {
+        bail!("the tests need pytest and python3 is not installed: install python3 and pytest");
+    }
+    if !python_module_works(&["-m", "pip", "--version"]) {
+        bail!(
+            "the tests need pytest and `python3 -m pip` is not available: install pip (Debian: python3-pip) \
+             or pytest itself (Debian: python3-pytest)"
+        );
+    }
+    eprintln!("xtask: installing pytest with pip");
+    let mut install = Command::new("python3");
+    install.args(["-m", "pip", "install", "--quiet", "pytest"]);
+    run("pip install pytest", install).context(
+        "pip could not install pytest; if this Python is managed by the system (Debian's refuses pip installs), \
+         install pytest with the system's packages (Debian: python3-pytest)",
+    )?;
+    if !python_module_works(&["-m", "pytest", "--version"]) {
+        bail!("pip installed pytest but `python3 -m pytest --version` still fails");
+    }
     Ok(())
 }
 

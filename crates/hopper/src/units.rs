@@ -13,15 +13,26 @@ use leasehold_core::{UnitId, UnitSpec};
 
 use crate::errors::UnitsError;
 
+/// A program and its arguments.
+pub type ListCommand = (&'static str, &'static [&'static str]);
+
 /// A tool that can list its own tests.
+///
+/// Every unit name can be handed straight back to the tool to run exactly
+/// that unit (see each kind for the command).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiscoverKind {
     /// `cargo nextest list --message-format json`; one unit per test, named
-    /// `<binary-id> <test name>` (nextest's own display form).
+    /// by the nextest filterset that selects exactly it,
+    /// `binary_id(=<binary-id>) & test(=<test name>)`: run one with
+    /// `cargo nextest run -E {unit}`.
     Nextest,
-    /// `cargo test -- --list --format terse`; one unit per test name.
+    /// `cargo test -- --list --format terse`; one unit per test name: run one
+    /// with `cargo test -- --exact {unit}`.
     CargoTest,
-    /// `pytest --collect-only -q`; one unit per node id.
+    /// `pytest --collect-only -q` (or `python3 -m pytest` when no `pytest`
+    /// program is installed); one unit per node id: run one with
+    /// `pytest {unit}`.
     Pytest,
     /// `rspec --dry-run --format json`; one unit per spec file.
     Rspec,
@@ -38,13 +49,18 @@ impl DiscoverKind {
         }
     }
 
-    /// The program and arguments that list the tests.
-    pub fn command(self) -> (&'static str, &'static [&'static str]) {
+    /// The commands (program, arguments) that list the tests, in order of
+    /// preference: a later one is tried only when the program of the one
+    /// before is not installed.
+    pub fn commands(self) -> &'static [ListCommand] {
         match self {
-            DiscoverKind::Nextest => ("cargo", &["nextest", "list", "--message-format", "json"]),
-            DiscoverKind::CargoTest => ("cargo", &["test", "--quiet", "--", "--list", "--format", "terse"]),
-            DiscoverKind::Pytest => ("pytest", &["--collect-only", "-q"]),
-            DiscoverKind::Rspec => ("rspec", &["--dry-run", "--format", "json"]),
+            DiscoverKind::Nextest => &[("cargo", &["nextest", "list", "--message-format", "json"])],
+            DiscoverKind::CargoTest => &[("cargo", &["test", "--quiet", "--", "--list", "--format", "terse"])],
+            // pip may put the `pytest` script outside PATH; the module always works.
+            DiscoverKind::Pytest => {
+                &[("pytest", &["--collect-only", "-q"]), ("python3", &["-m", "pytest", "--collect-only", "-q"])]
+            }
+            DiscoverKind::Rspec => &[("rspec", &["--dry-run", "--format", "json"])],
         }
     }
 
@@ -183,15 +199,7 @@ async fn read_list(path: &Path) -> Result<String, UnitsError> {
 
 /// Runs the tool's listing command in the current directory and parses it.
 pub async fn discover(kind: DiscoverKind) -> Result<Vec<String>, UnitsError> {
-    let (program, args) = kind.command();
-    let command = format!("{program} {}", args.join(" "));
-    tracing::debug!(%command, "discovering units");
-    let output = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(|source| UnitsError::DiscoverSpawn { command: command.clone(), source })?;
+    let (command, output) = run_first_installed(kind.commands()).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     // pytest exits 5 when it collected nothing: that is an empty list, not a failure.
     let empty_pytest = kind == DiscoverKind::Pytest && output.status.code() == Some(5);
@@ -208,6 +216,69 @@ pub async fn discover(kind: DiscoverKind) -> Result<Vec<String>, UnitsError> {
         return Err(UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail });
     }
     kind.parse(&stdout).map_err(|detail| UnitsError::DiscoverParse { command, detail })
+}
+
+/// Exit status of a shell or a version-manager shim (pyenv, asdf) whose
+/// program does not exist.
+const NOT_FOUND_STATUS: i32 = 127;
+
+/// Runs the first of `candidates` whose program is installed (the last one is
+/// run, and its failure reported, whatever happens); returns its command line
+/// and output.
+async fn run_first_installed(candidates: &[ListCommand]) -> Result<(String, std::process::Output), UnitsError> {
+    let Some((last, earlier)) = candidates.split_last() else {
+        return Err(UnitsError::DiscoverSpawn {
+            command: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no listing command"),
+        });
+    };
+    for candidate in earlier {
+        let (command, result) = run_listing(candidate).await;
+        match result {
+            Ok(output) if output.status.code() == Some(NOT_FOUND_STATUS) => {
+                tracing::debug!(%command, "not installed (exit 127); trying the next command");
+            }
+            Ok(output) => return Ok((command, output)),
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(%command, "not installed; trying the next command");
+            }
+            Err(source) => return Err(UnitsError::DiscoverSpawn { command, source }),
+        }
+    }
+    let (command, result) = run_listing(last).await;
+    match result {
+        Ok(output) => Ok((command, output)),
+        Err(source) => Err(UnitsError::DiscoverSpawn { command, source }),
+    }
+}
+
+async fn run_listing((program, args): &ListCommand) -> (String, std::io::Result<std::process::Output>) {
+    let command = format!("{program} {}", args.join(" "));
+    tracing::debug!(%command, "discovering units");
+    let result = tokio::process::Command::new(program).args(*args).stdin(std::process::Stdio::null()).output().await;
+    (command, result)
+}
+
+/// The nextest filterset that selects exactly one test: `binary_id(=ID) &
+/// test(=NAME)`, with the characters the matchers treat specially escaped.
+pub fn nextest_filterset(binary_id: &str, test_name: &str) -> String {
+    fn escape(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        for c in text.chars() {
+            match c {
+                '\\' | ')' | ',' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    format!("binary_id(={}) & test(={})", escape(binary_id), escape(test_name))
 }
 
 fn parse_nextest(stdout: &str) -> Result<Vec<String>, String> {
@@ -230,7 +301,7 @@ fn parse_nextest(stdout: &str) -> Result<Vec<String>, String> {
                 .and_then(|s| s.as_str())
                 .is_none_or(|s| s == "matches");
             if !ignored && matches {
-                names.push(format!("{binary_id} {name}"));
+                names.push(nextest_filterset(binary_id, name));
             }
         }
     }
@@ -288,8 +359,40 @@ mod tests {
             "core::it":{"testcases":{"b":{"ignored":false,"filter-match":{"status":"matches"}}}}}}"#;
         let mut names = DiscoverKind::Nextest.parse(json).unwrap();
         names.sort();
-        assert_eq!(names, vec!["core::it b", "core::lib a::works"]);
+        assert_eq!(names, vec!["binary_id(=core::it) & test(=b)", "binary_id(=core::lib) & test(=a::works)"]);
         assert!(DiscoverKind::Nextest.parse("{}").is_err());
+    }
+
+    #[test]
+    fn nextest_filtersets_escape_the_matcher_syntax() {
+        assert_eq!(nextest_filterset("my-crate::bin/tool", "t::x"), "binary_id(=my-crate::bin/tool) & test(=t::x)");
+        assert_eq!(nextest_filterset("c", "case(a, b)\\z\tq"), "binary_id(=c) & test(=case(a\\, b\\)\\\\z\\tq)");
+    }
+
+    #[tokio::test]
+    async fn discovery_falls_back_when_a_program_is_not_installed() {
+        const MISSING: ListCommand = ("hopper-test-no-such-program", &["--collect-only"]);
+        const SHIM_MISSING: ListCommand = ("sh", &["-c", "echo 'shim: command not found' >&2; exit 127"]);
+        const WORKS: ListCommand = ("sh", &["-c", "echo listed"]);
+        let (command, output) = run_first_installed(&[MISSING, SHIM_MISSING, WORKS]).await.unwrap();
+        assert_eq!(command, "sh -c echo listed");
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "listed\n");
+
+        // A program that runs and fails is the answer: no fallback.
+        const FAILS: ListCommand = ("sh", &["-c", "exit 3"]);
+        let (_, output) = run_first_installed(&[FAILS, WORKS]).await.unwrap();
+        assert_eq!(output.status.code(), Some(3));
+
+        // The last candidate's failure to start is reported.
+        let err = run_first_installed(&[SHIM_MISSING, MISSING]).await.unwrap_err();
+        assert!(matches!(err, UnitsError::DiscoverSpawn { .. }), "{err}");
+        assert!(err.to_string().contains("hopper-test-no-such-program --collect-only"), "{err}");
+    }
+
+    #[test]
+    fn pytest_discovery_falls_back_to_the_python_module() {
+        let programs: Vec<_> = DiscoverKind::Pytest.commands().iter().map(|(p, a)| (*p, a.first().copied())).collect();
+        assert_eq!(programs, vec![("pytest", Some("--collect-only")), ("python3", Some("-m"))]);
     }
 
     #[test]

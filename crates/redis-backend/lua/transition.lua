@@ -264,6 +264,14 @@ local function reserve(m, max, reclaim_after_ms, single)
   local delivered = 0
   local changed = false
   local current = nil
+  -- Entries handed out by this call, per stream. A long-running call must not
+  -- reclaim what it has just delivered: their idle time starts now, as in the
+  -- memory backend, even when the script itself runs past the timeout.
+  local touched, touched_count = {}, { [priority] = 0, [units] = 0 }
+  local function touch(stream, entry_id)
+    touched[stream .. " " .. entry_id] = true
+    touched_count[stream] = touched_count[stream] + 1
+  end
 
   -- Fresh entries: priority stream first, then main.
   for _, stream in ipairs({ priority, units }) do
@@ -297,6 +305,7 @@ local function reserve(m, max, reclaim_after_ms, single)
         append_json(event_head("delivered", unit_json, state) .. ',"stream":"' .. short .. '","entry_id":"' .. ids[i] ..
           '","delivery_count":1}')
         reply[#reply + 1] = { "OK", short, ids[i], unit, kinds[i], 1, state.retry_index, state.reclaim_count, 0, false }
+        touch(stream, ids[i])
         delivered = delivered + 1
         changed = true
         current = unit_json
@@ -312,9 +321,14 @@ local function reserve(m, max, reclaim_after_ms, single)
   while delivered < max do
     local stream, row
     for _, s in ipairs({ priority, units }) do
-      local rows = redis.call("XPENDING", s, GROUP, "IDLE", reclaim_after_ms, "-", "+", 1)
-      if type(rows[1]) == "table" then
-        stream, row = s, rows[1]
+      local rows = redis.call("XPENDING", s, GROUP, "IDLE", reclaim_after_ms, "-", "+", touched_count[s] + 1)
+      for _, candidate in ipairs(rows) do
+        if type(candidate) == "table" and not touched[s .. " " .. candidate[1]] then
+          stream, row = s, candidate
+          break
+        end
+      end
+      if stream then
         break
       end
     end
@@ -335,6 +349,7 @@ local function reserve(m, max, reclaim_after_ms, single)
       break
     end
     redis.call("XCLAIM", stream, GROUP, worker_id, 0, entry_id)
+    touch(stream, entry_id)
     local delivery_count = tonumber(row[4]) + 1
     local short = stream_short(stream)
     local unit_json = jstr(unit)

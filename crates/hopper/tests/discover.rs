@@ -1,0 +1,355 @@
+//! End-to-end tests of `hopper run --discover` in memory mode against the real
+//! tools: cargo's test harness, cargo-nextest and pytest list a throwaway
+//! suite, hopper runs every listed unit by handing its name straight back to
+//! the tool, and the verdict, exit code and JUnit XML match the suite.
+//!
+//! Every test in a throwaway suite appends its name to the file named by
+//! `DISCOVER_RAN_LOG` when it runs, so the tests can check that each unit ran
+//! exactly its own test, once.
+//!
+//! A missing tool fails these tests (with what to install); it never skips them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{hopper, texts};
+use quick_junit::{Report, TestCaseStatus};
+
+/// The variable naming the log every throwaway test appends its name to.
+const RAN_LOG_VAR: &str = "DISCOVER_RAN_LOG";
+
+/// A throwaway cargo package: a lib with two passing tests and one failing test.
+const CARGO_TOML: &str = r#"[package]
+name = "discover-demo"
+version = "0.1.0"
+edition = "2021"
+
+# Not part of any workspace above the temporary directory.
+[workspace]
+"#;
+
+const LIB_RS: &str = r#"//! A throwaway suite for hopper's discovery tests.
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    fn ran(name: &str) {
+        let log = std::env::var("DISCOVER_RAN_LOG").expect("DISCOVER_RAN_LOG is set");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
+        writeln!(file, "{name}").expect("append to the log");
+    }
+
+    #[test]
+    fn passes() {
+        ran("passes");
+    }
+
+    #[test]
+    fn passes_too() {
+        ran("passes_too");
+        assert_eq!(1 + 1, 2);
+    }
+
+    #[test]
+    fn fails() {
+        ran("fails");
+        assert_eq!(1 + 1, 3, "deliberate failure");
+    }
+}
+"#;
+
+/// A throwaway pytest file: two passing tests and one failing test.
+const TEST_SAMPLE_PY: &str = r#"import os
+
+
+def ran(name):
+    with open(os.environ["DISCOVER_RAN_LOG"], "a") as log:
+        log.write(name + "\n")
+
+
+def test_adds():
+    ran("test_adds")
+    assert 1 + 1 == 2
+
+
+def test_adds_too():
+    ran("test_adds_too")
+    assert 2 + 2 == 4
+
+
+def test_fails():
+    ran("test_fails")
+    assert 1 + 1 == 3, "deliberate failure"
+"#;
+
+/// A temporary directory holding a throwaway suite.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(files: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+            std::fs::write(&path, text).expect("write a project file");
+        }
+        Self { dir }
+    }
+
+    fn cargo() -> Self {
+        Self::new(&[("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB_RS)])
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn ran_log(&self) -> PathBuf {
+        self.path().join("ran.log")
+    }
+
+    fn junit(&self) -> PathBuf {
+        self.path().join("junit.xml")
+    }
+
+    /// `hopper run` in the project, with the project's own cargo target
+    /// directory, offline, and none of the outer test runner's nextest
+    /// variables (the inner tools must behave as they would for a user).
+    fn hopper(&self) -> Command {
+        let mut cmd = hopper(self.path());
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().contains("NEXTEST") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env_remove("CARGO_BUILD_TARGET_DIR")
+            .env("CARGO_TARGET_DIR", self.path().join("target"))
+            .env("CARGO_NET_OFFLINE", "true")
+            .env(RAN_LOG_VAR, self.ran_log());
+        cmd
+    }
+
+    /// Runs `hopper run --discover KIND -- COMMAND` on two slots, no retries.
+    fn run_discover(&self, kind: &str, command: &[&str]) -> Output {
+        self.run_discover_with(self.hopper(), kind, command)
+    }
+
+    fn run_discover_with(&self, mut cmd: Command, kind: &str, command: &[&str]) -> Output {
+        cmd.args(["run", "-j", "2", "--max-requeues", "0", "--discover", kind, "--junit"])
+            .arg(self.junit())
+            .arg("--")
+            .args(command)
+            .output()
+            .expect("run hopper")
+    }
+
+    /// The names the throwaway tests logged, sorted.
+    fn ran(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.ran_log()).unwrap_or_default();
+        let mut names: Vec<String> = text.lines().map(str::to_owned).collect();
+        names.sort();
+        names
+    }
+
+    /// Every path under the project (for "nothing was written" checks).
+    fn tree(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("read dir") {
+                let path = entry.expect("dir entry").path();
+                if path.is_dir() {
+                    walk(&path, out);
+                }
+                out.push(path);
+            }
+        }
+        let mut out = Vec::new();
+        walk(self.path(), &mut out);
+        out.sort();
+        out
+    }
+}
+
+/// The JUnit test cases by name.
+fn junit_cases(path: &Path) -> BTreeMap<String, TestCaseStatus> {
+    let xml = std::fs::read_to_string(path).expect("JUnit file written");
+    let report = Report::deserialize_from_str(&xml).expect("valid JUnit XML");
+    report
+        .test_suites
+        .iter()
+        .flat_map(|s| s.test_cases.iter())
+        .map(|c| (c.name.to_string(), c.status.clone()))
+        .collect()
+}
+
+/// Checks a run of a suite with passing units `passed` and the one failing
+/// unit `failed` (which exits with `failed_exit`): every listed test became a
+/// unit, each ran exactly its own test once, and the exit code, the printed
+/// verdict and the JUnit XML agree.
+fn assert_verdict(project: &Project, output: &Output, passed: &[&str], failed: &str, failed_exit: i32) {
+    let (stdout, stderr) = texts(output);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "a failing unit fails the build\n{context}");
+    let total = passed.len() + 1;
+    let verdict = format!("FAILED: {total} units, {} passed (0 flaky), 1 failed, 0 unfinished", passed.len());
+    assert!(stdout.contains(&verdict), "{verdict:?} in the report\n{context}");
+    assert!(stdout.contains(&format!("FAIL {failed} (exit code {failed_exit};")), "{failed} failed\n{context}");
+    assert!(stdout.contains("deliberate failure"), "the failing test's output is shown\n{context}");
+
+    let cases = junit_cases(&project.junit());
+    let mut expected: Vec<&str> = passed.iter().copied().chain([failed]).collect();
+    expected.sort();
+    assert_eq!(cases.keys().map(String::as_str).collect::<Vec<_>>(), expected, "one unit per test\n{context}");
+    for name in passed {
+        assert!(
+            matches!(&cases[*name], TestCaseStatus::Success { flaky_runs } if flaky_runs.is_empty()),
+            "{name} passed: {:?}\n{context}",
+            cases[*name]
+        );
+    }
+    match &cases[failed] {
+        TestCaseStatus::NonSuccess { message, description, .. } => {
+            assert_eq!(message.as_ref().map(|m| m.as_str()), Some(format!("exit code {failed_exit}").as_str()));
+            assert!(
+                description.as_ref().is_some_and(|d| d.as_str().contains("deliberate failure")),
+                "the failure's output is kept: {description:?}"
+            );
+        }
+        other => panic!("{failed} should be a failure: {other:?}\n{context}"),
+    }
+}
+
+fn require_nextest() {
+    let version = Command::new("cargo").args(["nextest", "--version"]).output();
+    match version {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "cargo-nextest is required by this test and `cargo nextest --version` failed ({}): {}\n\
+             install it: cargo install cargo-nextest --locked",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("no output")
+        ),
+        Err(error) => panic!("cannot run `cargo nextest --version` ({error}): is cargo on PATH?"),
+    }
+}
+
+fn require_pytest() {
+    let version = Command::new("python3").args(["-m", "pytest", "--version"]).output();
+    if !version.as_ref().is_ok_and(|out| out.status.success()) {
+        let why = match version {
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            Err(error) => format!("cannot run python3: {error}"),
+        };
+        panic!(
+            "pytest is required by this test and `python3 -m pytest --version` failed ({why}): run `cargo xtask setup`"
+        );
+    }
+}
+
+#[test]
+fn cargo_test_discovery_runs_each_test_by_its_name() {
+    let project = Project::cargo();
+    let output = project.run_discover("cargo-test", &["cargo", "test", "-q", "--lib", "--", "--exact", "{unit}"]);
+    assert_verdict(&project, &output, &["tests::passes", "tests::passes_too"], "tests::fails", 101);
+    // `--list` runs nothing; each unit ran its one test (`tests::passes` did
+    // not also run `tests::passes_too`).
+    assert_eq!(project.ran(), vec!["fails", "passes", "passes_too"]);
+}
+
+#[test]
+fn nextest_discovery_runs_each_test_by_its_filterset() {
+    require_nextest();
+    let project = Project::cargo();
+    let output = project.run_discover("nextest", &["cargo", "nextest", "run", "-E", "{unit}"]);
+    assert_verdict(
+        &project,
+        &output,
+        &["binary_id(=discover-demo) & test(=tests::passes)", "binary_id(=discover-demo) & test(=tests::passes_too)"],
+        "binary_id(=discover-demo) & test(=tests::fails)",
+        100,
+    );
+    assert_eq!(project.ran(), vec!["fails", "passes", "passes_too"]);
+}
+
+#[test]
+fn pytest_discovery_runs_each_node_id() {
+    require_pytest();
+    let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
+    let output = project.run_discover("pytest", &["python3", "-m", "pytest", "-q", "{unit}"]);
+    assert_verdict(
+        &project,
+        &output,
+        &["test_sample.py::test_adds", "test_sample.py::test_adds_too"],
+        "test_sample.py::test_fails",
+        1,
+    );
+    assert_eq!(project.ran(), vec!["test_adds", "test_adds_too", "test_fails"]);
+}
+
+/// pip may install the `pytest` script outside PATH: discovery then lists the
+/// tests with `python3 -m pytest`.
+#[test]
+fn pytest_discovery_falls_back_to_the_module_without_a_pytest_program() {
+    require_pytest();
+    let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
+    // A PATH holding only python3 (the real interpreter, not a version-manager shim).
+    let exe = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().expect("python3");
+    let python = PathBuf::from(String::from_utf8_lossy(&exe.stdout).trim());
+    assert!(python.is_absolute(), "python3's sys.executable: {python:?}");
+    let bin = project.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(&python, bin.join("python3")).unwrap();
+    let mut cmd = project.hopper();
+    cmd.env("PATH", &bin);
+    let output = project.run_discover_with(cmd, "pytest", &["python3", "-m", "pytest", "-q", "{unit}"]);
+    assert_verdict(
+        &project,
+        &output,
+        &["test_sample.py::test_adds", "test_sample.py::test_adds_too"],
+        "test_sample.py::test_fails",
+        1,
+    );
+}
+
+/// A discovery error is one line on stderr with exit code 2, and nothing is
+/// written: no units run, no JUnit file, no timings.
+fn assert_discover_error(project: &Project, output: &Output, before: &[PathBuf], needles: &[&str]) {
+    let (stdout, stderr) = texts(output);
+    assert_eq!(output.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = stderr.trim_end();
+    assert!(!line.is_empty() && !line.contains('\n'), "one line: {stderr:?}");
+    assert!(line.starts_with("hopper: error:"), "{stderr:?}");
+    for needle in needles {
+        assert!(line.contains(needle), "{needle:?} in {stderr:?}");
+    }
+    assert_eq!(project.tree(), before, "nothing written");
+    assert!(project.ran().is_empty(), "no unit ran");
+}
+
+#[test]
+fn a_bad_discover_kind_or_a_failing_discovery_is_a_one_line_error_and_writes_nothing() {
+    let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
+    let before = project.tree();
+
+    let output = project.run_discover("jest", &["sh", "-c", "echo {unit} >> ran.log"]);
+    assert_discover_error(
+        &project,
+        &output,
+        &before,
+        &["unknown discover kind \"jest\"", "nextest, cargo-test, pytest, rspec"],
+    );
+
+    // No Cargo.toml here (nor above the temporary directory): `cargo test --list` fails.
+    let output = project.run_discover("cargo-test", &["sh", "-c", "echo {unit} >> ran.log"]);
+    assert_discover_error(
+        &project,
+        &output,
+        &before,
+        &["discovery with `cargo test --quiet -- --list --format terse` failed", "could not find `Cargo.toml`"],
+    );
+}
