@@ -6,6 +6,29 @@
 
 pub mod cases;
 
+/// Invokes `$each!` with the name of every acceptance case in `cases`: the one
+/// list both backends' test files expand.
+macro_rules! acceptance_cases {
+    ($each:ident) => {
+        $each!(
+            claim_up_to_fair_share,
+            renew_keeps_leases,
+            rebalance_when_worker_joins,
+            takeover_after_kill,
+            takeover_after_graceful_release,
+            mark_not_live_stops_loops,
+            lost_lease_stops_writing,
+            stolen_lease_is_fenced,
+            never_two_workers_at_once,
+            tier_session_promotion,
+            tier_recent_mail_promotion,
+            tier_cold,
+            tier_user_active_promotion,
+            tier_budget_demotion,
+        );
+    };
+}
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
