@@ -98,7 +98,13 @@ local function read_meta()
 end
 
 -- Renews the inactivity TTL of every key of the run (PEXPIRE skips absent keys).
+-- Appends the call's events (defined with the event helpers below).
+local flush_events
+
+-- Appends the call's events first, so a newly created attempts stream gets
+-- its TTL too.
 local function renew_ttls(ttl_ms)
+  flush_events()
   redis.call("PEXPIRE", units, ttl_ms)
   redis.call("PEXPIRE", priority, ttl_ms)
   redis.call("PEXPIRE", attempts, ttl_ms)
@@ -119,6 +125,9 @@ end
 
 -- Stream entry fields ({"id", unit, "type", kind}) as unit, kind.
 local function entry_unit(fields)
+  if fields[1] == "id" and fields[3] == "type" then
+    return fields[2], fields[4]
+  end
   local unit, kind
   for i = 1, #fields, 2 do
     if fields[i] == "id" then
@@ -197,7 +206,7 @@ end
 -- per-(retry_index, reclaim_count) suffix are made once per call.
 local now_str = string.format("%d", now)
 local head_prefix, head_suffix = {}, {}
-local function event_head(event_type, unit_json, state)
+local function event_head_parts(event_type, state)
   local prefix = head_prefix[event_type]
   if not prefix then
     prefix = '{"type":"' .. event_type .. '","unit_id":'
@@ -211,11 +220,65 @@ local function event_head(event_type, unit_json, state)
       worker_json, r, c, 1 + r + c, now_str)
     head_suffix[k] = suffix
   end
+  return prefix, suffix
+end
+
+local function event_head(event_type, unit_json, state)
+  local prefix, suffix = event_head_parts(event_type, state)
   return prefix .. unit_json .. suffix
 end
 
+-- Events of this call, appended to the attempts stream by flush_events: one
+-- event as a "json" entry, several as one "batch" entry (a JSON array, in
+-- order; at most EVENTS_PER_ENTRY per entry). The reader numbers the events
+-- of an entry <ms>-<seq> as EventId <ms>-<seq * 65536 + index>.
+--
+-- The events are kept as pieces (ev_parts[2..ev_n], "," between events) and
+-- joined by one table.concat: this Lua hashes every byte of every string it
+-- makes, so no per-event string is built.
+local EVENTS_PER_ENTRY = 65536
+local ev_parts, ev_n, ev_count = { "[" }, 1, 0
+
+-- Starts an event: the caller then appends its pieces after ev_parts[ev_n].
+local function event_begin()
+  if ev_count >= EVENTS_PER_ENTRY then
+    flush_events()
+  end
+  ev_count = ev_count + 1
+  if ev_count > 1 then
+    ev_n = ev_n + 1
+    ev_parts[ev_n] = ","
+  end
+end
+
 local function append_json(json)
-  redis.call("XADD", attempts, "*", "json", json)
+  event_begin()
+  ev_n = ev_n + 1
+  ev_parts[ev_n] = json
+end
+
+flush_events = function()
+  if ev_count == 1 then
+    redis.call("XADD", attempts, "*", "json", table.concat(ev_parts, "", 2, ev_n))
+  elseif ev_count > 1 then
+    ev_n = ev_n + 1
+    ev_parts[ev_n] = "]"
+    redis.call("XADD", attempts, "*", "batch", table.concat(ev_parts, "", 1, ev_n))
+  end
+  ev_parts, ev_n, ev_count = { "[" }, 1, 0
+end
+
+-- Appends a unit's JSON string literal as pieces (no new string unless it
+-- needs escaping).
+local function put_unit_json(n, unit)
+  if string.find(unit, '[%c"\\]') then
+    ev_parts[n + 1] = jstr(unit)
+    return n + 1
+  end
+  ev_parts[n + 1] = '"'
+  ev_parts[n + 2] = unit
+  ev_parts[n + 3] = '"'
+  return n + 3
 end
 
 -- Merges into workers[worker_id]: last_seen = now; current_unit = `current`
@@ -253,10 +316,11 @@ end
 -- ---------------------------------------------------------------------------
 
 -- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
--- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and each
--- item is { "OK", stream, entry_id, unit, kind, delivery_count, retry_index,
--- reclaim_count, reclaimed (0/1), previous_worker or false } or
--- { "FINALIZED", unit } (reclaim budget exhausted).
+-- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and the
+-- items follow flat (no table per item, cheaper to reply): "OK", stream,
+-- entry_id, unit, kind, delivery_count, retry_index, reclaim_count, reclaimed
+-- (0/1), previous_worker or false; or "FINALIZED", unit (reclaim budget
+-- exhausted).
 local function reserve(m, max, reclaim_after_ms, single)
   max = tonumber(max)
   reclaim_after_ms = tonumber(reclaim_after_ms)
@@ -267,9 +331,9 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- Entries handed out by this call, per stream. A long-running call must not
   -- reclaim what it has just delivered: their idle time starts now, as in the
   -- memory backend, even when the script itself runs past the timeout.
-  local touched, touched_count = {}, { [priority] = 0, [units] = 0 }
+  local touched, touched_count = { [priority] = {}, [units] = {} }, { [priority] = 0, [units] = 0 }
   local function touch(stream, entry_id)
-    touched[stream .. " " .. entry_id] = true
+    touched[stream][entry_id] = true
     touched_count[stream] = touched_count[stream] + 1
   end
 
@@ -291,25 +355,45 @@ local function reserve(m, max, reclaim_after_ms, single)
         end
       end
       local states = read_states(unit_list)
+      local seen_here = touched[stream]
+      local mid = ',"stream":"' .. short .. '","entry_id":"'
       for i = 1, #entries do
         local unit, state = unit_list[i], states[i]
         if not state then
           reply[1] = "CORRUPT"
           if changed then
-            touch_worker(current)
+            touch_worker(current and jstr(current))
             renew_ttls(m.ttl_ms)
           end
           return reply
         end
-        local unit_json = jstr(unit)
-        append_json(event_head("delivered", unit_json, state) .. ',"stream":"' .. short .. '","entry_id":"' .. ids[i] ..
-          '","delivery_count":1}')
-        reply[#reply + 1] = { "OK", short, ids[i], unit, kinds[i], 1, state.retry_index, state.reclaim_count, 0, false }
-        touch(stream, ids[i])
+        local prefix, suffix = event_head_parts("delivered", state)
+        event_begin()
+        local n = ev_n + 1
+        ev_parts[n] = prefix
+        n = put_unit_json(n, unit)
+        ev_parts[n + 1] = suffix
+        ev_parts[n + 2] = mid
+        ev_parts[n + 3] = ids[i]
+        ev_parts[n + 4] = '","delivery_count":1}'
+        ev_n = n + 4
+        local r = #reply
+        reply[r + 1] = "OK"
+        reply[r + 2] = short
+        reply[r + 3] = ids[i]
+        reply[r + 4] = unit
+        reply[r + 5] = kinds[i]
+        reply[r + 6] = 1
+        reply[r + 7] = state.retry_index
+        reply[r + 8] = state.reclaim_count
+        reply[r + 9] = 0
+        reply[r + 10] = false
+        seen_here[ids[i]] = true
         delivered = delivered + 1
         changed = true
-        current = unit_json
+        current = unit
       end
+      touched_count[stream] = touched_count[stream] + #entries
     end
   end
 
@@ -323,7 +407,7 @@ local function reserve(m, max, reclaim_after_ms, single)
     for _, s in ipairs({ priority, units }) do
       local rows = redis.call("XPENDING", s, GROUP, "IDLE", reclaim_after_ms, "-", "+", touched_count[s] + 1)
       for _, candidate in ipairs(rows) do
-        if type(candidate) == "table" and not touched[s .. " " .. candidate[1]] then
+        if type(candidate) == "table" and not touched[s][candidate[1]] then
           stream, row = s, candidate
           break
         end
@@ -357,7 +441,8 @@ local function reserve(m, max, reclaim_after_ms, single)
     if state.reclaim_count + 1 > m.max_reclaims then
       finalize_entry(stream, entry_id, unit_json, state, "failed", 0, '"reclaim_budget_exhausted"', "",
         string.format(',"previous_worker_id":%s,"delivery_count":%d', jstr(previous), delivery_count))
-      reply[#reply + 1] = { "FINALIZED", unit }
+      reply[#reply + 1] = "FINALIZED"
+      reply[#reply + 1] = unit
       if single == "1" then
         tail = "FULL"
         break
@@ -368,10 +453,12 @@ local function reserve(m, max, reclaim_after_ms, single)
       append_json(event_head("reclaimed", unit_json, state) .. string.format(
         ',"previous_worker_id":%s,"stream":"%s","entry_id":"%s","delivery_count":%d}',
         jstr(previous), short, entry_id, delivery_count))
-      reply[#reply + 1] = { "OK", short, entry_id, unit, kind, delivery_count, state.retry_index, state.reclaim_count, 1,
-        previous }
+      for _, v in ipairs({ "OK", short, entry_id, unit, kind, delivery_count, state.retry_index, state.reclaim_count, 1,
+        previous or false }) do
+        reply[#reply + 1] = v
+      end
       delivered = delivered + 1
-      current = unit_json
+      current = unit
       if delivered >= max then
         tail = "FULL"
       end
@@ -379,7 +466,7 @@ local function reserve(m, max, reclaim_after_ms, single)
   end
   reply[1] = tail
   if changed then
-    touch_worker(current)
+    touch_worker(current and jstr(current))
     renew_ttls(m.ttl_ms)
   end
   return reply
@@ -397,23 +484,12 @@ local function heartbeat(m, short, entry_id, delivery_count, unit_id)
   return { "OK" }
 end
 
--- Compares two stream ids ("ms-seq").
-local function id_parts(id)
-  local ms, seq = string.match(id, "^(%d+)-(%d+)$")
-  return tonumber(ms), tonumber(seq)
-end
-
-local function id_less(a, b)
-  local am, as = id_parts(a)
-  local bm, bs = id_parts(b)
-  return am < bm or (am == bm and as < bs)
-end
-
 -- Fence lookups for many entries of one stream: { [entry_id] = delivery_count }
 -- of this worker's pending entries and { [entry_id] = unit } of the stream,
 -- in a few calls instead of two per entry.
 local function fence_tables(stream, ids)
   local counts, units_of = {}, {}
+  local scanned = {}
   if #ids <= 2 then
     for _, id in ipairs(ids) do
       local row = pending_row(stream, id)
@@ -425,6 +501,7 @@ local function fence_tables(stream, ids)
     -- This worker's pending entries (normally exactly its batch).
     local limit = #ids * 2
     local rows = redis.call("XPENDING", stream, GROUP, "-", "+", limit, worker_id)
+    scanned = rows
     for _, row in ipairs(rows) do
       counts[row[1]] = tonumber(row[4])
     end
@@ -441,18 +518,22 @@ local function fence_tables(stream, ids)
     end
   end
   -- Units of the entries: one XRANGE over their span when it is compact.
+  -- The scan's rows are in id order: the span runs from the first wanted row
+  -- to the last (entries found outside the scan are looked up one by one).
   local lo, hi
-  for _, id in ipairs(ids) do
-    if counts[id] and id_parts(id) then
-      if not lo or id_less(id, lo) then
-        lo = id
-      end
-      if not hi or id_less(hi, id) then
-        hi = id
+  if #ids > 2 then
+    local wanted = {}
+    for _, id in ipairs(ids) do
+      wanted[id] = true
+    end
+    for _, row in ipairs(scanned) do
+      if wanted[row[1]] then
+        lo = lo or row[1]
+        hi = row[1]
       end
     end
   end
-  if lo and #ids > 2 then
+  if lo then
     for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", #ids * 2)) do
       units_of[entry[1]] = entry_unit(entry[2])
     end
@@ -471,38 +552,47 @@ local function fence_tables(stream, ids)
 end
 
 -- ARGV (from `base`): `count` groups of stream, entry_id, delivery_count,
--- unit_id, outcome, duration_ms, reason_json, errors_json.
+-- unit_id, tail: the client-built rest of the finalized event after its
+-- header (',"outcome":...,"entry_id":"..."}'), none of it decided here.
 -- The same result as `count` finalize calls in order, in one call.
 -- Reply: one status per delivery ("OK", "STALE" or "CORRUPT").
 local function finalize_batch(m, count, base)
   count = tonumber(count)
-  local items = {}
+  -- Parallel arrays (a table per item costs more than its fields).
+  local i_stream, i_id, i_dc, i_unit = {}, {}, {}, {}
   local by_stream = {}
   for i = 1, count do
-    local b = base + (i - 1) * 8
+    local b = base + (i - 1) * 5
     local stream = stream_key(ARGV[b])
-    items[i] = { stream = stream, entry_id = ARGV[b + 1], delivery_count = tonumber(ARGV[b + 2]), unit = ARGV[b + 3],
-      outcome = ARGV[b + 4], duration_ms = ARGV[b + 5], reason = ARGV[b + 6], errors = ARGV[b + 7] }
+    local entry_id = ARGV[b + 1]
+    i_stream[i] = stream or false
+    i_id[i] = entry_id
+    i_dc[i] = tonumber(ARGV[b + 2])
+    i_unit[i] = ARGV[b + 3]
     if stream then
-      by_stream[stream] = by_stream[stream] or {}
-      table.insert(by_stream[stream], items[i].entry_id)
+      local ids = by_stream[stream]
+      if not ids then
+        ids = {}
+        by_stream[stream] = ids
+      end
+      ids[#ids + 1] = entry_id
     end
   end
   local tables = {}
   for stream, ids in pairs(by_stream) do
     local counts, units_of = fence_tables(stream, ids)
-    tables[stream] = { counts = counts, units = units_of }
+    tables[stream] = { counts = counts, units = units_of, seen = {} }
   end
 
   -- The fence, in order; an entry finalized earlier in the batch is STALE.
-  local reply, passed, passed_units, seen = {}, {}, {}, {}
-  for i, item in ipairs(items) do
-    local t = item.stream and tables[item.stream]
-    local key = (item.stream or "") .. " " .. item.entry_id
-    if t and not seen[key] and t.counts[item.entry_id] == item.delivery_count and t.units[item.entry_id] == item.unit then
-      seen[key] = true
+  local reply, passed, passed_units = {}, {}, {}
+  for i = 1, count do
+    local stream, entry_id = i_stream[i], i_id[i]
+    local t = stream and tables[stream]
+    if t and not t.seen[entry_id] and t.counts[entry_id] == i_dc[i] and t.units[entry_id] == i_unit[i] then
+      t.seen[entry_id] = true
       passed[#passed + 1] = i
-      passed_units[#passed_units + 1] = item.unit
+      passed_units[#passed_units + 1] = i_unit[i]
       reply[i] = "OK"
     else
       reply[i] = "STALE"
@@ -513,19 +603,25 @@ local function finalize_batch(m, count, base)
   local acks = {}
   local done = 0
   for j, i in ipairs(passed) do
-    local item, state = items[i], states[j]
+    local state = states[j]
     if not state then
       reply[i] = "CORRUPT"
     else
-      acks[item.stream] = acks[item.stream] or {}
-      table.insert(acks[item.stream], item.entry_id)
-      local duration = item.duration_ms
-      if not string.find(duration, "^%d+$") then
-        duration = "0"
+      local stream = i_stream[i]
+      local ids = acks[stream]
+      if not ids then
+        ids = {}
+        acks[stream] = ids
       end
-      append_json(event_head("finalized", jstr(item.unit), state) .. ',"outcome":"' .. item.outcome ..
-        '","duration_ms":' .. duration .. ',"reason":' .. raw_or_null(item.reason) .. ',"errors":' ..
-        raw_or_null(item.errors) .. ',"stream":"' .. stream_short(item.stream) .. '","entry_id":"' .. item.entry_id .. '"}')
+      ids[#ids + 1] = i_id[i]
+      local prefix, suffix = event_head_parts("finalized", state)
+      event_begin()
+      local n = ev_n + 1
+      ev_parts[n] = prefix
+      n = put_unit_json(n, i_unit[i])
+      ev_parts[n + 1] = suffix
+      ev_parts[n + 2] = ARGV[base + (i - 1) * 5 + 4]
+      ev_n = n + 2
       done = done + 1
     end
   end
@@ -627,28 +723,36 @@ end
 -- Dispatch
 -- ---------------------------------------------------------------------------
 
-if mode == "worker_error" or mode == "stale_rejected" then
-  return append_prebuilt_event(ARGV[3], ARGV[4])
+local function dispatch()
+  if mode == "worker_error" or mode == "stale_rejected" then
+    return append_prebuilt_event(ARGV[3], ARGV[4])
+  end
+
+  local m = read_meta()
+  if not m then
+    return CORRUPT
+  end
+
+  if mode == "reserve" then
+    return reserve(m, ARGV[3], ARGV[4], ARGV[5])
+  elseif mode == "heartbeat" then
+    return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+  elseif mode == "finalize" then
+    return { finalize_batch(m, 1, 3)[1] }
+  elseif mode == "finalize_batch" then
+    return finalize_batch(m, ARGV[3], 4)
+  elseif mode == "requeue" then
+    return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+  elseif mode == "abandoned" then
+    return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  elseif mode == "liveness" then
+    return liveness(m, ARGV[3])
+  end
+  return redis.error_reply("ERR unknown transition mode " .. tostring(mode))
 end
 
-local m = read_meta()
-if not m then
-  return CORRUPT
-end
-
-if mode == "reserve" then
-  return reserve(m, ARGV[3], ARGV[4], ARGV[5])
-elseif mode == "heartbeat" then
-  return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-elseif mode == "finalize" then
-  return { finalize_batch(m, 1, 3)[1] }
-elseif mode == "finalize_batch" then
-  return finalize_batch(m, ARGV[3], 4)
-elseif mode == "requeue" then
-  return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
-elseif mode == "abandoned" then
-  return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
-elseif mode == "liveness" then
-  return liveness(m, ARGV[3])
-end
-return redis.error_reply("ERR unknown transition mode " .. tostring(mode))
+local result = dispatch()
+-- Every path that appends events renews the TTLs (and so flushes them);
+-- this is a safety net.
+flush_events()
+return result

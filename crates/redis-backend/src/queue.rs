@@ -54,14 +54,16 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
     const WHAT: &str = "reserve";
     let items = reply::array(WHAT, value)?;
     let tail = reply::string(WHAT, reply::at(WHAT, &items, 0)?)?;
-    let mut out = Reserved { items: Vec::with_capacity(items.len().saturating_sub(1)), corrupt: tail == "CORRUPT" };
-    for item in items.into_iter().skip(1) {
-        let fields = reply::array(WHAT, item)?;
-        match reply::string(WHAT, reply::at(WHAT, &fields, 0)?)?.as_str() {
+    let mut out = Reserved { items: Vec::with_capacity(items.len() / 10), corrupt: tail == "CORRUPT" };
+    // Items follow flat: "OK" and 9 fields, or "FINALIZED" and the unit.
+    let mut i = 1;
+    while i < items.len() {
+        let field = |k: usize| reply::at(WHAT, &items, i + k);
+        match reply::string(WHAT, field(0)?)?.as_str() {
             "OK" => {
-                let reclaimed = reply::int(WHAT, reply::at(WHAT, &fields, 8)?)? == 1;
+                let reclaimed = reply::int(WHAT, field(8)?)? == 1;
                 let origin = if reclaimed {
-                    let previous = reply::opt_string(WHAT, reply::at(WHAT, &fields, 9)?)?
+                    let previous = reply::opt_string(WHAT, field(9)?)?
                         .map(WorkerId::new)
                         .transpose()
                         .map_err(|e| ReplyError::new(WHAT, e.to_string()))?;
@@ -70,17 +72,21 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
                     DeliveryOrigin::Fresh
                 };
                 out.items.push(Item::Delivered(Delivery {
-                    stream: parse_stream(WHAT, reply::at(WHAT, &fields, 1)?)?,
-                    entry_id: parse_entry_id(WHAT, reply::at(WHAT, &fields, 2)?)?,
-                    unit: parse_unit(WHAT, reply::at(WHAT, &fields, 3)?)?,
-                    kind: reply::string(WHAT, reply::at(WHAT, &fields, 4)?)?,
-                    delivery_count: reply::uint(WHAT, reply::at(WHAT, &fields, 5)?)?,
-                    retry_index: reply::uint(WHAT, reply::at(WHAT, &fields, 6)?)?,
-                    reclaim_count: reply::uint(WHAT, reply::at(WHAT, &fields, 7)?)?,
+                    stream: parse_stream(WHAT, field(1)?)?,
+                    entry_id: parse_entry_id(WHAT, field(2)?)?,
+                    unit: parse_unit(WHAT, field(3)?)?,
+                    kind: reply::string(WHAT, field(4)?)?,
+                    delivery_count: reply::uint(WHAT, field(5)?)?,
+                    retry_index: reply::uint(WHAT, field(6)?)?,
+                    reclaim_count: reply::uint(WHAT, field(7)?)?,
                     origin,
                 }));
+                i += 10;
             }
-            "FINALIZED" => out.items.push(Item::Exhausted(parse_unit(WHAT, reply::at(WHAT, &fields, 1)?)?)),
+            "FINALIZED" => {
+                out.items.push(Item::Exhausted(parse_unit(WHAT, field(1)?)?));
+                i += 2;
+            }
             other => return Err(ReplyError::new(WHAT, format!("unknown item status {other:?}"))),
         }
     }
@@ -151,14 +157,23 @@ impl RedisStore {
     }
 
     fn finalize_args(call: &mut Call, d: &Delivery, request: &FinalizeRequest) {
+        let entry_id = d.entry_id.to_string();
+        // The finalized event after its header: nothing the script decides.
+        let null_if_empty = |json: String| if json.is_empty() { "null".to_owned() } else { json };
+        let tail = format!(
+            r#","outcome":"{}","duration_ms":{},"reason":{},"errors":{},"stream":"{}","entry_id":"{}"}}"#,
+            request.outcome.as_str(),
+            request.duration_ms,
+            null_if_empty(json_or_empty(request.reason.as_ref().map(|r| r.as_str()).filter(|r| !r.is_empty()))),
+            null_if_empty(json_or_empty(request.errors.as_ref())),
+            d.stream.as_str(),
+            entry_id,
+        );
         call.push(d.stream.as_str());
-        call.push(d.entry_id.to_string());
+        call.push(entry_id);
         call.push(d.delivery_count);
         call.push(d.unit.as_str());
-        call.push(request.outcome.as_str());
-        call.push(request.duration_ms);
-        call.push(json_or_empty(request.reason.as_ref().map(|r| r.as_str()).filter(|r| !r.is_empty())));
-        call.push(json_or_empty(request.errors.as_ref()));
+        call.push(tail);
     }
 
     /// Finalizes many deliveries of one worker in one script call: the same
@@ -560,43 +575,41 @@ impl UnitQueue for RedisStore {
         }
         let keys = self.run_keys(run);
         let mut conn = self.conn();
-        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
-        let value: Value = redis::cmd("XRANGE")
-            .arg(&keys.attempts)
-            .arg(start)
-            .arg("+")
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| queue_err("events", run, e))?;
-        let entries = reply::array("events", value).map_err(|e| queue_reply_err("events", run, e))?;
-        let mut out = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let items = reply::array("events", entry).map_err(|e| queue_reply_err("events", run, e))?;
-            let id = parse_entry_id(
-                "events",
-                reply::at("events", &items, 0).map_err(|e| queue_reply_err("events", run, e))?,
-            )
-            .map_err(|e| queue_reply_err("events", run, e))?;
-            let fields = reply::array("events", items.into_iter().nth(1).unwrap_or(Value::Nil))
-                .map_err(|e| queue_reply_err("events", run, e))?;
-            let json = fields
-                .chunks(2)
-                .find(|kv| reply::opt_string("events", &kv[0]).ok().flatten().as_deref() == Some("json"))
-                .and_then(|kv| kv.get(1))
-                .and_then(|v| reply::opt_string("events", v).ok().flatten())
-                .ok_or_else(|| QueueError::Corrupt {
-                    run: run.clone(),
-                    detail: format!("event {id} has no json field"),
-                })?;
-            let event: Event = serde_json::from_str(&json).map_err(|e| QueueError::Corrupt {
-                run: run.clone(),
-                detail: format!("event {id} is not a valid event ({e}): {json}"),
-            })?;
-            out.push(EventRecord { id, event });
+        // Event <ms>-<seq * 65536 + index> is event `index` of entry <ms>-<seq>:
+        // start at the entry of `after` (inclusive: it may hold later events).
+        let mut start = after.map_or_else(|| "-".to_owned(), |a| format!("{}-{}", a.ms, a.seq >> EVENT_INDEX_BITS));
+        let page = limit.clamp(16, 10_000);
+        let mut out = Vec::with_capacity(limit.min(10_000));
+        loop {
+            let value: Value = redis::cmd("XRANGE")
+                .arg(&keys.attempts)
+                .arg(&start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(page)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| queue_err("events", run, e))?;
+            let entries = reply::array("events", value).map_err(|e| queue_reply_err("events", run, e))?;
+            let n = entries.len();
+            for entry in entries {
+                let (id, events) = attempts_entry(run, entry)?;
+                start = format!("({id}");
+                for (index, event) in events.into_iter().enumerate() {
+                    let event_id = EventId::new(id.ms, (id.seq << EVENT_INDEX_BITS) | index as u64);
+                    if after.is_some_and(|a| event_id <= a) {
+                        continue;
+                    }
+                    out.push(EventRecord { id: event_id, event });
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            if n < page {
+                return Ok(out);
+            }
         }
-        Ok(out)
     }
 
     async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
@@ -654,6 +667,44 @@ impl UnitQueue for RedisStore {
         }
         Ok(out)
     }
+}
+
+/// Bits of an [`EventId`]'s seq that hold the event's index in its entry.
+const EVENT_INDEX_BITS: u32 = 16;
+
+/// An entry of the attempts stream as (entry id, its events in order): a
+/// `json` field holds one event, a `batch` field a JSON array of events.
+fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), QueueError> {
+    let bad = |e| queue_reply_err("events", run, e);
+    let items = reply::array("events", entry).map_err(bad)?;
+    let id = parse_entry_id("events", reply::at("events", &items, 0).map_err(bad)?).map_err(bad)?;
+    let fields = reply::array("events", items.into_iter().nth(1).unwrap_or(Value::Nil)).map_err(bad)?;
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|kv| reply::opt_string("events", &kv[0]).ok().flatten().as_deref() == Some(name))
+            .and_then(|kv| kv.get(1))
+            .and_then(|v| reply::opt_string("events", v).ok().flatten())
+    };
+    let corrupt = |what: &str, e: serde_json::Error, json: &str| QueueError::Corrupt {
+        run: run.clone(),
+        detail: format!("event {id} is not a valid {what} ({e}): {json}"),
+    };
+    if let Some(json) = field("json") {
+        let event: Event = serde_json::from_str(&json).map_err(|e| corrupt("event", e, &json))?;
+        return Ok((id, vec![event]));
+    }
+    if let Some(json) = field("batch") {
+        let events: Vec<Event> = serde_json::from_str(&json).map_err(|e| corrupt("event batch", e, &json))?;
+        if events.len() > 1 << EVENT_INDEX_BITS {
+            return Err(QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!("event batch {id} holds {} events", events.len()),
+            });
+        }
+        return Ok((id, events));
+    }
+    Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") })
 }
 
 /// A stream entry as (id, unit, kind).

@@ -253,3 +253,53 @@ async fn corrupt_state_gives_corrupt_or_a_clear_error() {
     let _: () = redis::cmd("SET").arg(lk.lease(&other)).arg("no-token-here").query_async(&mut admin).await.unwrap();
     assert!(matches!(store.holder(&other).await, Err(LeaseError::Corrupt { .. })));
 }
+
+/// The events of one call share one attempts entry: paging with `after` and
+/// `limit` still sees every event once, in order, with increasing ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_events_page_exactly() {
+    let url = leasehold_redis::test_support::redis_url();
+    let store: RedisStore = common::store(&url, "packed").await;
+    let units: Vec<String> = (0..7).map(|i| format!("u\"{i}\\")).collect();
+    let names: Vec<&str> = units.iter().map(String::as_str).collect();
+    let s = spec("r1", &names);
+    store.initialize(&s).await.unwrap();
+    let batch = store.reserve_batch(&s.run, &w("w1"), 5, LONG).await.unwrap();
+    assert_eq!(batch.deliveries.len(), 5);
+    let items: Vec<_> =
+        batch.deliveries.iter().map(|d| (d.clone(), FinalizeRequest::new(Outcome::Passed, 3))).collect();
+    assert!(store.finalize_batch(&s.run, &w("w1"), &items).await.unwrap().iter().all(|a| *a == Ack::Ok));
+    let single = delivered(store.reserve(&s.run, &w("w2"), LONG).await.unwrap());
+    assert_eq!(
+        store.finalize(&s.run, &w("w2"), &single, &FinalizeRequest::new(Outcome::Failed, 1)).await.unwrap(),
+        Ack::Ok
+    );
+
+    let all = store.events(&s.run, None, 1000).await.unwrap();
+    assert_eq!(all.len(), 12, "{all:?}");
+    let kinds: Vec<&str> = all.iter().map(|e| e.event.type_name()).collect();
+    assert_eq!(
+        kinds,
+        [["delivered"; 5], ["finalized"; 5]].concat().into_iter().chain(["delivered", "finalized"]).collect::<Vec<_>>()
+    );
+    for (i, e) in all.iter().enumerate().take(10) {
+        assert_eq!(e.event.unit_id().unwrap().as_str(), units[i % 5], "{e:?}");
+    }
+    assert!(all.windows(2).all(|p| p[0].id < p[1].id), "{all:?}");
+
+    for limit in 1..=13 {
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.events(&s.run, after, limit).await.unwrap();
+            assert!(page.len() <= limit);
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            got.extend(page);
+        }
+        assert_eq!(got, all, "limit {limit}");
+    }
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(store.events(&s.run, Some(e.id), 1000).await.unwrap(), all[i + 1..].to_vec());
+    }
+}
