@@ -11,12 +11,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{hopper, texts};
-use quick_junit::{Report, TestCaseStatus};
+use common::{hopper, junit_cases, texts};
+use quick_junit::TestCaseStatus;
 
 /// The variable naming the log every throwaway test appends its name to.
 const RAN_LOG_VAR: &str = "DISCOVER_RAN_LOG";
@@ -173,18 +172,6 @@ impl Project {
         out.sort();
         out
     }
-}
-
-/// The JUnit test cases by name.
-fn junit_cases(path: &Path) -> BTreeMap<String, TestCaseStatus> {
-    let xml = std::fs::read_to_string(path).expect("JUnit file written");
-    let report = Report::deserialize_from_str(&xml).expect("valid JUnit XML");
-    report
-        .test_suites
-        .iter()
-        .flat_map(|s| s.test_cases.iter())
-        .map(|c| (c.name.to_string(), c.status.clone()))
-        .collect()
 }
 
 /// Checks a run of a suite with passing units `passed` and the one failing

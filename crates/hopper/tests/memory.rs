@@ -2,25 +2,13 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{hopper, texts, Suite};
-use quick_junit::{Report, TestCaseStatus};
-
-fn junit_cases(path: &std::path::Path) -> HashMap<String, TestCaseStatus> {
-    let xml = std::fs::read_to_string(path).expect("JUnit file written");
-    let report = Report::deserialize_from_str(&xml).expect("valid JUnit XML");
-    report
-        .test_suites
-        .iter()
-        .flat_map(|s| s.test_cases.iter())
-        .map(|c| (c.name.to_string(), c.status.clone()))
-        .collect()
-}
+use common::{hopper, junit_cases, texts, Suite};
+use quick_junit::TestCaseStatus;
 
 #[test]
 fn mixed_suite_reports_failures_flaky_units_and_junit() {

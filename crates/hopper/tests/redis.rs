@@ -7,18 +7,18 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{hopper, texts, Suite};
+use common::{hopper, junit_cases, texts, Suite};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use quick_junit::{Report, TestCaseStatus};
+use quick_junit::TestCaseStatus;
 
 /// Watches the FIFO at `path` (made here) until `n` lines were written to it;
 /// each writer opens it, writes a line and closes it.
@@ -84,16 +84,6 @@ fn kill_pid_file(path: &Path) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
-}
-
-fn junit_cases(path: &Path) -> HashMap<String, TestCaseStatus> {
-    let xml = std::fs::read_to_string(path).expect("JUnit file written");
-    let report = Report::deserialize_from_str(&xml).expect("valid JUnit XML");
-    let mut cases = HashMap::new();
-    for case in report.test_suites.iter().flat_map(|s| s.test_cases.iter()) {
-        assert!(cases.insert(case.name.to_string(), case.status.clone()).is_none(), "{:?} listed twice", case.name);
-    }
-    cases
 }
 
 #[test]

@@ -98,3 +98,14 @@ impl Suite {
         self.dir.path().join(name).display().to_string()
     }
 }
+
+/// The JUnit test cases of a report file by name; fails the test when a name is listed twice.
+pub fn junit_cases(path: &Path) -> std::collections::BTreeMap<String, quick_junit::TestCaseStatus> {
+    let xml = std::fs::read_to_string(path).expect("JUnit file written");
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("valid JUnit XML");
+    let mut cases = std::collections::BTreeMap::new();
+    for case in report.test_suites.iter().flat_map(|s| s.test_cases.iter()) {
+        assert!(cases.insert(case.name.to_string(), case.status.clone()).is_none(), "{:?} listed twice", case.name);
+    }
+    cases
+}
