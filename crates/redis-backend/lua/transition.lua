@@ -472,6 +472,20 @@ local function reserve(m, max, reclaim_after_ms, single)
   return reply
 end
 
+-- The stream key and unit state of a fenced delivery; or nil and the reply
+-- to return: STALE when the fence fails, CORRUPT when the unit's state is gone.
+local function fenced_state(short, entry_id, delivery_count, unit_id)
+  local stream = stream_key(short)
+  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
+    return nil, STALE
+  end
+  local state = read_state(unit_id)
+  if not state then
+    return nil, CORRUPT
+  end
+  return stream, state
+end
+
 -- ARGV: stream, entry_id, delivery_count, unit_id.
 local function heartbeat(m, short, entry_id, delivery_count, unit_id)
   local stream = stream_key(short)
@@ -641,13 +655,9 @@ end
 -- ARGV: stream, entry_id, delivery_count, unit_id, unit_type, duration_ms,
 --       failure_summary_json, errors_json.
 local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json)
-  local stream = stream_key(short)
-  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
-    return STALE
-  end
-  local state = read_state(unit_id)
-  if not state then
-    return CORRUPT
+  local stream, state = fenced_state(short, entry_id, delivery_count, unit_id)
+  if not stream then
+    return state
   end
   local unit_json = jstr(unit_id)
   -- Subtracting an epsilon keeps ceil(100 * 0.7) at 70, not 71.
@@ -683,13 +693,9 @@ end
 
 -- ARGV: stream, entry_id, delivery_count, unit_id, elapsed_ms.
 local function abandoned(m, short, entry_id, delivery_count, unit_id, elapsed_ms)
-  local stream = stream_key(short)
-  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
-    return STALE
-  end
-  local state = read_state(unit_id)
-  if not state then
-    return CORRUPT
+  local stream, state = fenced_state(short, entry_id, delivery_count, unit_id)
+  if not stream then
+    return state
   end
   append_json(event_head("abandoned", jstr(unit_id), state) .. string.format(
     ',"elapsed_ms":%d,"stream":"%s","entry_id":"%s"}', tonumber(elapsed_ms) or 0, short, entry_id))
