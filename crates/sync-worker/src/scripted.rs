@@ -99,6 +99,11 @@ impl ScriptedSource {
         Self { inner: Arc::new(Inner { start: Instant::now(), state: Mutex::new(State::default()) }) }
     }
 
+    /// The log clock's reading now (the `at` of a record made at this instant).
+    pub fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.inner.start)
+    }
+
     fn with_account<R>(&self, account: &LeaseKey, f: impl FnOnce(&mut Account) -> R) -> R {
         let mut state = self.inner.state.lock();
         f(state.accounts.entry(account.clone()).or_insert_with(Account::new))
@@ -210,7 +215,7 @@ impl ScriptedSource {
     }
 
     fn record(&self, state: &mut State, fence: &Fence, activity: Activity, accepted: bool) {
-        let at = Instant::now().saturating_duration_since(self.inner.start);
+        let at = self.now();
         state.log.push(PollRecord {
             at,
             account: fence.account.clone(),
