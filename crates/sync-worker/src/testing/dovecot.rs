@@ -71,6 +71,10 @@ impl Dovecot {
             .ok_or(HarnessError::Missing { program: "dovecot".into(), install: INSTALL })?;
         let doveadm = find_binary("doveadm", &["/usr/bin/doveadm"])
             .ok_or(HarnessError::Missing { program: "doveadm".into(), install: INSTALL })?;
+        // dovecot-core alone has the master but no IMAP server.
+        if !Path::new("/usr/lib/dovecot/imap").is_file() {
+            return Err(HarnessError::Missing { program: "/usr/lib/dovecot/imap".into(), install: INSTALL });
+        }
         if !nix::unistd::geteuid().is_root() {
             return Err(HarnessError::Invalid(
                 "the Dovecot harness must run as root: dovecot starts as root and switches its login and mail \
