@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
-use hopper::commands::{self, ReportOptions, RunOptions, StatusOptions};
 use hopper::identity::process_env;
+use hopper::subcommands::{self, ReportOptions, RunOptions, StatusOptions};
 use hopper::units::{DiscoverKind, UnitSource};
 use hopper::{exit, HopperError};
 use leasehold_core::Budgets;
@@ -224,7 +224,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone())?;
-            commands::run(run_options(*args)?, &env, shutdown).await?
+            subcommands::run(run_options(*args)?, &env, shutdown).await?
         }
         Command::Report(args) => {
             let options = ReportOptions {
@@ -237,7 +237,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 appear_timeout: args.start_timeout,
                 slowest: args.slowest,
             };
-            commands::report(options, &env).await?
+            subcommands::report(options, &env).await?
         }
         Command::Status(args) => {
             let options = StatusOptions {
@@ -245,7 +245,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 queue: args.queue.queue,
                 build: args.queue.build,
             };
-            commands::status(options, &env).await?
+            subcommands::status(options, &env).await?
         }
     };
     Ok(code)

@@ -28,10 +28,10 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::command::CommandTemplate;
 use crate::errors::HopperError;
 use crate::observer::{AttemptEnd, RunObserver};
 use crate::process::{run_process, ProcessLimits, ProcessResult, Termination};
+use crate::template::CommandTemplate;
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,6 @@ use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
-use crate::command::CommandTemplate;
 use crate::errors::{exit, BackendError, HopperError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
@@ -20,6 +19,7 @@ use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
 use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
+use crate::template::CommandTemplate;
 use crate::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
 
