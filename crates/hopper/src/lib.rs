@@ -28,6 +28,7 @@ pub mod backend;
 pub mod errors;
 pub mod identity;
 pub mod observer;
+pub mod outage;
 pub mod process;
 pub mod report;
 pub mod runner;
@@ -35,6 +36,7 @@ pub mod status;
 pub mod subcommands;
 pub mod template;
 pub mod timings;
+pub mod unit_groups;
 pub mod units;
 
 pub use errors::{exit, HopperError};

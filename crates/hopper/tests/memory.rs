@@ -223,7 +223,7 @@ fn bad_input_gives_one_line_errors_and_nothing_runs() {
 }
 
 /// SIGTERM while a unit runs: the worker kills the unit's process group,
-/// abandons it and exits promptly with 130.
+/// abandons it and exits promptly with 143 (128 + SIGTERM).
 #[test]
 fn sigterm_abandons_the_running_unit_and_exits_promptly() {
     let mut suite = Suite::new();
@@ -260,7 +260,7 @@ fn sigterm_abandons_the_running_unit_and_exits_promptly() {
     let started = std::time::Instant::now();
     let output = child.wait_with_output().unwrap();
     let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(130), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(143), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20), "exited promptly");
     assert!(stderr.contains("ABANDON") && stderr.contains("interrupted"), "{stderr}");
 
