@@ -180,7 +180,7 @@ async fn scripts_survive_script_flush() {
     let _: () = flush().query_async(&mut admin).await.unwrap();
     assert_eq!(store.renew_many(&leases, LONG).await.unwrap(), vec![true; 5]);
     let _: () = flush().query_async(&mut admin).await.unwrap();
-    assert!(store.release(&leases[0]).await.unwrap());
+    assert!(LeaseStore::release(&store, &leases[0]).await.unwrap());
     assert_eq!(store.progress(&s.run).await.unwrap().unwrap().finalized, 3);
 }
 
