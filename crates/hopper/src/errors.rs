@@ -307,7 +307,7 @@ pub enum HopperError {
         source: std::io::Error,
     },
     /// The worker was interrupted by a signal.
-    #[error("interrupted: stopped taking units and abandoned the running ones (with a shared queue, other workers reclaim them)")]
+    #[error("interrupted: stopped the running units and handed them back (with a shared queue, other workers take them over at once)")]
     Interrupted,
 }
 

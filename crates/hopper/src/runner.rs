@@ -1,7 +1,7 @@
 //! The worker: reserves batches of units from a [`UnitQueue`], runs each
 //! batch as one invocation in its own process group, heartbeats the
 //! deliveries while it runs, and reports each unit's result through the
-//! fenced transitions (finalize, requeue, abandon).
+//! fenced transitions (finalize, requeue, release).
 //!
 //! A batch is the general case: `batch_size` 1 (the default) runs one unit
 //! per invocation. A [`BatchResults`] turns an invocation into one verdict per
@@ -175,8 +175,8 @@ pub struct WorkerSummary {
     pub retried: u64,
     /// Results dropped because another worker owned the unit (STALE).
     pub stale: u64,
-    /// Deliveries given up on shutdown.
-    pub abandoned: u64,
+    /// Deliveries handed back on shutdown.
+    pub released: u64,
     /// Latest duration of each unit this worker ran (milliseconds).
     pub timings: Vec<(String, u64)>,
 }
@@ -185,7 +185,7 @@ struct Shared {
     queue: Arc<dyn UnitQueue>,
     config: WorkerConfig,
     observer: Arc<dyn RunObserver>,
-    /// Signals (SIGINT/SIGTERM): abandon and stop.
+    /// Signals (SIGINT/SIGTERM): stop, hand back, exit.
     shutdown: CancellationToken,
     /// Stops the slots (shutdown, or another slot's fatal error).
     stop: CancellationToken,
@@ -249,7 +249,7 @@ impl Worker {
     }
 
     /// Runs units until every unit of the run is finalized, or until shutdown.
-    /// On shutdown, running units are stopped and abandoned (another worker
+    /// On shutdown, running units are stopped and released (another worker
     /// reclaims them) and [`HopperError::Interrupted`] is returned.
     pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
         let shared = &self.shared;
@@ -417,26 +417,10 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     }
     shared.summary.lock().invocations += 1;
 
-    let elapsed_ms = millis(result.duration);
     if shared.stop.is_cancelled() && result.termination == Termination::Stopped {
-        for (i, delivery) in deliveries.iter().enumerate() {
-            if lost[i] {
-                continue;
-            }
-            match shared.queue.abandon(run, worker, delivery, elapsed_ms).await {
-                Ok(Ack::Ok) => {
-                    shared.summary.lock().abandoned += 1;
-                    shared.observer.attempt_ended(
-                        &delivery.unit,
-                        AttemptEnd::Abandoned,
-                        result.duration,
-                        Some("shutting down"),
-                    );
-                }
-                Ok(reply) => fenced_off(shared, delivery, "abandon", reply).await,
-                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "could not mark the unit abandoned"),
-            }
-        }
+        let owned: Vec<Delivery> =
+            deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
+        hand_back(shared, &owned, result.duration).await;
         return Ok(());
     }
 
@@ -494,6 +478,42 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     }
     shared.wake.notify_waiters();
     Ok(())
+}
+
+/// Hands deliveries this worker stopped (or never started) back to the
+/// queue at once, spending no budget, so another worker picks them up now
+/// rather than after the reclaim timeout.
+async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
+    if deliveries.is_empty() {
+        return;
+    }
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    match shared.queue.release_batch(run, worker, deliveries).await {
+        Ok(replies) => {
+            for (delivery, reply) in deliveries.iter().zip(replies) {
+                match reply {
+                    Ack::Ok => {
+                        shared.summary.lock().released += 1;
+                        shared.observer.attempt_ended(
+                            &delivery.unit,
+                            AttemptEnd::Released,
+                            ran,
+                            Some("stopped; handed back to the queue"),
+                        );
+                    }
+                    reply => fenced_off(shared, delivery, "release", reply).await,
+                }
+            }
+        }
+        Err(error) => {
+            let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+            shared.observer.warn(&format!(
+                "could not hand back {} ({}); another worker takes over after --timeout",
+                crate::errors::name_units(&units),
+                crate::errors::chain_message(&error)
+            ));
+        }
+    }
 }
 
 /// A transition was refused: drop the result, log it, go on.
