@@ -20,6 +20,13 @@ pub const MAX_KEY_ID_LEN: usize = 200;
 /// Longest unit id accepted, in bytes (long test names with parameters fit).
 pub const MAX_UNIT_ID_LEN: usize = 4096;
 
+/// Whether `c` may stand in a storage key: no control characters, no
+/// whitespace and no braces (a brace would break a Redis Cluster hash tag).
+/// The one rule for every key-bound id, key prefix and derived worker name.
+pub fn is_key_safe_char(c: char) -> bool {
+    !(c.is_control() || c.is_whitespace() || c == '{' || c == '}')
+}
+
 fn check(kind: &'static str, value: &str, max: usize, key_safe: bool) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::Empty { kind });
@@ -27,9 +34,7 @@ fn check(kind: &'static str, value: &str, max: usize, key_safe: bool) -> Result<
     if value.len() > max {
         return Err(IdError::TooLong { kind, len: value.len(), max });
     }
-    if let Some(c) =
-        value.chars().find(|c| c.is_control() || (key_safe && (c.is_whitespace() || *c == '{' || *c == '}')))
-    {
+    if let Some(c) = value.chars().find(|&c| c.is_control() || (key_safe && !is_key_safe_char(c))) {
         return Err(IdError::InvalidChar { kind, value: value.escape_debug().to_string(), found: c });
     }
     Ok(())

@@ -7,6 +7,7 @@
 //! id only has to be unique among the build's workers; without a CI node index
 //! it is `<host>-<pid>`.
 
+use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::{RunId, WorkerId};
 
 use crate::errors::HopperError;
@@ -76,7 +77,7 @@ pub fn ci_worker(env: EnvLookup<'_>) -> Option<String> {
 
 /// Replaces characters that may not appear in a key-safe id with `-`.
 pub fn sanitize(raw: &str) -> String {
-    raw.chars().map(|c| if c.is_control() || c.is_whitespace() || c == '{' || c == '}' { '-' } else { c }).collect()
+    raw.chars().map(|c| if is_key_safe_char(c) { c } else { '-' }).collect()
 }
 
 /// `<host>-<pid>`: unique among workers on different machines and processes.

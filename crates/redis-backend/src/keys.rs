@@ -10,6 +10,7 @@
 //! | its meta | `P:hopper:{run}:meta` |
 //! | per-unit state | `P:hopper:{run}:unit_state` |
 //! | worker records | `P:hopper:{run}:workers` |
+//! | unit timings of earlier runs (30-day TTL) | `P:hopper:timings` |
 //! | a lease | `{P}:sync:lease:<id>` |
 //! | its fence counter (no TTL) | `{P}:sync:fence:<id>` |
 //! | the live set | `{P}:sync:live` |
@@ -31,6 +32,11 @@
 //! prefixes. Run keys spread over the cluster by run id.
 
 use leasehold_core::{LeaseKey, RunId, UserId, WorkerId};
+
+/// The hash of unit timings under `prefix` (see [`leasehold_core::TimingsStore`]).
+pub fn timings(prefix: &str) -> String {
+    format!("{prefix}:hopper:timings")
+}
 
 /// The six keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,6 +27,8 @@
 //! * `user.active` events use Redis pub/sub on a connection of their own,
 //!   forwarded into a `tokio::sync::broadcast` channel.
 //!
+//! * Unit timings ([`leasehold_core::TimingsStore`]) are one hash per prefix.
+//!
 //! ## Keys
 //!
 //! See [`keys`]. Every key of one run shares the run's hash tag
@@ -50,6 +52,7 @@ mod queue;
 mod reply;
 mod scripts;
 mod store;
+mod timings;
 
 #[cfg(feature = "test-support")]
 pub mod test_support;

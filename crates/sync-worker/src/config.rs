@@ -26,6 +26,9 @@
 
 use std::time::Duration;
 
+pub use leasehold_core::backend_url::redact_url;
+use leasehold_core::backend_url::{is_redis_url, REDIS_SCHEMES_HELP};
+use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::WorkerId;
 
 use crate::errors::ConfigError;
@@ -182,19 +185,17 @@ impl Config {
         }
         if let Some(v) = get("REDIS_URL") {
             let v = v.trim().to_string();
-            let schemes = ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"];
-            if !schemes.iter().any(|s| v.starts_with(s)) {
+            if !is_redis_url(&v) {
                 return Err(ConfigError::Invalid {
                     var: "REDIS_URL",
                     value: redact_url(&v),
-                    expected: "a redis://, rediss:// or redis+cluster:// URL (unset it to use the in-memory backend)"
-                        .into(),
+                    expected: format!("{REDIS_SCHEMES_HELP} (unset it to use the in-memory backend)"),
                 });
             }
             c.redis_url = Some(v);
         }
         if let Some(v) = get("REDIS_KEY_PREFIX") {
-            if v.chars().any(|ch| ch.is_control() || ch.is_whitespace() || ch == '{' || ch == '}') {
+            if !v.chars().all(is_key_safe_char) {
                 return Err(ConfigError::Invalid {
                     var: "REDIS_KEY_PREFIX",
                     value: v,
@@ -266,20 +267,6 @@ impl Config {
     /// How often leases are renewed (and the worker re-registered): a third of the TTL.
     pub fn renew_interval(&self) -> Duration {
         self.lease_ttl / 3
-    }
-}
-
-/// `url` with any password replaced by `***`, for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
     }
 }
 

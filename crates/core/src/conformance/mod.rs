@@ -28,6 +28,7 @@ pub mod lease;
 pub mod queue;
 pub mod release;
 pub mod support;
+pub mod timings;
 
 /// A timeout no test run will ever reach by stalling: negative time checks use it.
 pub const LONG: Duration = Duration::from_secs(600);
