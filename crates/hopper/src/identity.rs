@@ -5,7 +5,7 @@
 //! each other, so the CI variables used are the ones that are equal on all
 //! parallel jobs of one build (and differ on a retry of the build). The worker
 //! id only has to be unique among the build's workers; without a CI node index
-//! it is `<host>-<pid>`.
+//! it is `<host>-<pid>-<random>`.
 
 use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::{RunId, WorkerId};
@@ -80,14 +80,10 @@ pub fn sanitize(raw: &str) -> String {
     raw.chars().map(|c| if is_key_safe_char(c) { c } else { '-' }).collect()
 }
 
-/// `<host>-<pid>`: unique among workers on different machines and processes.
+/// `<host>-<pid>-<random>` ([`WorkerId::for_this_process`]): unique among
+/// workers on different machines and processes.
 pub fn default_worker() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into());
-    sanitize(&format!("{host}-{}", std::process::id()))
+    WorkerId::for_this_process().to_string()
 }
 
 /// The build id: `--build`, else `HOPPER_BUILD`, else CI variables, else
