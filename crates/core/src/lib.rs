@@ -17,6 +17,7 @@
 
 pub mod backend_url;
 pub mod clock;
+pub mod duration;
 pub mod errors;
 pub mod events;
 pub mod ids;
