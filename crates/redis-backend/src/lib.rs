@@ -10,8 +10,9 @@
 //! ## How it works
 //!
 //! * Every unit-queue transition is one Lua script call
-//!   (`lua/transition.lua`, modelled on the seed's `transition.lua`: the same
-//!   modes, replies and events). `reserve` reads the priority stream, then the
+//!   (`lua/transition/`, one file per part, joined at build time; modelled on
+//!   rspec-hopper's `transition.lua`: the same modes, replies and events, plus
+//!   `release`). `reserve` reads the priority stream, then the
 //!   main stream, then reclaims, for a whole batch in one call.
 //! * Leases are Lua too (`lua/lease_*.lua`): a claim is `SET NX PX` plus an
 //!   `INCR` of a per-key fence counter (the fencing token) in one script;
