@@ -30,6 +30,18 @@
 //! (one renew per owned key per few seconds), so one node is ample; a
 //! deployment that outgrows it can run several lease spaces under different
 //! prefixes. Run keys spread over the cluster by run id.
+//!
+//! **Fence counters never expire, on purpose.** Downstream storage keeps the
+//! highest token it has seen per key and refuses lower ones. A counter that
+//! expired would start again at 1: the next owner's writes would be refused
+//! forever, or, where storage forgot the key too, a stale owner's old token
+//! could outrank a new one. So a counter lives as long as the key may be
+//! leased again: one small string per key that was ever claimed (about 60
+//! bytes with its name), which grows with the number of distinct keys, not
+//! with claims. To retire a key for good, delete its counter together with
+//! the token storage keeps for it (never one without the other). Everything
+//! else expires: leases and registrations by their TTL, run keys by the run's
+//! inactivity TTL, timings after 30 days.
 
 use leasehold_core::{LeaseKey, RunId, UserId, WorkerId};
 

@@ -9,7 +9,7 @@
 //! `async fn(Fixture)` of a case module; `build.rs` lists them, so a new case
 //! cannot be left out of the suite):
 //!
-//! ```ignore
+//! ```text
 //! // crates/<backend>/tests/conformance.rs
 //! leasehold_core::conformance_suite!(my_backend::TestBackend::new());
 //! ```
