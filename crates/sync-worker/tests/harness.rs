@@ -2,6 +2,8 @@
 //! what a real IMAP client sees of a private Dovecot, and fresh Postgres
 //! databases. These fail, never skip, when Dovecot or Postgres is missing.
 
+use std::time::{Duration, Instant};
+
 use sync_worker::testing::mail_gen::{self, MailGen};
 use sync_worker::testing::{unique_name, Dovecot, ImapSession, Postgres, PostgresServer};
 
@@ -224,4 +226,92 @@ fn unique_names_are_unique_and_plain() {
     let (a, b) = (unique_name("Some Test::name"), unique_name("Some Test::name"));
     assert_ne!(a, b);
     assert!(a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{a}");
+}
+
+#[test]
+fn an_idling_client_hears_of_new_mail_at_once() {
+    let dovecot = dovecot_with("jack");
+    let mut idler = dovecot.imap("jack").expect("login");
+    idler.ok("SELECT INBOX").expect("select");
+    idler.idle_start().expect("idle");
+    assert_eq!(idler.idle_wait(Duration::from_millis(200)).expect("quiet"), None, "nothing happened yet");
+
+    let appended_at = Instant::now();
+    dovecot.append("jack", "INBOX", &mail_gen::message(6, 0).raw).expect("append from another client");
+    let heard = idler.idle_wait(Duration::from_secs(2)).expect("wait");
+    assert_eq!(heard.as_deref(), Some("* 1 EXISTS"), "after {:?}", appended_at.elapsed());
+
+    dovecot.expunge("jack", "INBOX", &["all"]).expect("doveadm expunge");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut heard = Vec::new();
+    // "* 1 RECENT" may still trail the EXISTS.
+    while !heard.iter().any(|l| l == "* 1 EXPUNGE") {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match idler.idle_wait(wait).expect("wait") {
+            Some(line) => heard.push(line),
+            None => panic!("no EXPUNGE within 2 s of doveadm expunge: {heard:?}"),
+        }
+    }
+    assert!(idler.idle_done().expect("done").is_ok());
+}
+
+#[test]
+fn flags_internal_dates_and_many_folders_are_set_as_asked() {
+    let dovecot = dovecot_with("kim");
+    let folders: Vec<String> = (0..20).map(|i| format!("Projects/p{i:02}")).collect();
+    dovecot.create_folders("kim", &folders.iter().map(String::as_str).collect::<Vec<_>>()).expect("create");
+    let at = 1_718_454_645; // 2024-06-15 12:30:45 UTC
+    dovecot
+        .append_with("kim", "Projects/p07", &["\\Seen", "$Important"], Some(at), &mail_gen::message(7, 0).raw)
+        .expect("append with flags and date");
+
+    let mut imap = dovecot.imap("kim").expect("login");
+    let list = imap.ok(r#"LIST "" "Projects/*""#).expect("list");
+    assert_eq!(list.untagged.len(), 20, "{:?}", list.untagged);
+    imap.ok("SELECT Projects/p07").expect("select");
+    let fetch = imap.ok("UID FETCH 1 (FLAGS INTERNALDATE)").expect("fetch");
+    let line = fetch.lines_of("1 FETCH").next().expect("a FETCH line");
+    assert!(line.contains("\\Seen") && line.contains("$Important"), "{line}");
+    assert!(line.contains(r#"INTERNALDATE "15-Jun-2024 12:30:45 +0000""#), "{line}");
+}
+
+#[test]
+fn a_restart_drops_every_connection_and_keeps_the_mail() {
+    let dovecot = dovecot_with("lee");
+    dovecot.append("lee", "INBOX", &mail_gen::message(8, 0).raw).expect("append");
+    let mut before = dovecot.imap("lee").expect("login");
+    before.ok("SELECT INBOX").expect("select");
+
+    // anvil, behind doveadm who, learns of a login a moment after it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let old_imap = loop {
+        let pids = imap_pids(&dovecot, "lee");
+        if !pids.is_empty() || Instant::now() > deadline {
+            break pids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(old_imap.len(), 1, "one imap process serves the connection");
+
+    dovecot.restart().expect("restart");
+
+    assert!(imap_pids(&dovecot, "lee").is_empty(), "no imap process survives the restart");
+    let noop = before.command("NOOP");
+    assert!(noop.is_err(), "the old connection is gone: {noop:?}");
+    assert!(!std::path::Path::new(&format!("/proc/{}", old_imap[0])).exists(), "the old imap process is gone");
+    let mut after = dovecot.imap("lee").expect("login after the restart");
+    let select = after.ok("SELECT INBOX").expect("select");
+    assert!(select.untagged.iter().any(|l| l == "* 1 EXISTS"), "{:?}", select.untagged);
+    assert!(dovecot.log_tail().contains("starting up"), "the log is kept: {}", dovecot.log_tail());
+}
+
+/// The pids of `user`'s imap processes, from `doveadm who` (the tool's own view).
+fn imap_pids(dovecot: &Dovecot, user: &str) -> Vec<u32> {
+    let who = dovecot.doveadm(&["who", "-1"]).expect("doveadm who");
+    who.lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|fields| fields.first() == Some(&user))
+        .filter_map(|fields| fields.get(2)?.parse().ok())
+        .collect()
 }

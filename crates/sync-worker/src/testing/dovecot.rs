@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::{chown, Pid, User};
 
 use super::{find_binary, free_port, output, spawn, tail, HarnessError, ImapSession, Result};
@@ -57,6 +58,7 @@ pub struct MailboxStatus {
 pub struct Dovecot {
     dir: tempfile::TempDir,
     port: u16,
+    dovecot: PathBuf,
     doveadm: PathBuf,
     child: Mutex<Option<Child>>,
     /// name -> password, for the harness's own logins.
@@ -98,11 +100,12 @@ impl Dovecot {
             let server = Self {
                 dir,
                 port,
+                dovecot: dovecot.clone(),
                 doveadm: doveadm.clone(),
                 child: Mutex::new(None),
                 users: Mutex::new(HashMap::new()),
             };
-            match server.launch(&dovecot) {
+            match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
                     server.stop();
@@ -113,11 +116,15 @@ impl Dovecot {
         Err(last_err.unwrap_or_else(|| HarnessError::Invalid("Dovecot did not start".into())))
     }
 
-    fn launch(&self, dovecot: &Path) -> Result<()> {
+    fn launch(&self) -> Result<()> {
+        let dovecot = &self.dovecot;
         let stderr = std::fs::File::create(self.dir.path().join("dovecot.stderr"))
             .map_err(HarnessError::io("create dovecot.stderr"))?;
         let mut cmd = Command::new(dovecot);
         cmd.arg("-F").arg("-c").arg(self.config_path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+        // Its own process group: imap processes outlive a stopped master
+        // while their clients stay connected, and stop() must reach them.
+        cmd.process_group(0);
         let child = spawn(cmd).map_err(HarnessError::io(format!("start {}", dovecot.display())))?;
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
@@ -238,6 +245,32 @@ impl Dovecot {
         Ok(appended)
     }
 
+    /// APPENDs one message with flags (e.g. `["\\Seen"]`) and, when given, an
+    /// INTERNALDATE (seconds since the Unix epoch) instead of now.
+    pub fn append_with(
+        &self,
+        user: &str,
+        folder: &str,
+        flags: &[&str],
+        internal_date: Option<i64>,
+        raw_message: &[u8],
+    ) -> Result<Appended> {
+        let mut session = self.imap(user)?;
+        let appended = match internal_date {
+            Some(date) => session.append_at(folder, flags, date, raw_message)?,
+            None => session.append(folder, flags, raw_message)?,
+        };
+        session.logout();
+        Ok(appended)
+    }
+
+    /// Creates folders of `user` (`/` separates levels: `Projects/2024`).
+    pub fn create_folders(&self, user: &str, folders: &[&str]) -> Result<()> {
+        let mut args = vec!["mailbox", "create", "-u", user];
+        args.extend_from_slice(folders);
+        self.doveadm(&args).map(drop)
+    }
+
     /// Runs `doveadm -c <config> <args>` (acting as another client) and
     /// returns its stdout.
     pub fn doveadm(&self, args: &[&str]) -> Result<String> {
@@ -309,21 +342,43 @@ impl Dovecot {
         Ok(pids.len())
     }
 
-    /// Stops Dovecot (SIGTERM, then SIGKILL after a grace period). Idempotent.
+    /// Starts Dovecot again on the same port with the same users and mail
+    /// (after [`stop`](Self::stop), or to drop every connection at once).
+    pub fn restart(&self) -> Result<()> {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "dovecot restart: port not free yet");
+                    self.stop();
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Stops Dovecot and every process of it, imap processes with clients
+    /// included (SIGTERM to its process group, SIGKILL to what is left after
+    /// a grace period). Idempotent.
     pub fn stop(&self) {
         let Some(mut child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let group = Pid::from_raw(child.id() as i32);
+        let _ = killpg(group, Signal::SIGTERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
+        while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = child.kill();
+        // ESRCH once the whole group is gone: nothing left to kill.
+        let _ = killpg(group, Signal::SIGKILL);
         let _ = child.wait();
+        while killpg(group, None).is_ok() && Instant::now() < deadline + STOP_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 

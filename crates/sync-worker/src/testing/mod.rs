@@ -9,6 +9,10 @@
 //!   server of a test's own, for tests that kill or restart it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //!
+//! The API is blocking (each call is a short command or a few IMAP round
+//! trips): async tests call it directly, or through `spawn_blocking` when
+//! the engine under test must run on the same thread meanwhile.
+//!
 //! A missing server binary is an error that says what to install, never a
 //! skip. Servers die with the test process: they are spawned from one
 //! long-lived thread with `PR_SET_PDEATHSIG`, and dropping a handle stops its
