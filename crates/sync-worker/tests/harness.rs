@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use sync_worker::testing::mail_gen::{self, MailGen};
-use sync_worker::testing::{unique_name, Dovecot, ImapSession, Postgres, PostgresServer};
+use sync_worker::testing::{unique_name, Dovecot, ImapProxy, ImapSession, Postgres, PostgresServer};
 
 fn dovecot_with(user: &str) -> Dovecot {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("start Dovecot: {e}"));
@@ -314,4 +314,28 @@ fn imap_pids(dovecot: &Dovecot, user: &str) -> Vec<u32> {
         .filter(|fields| fields.first() == Some(&user))
         .filter_map(|fields| fields.get(2)?.parse().ok())
         .collect()
+}
+
+#[test]
+fn the_proxy_records_every_command_and_can_cut_connections() {
+    let dovecot = dovecot_with("mia");
+    let proxy = ImapProxy::start(dovecot.port()).expect("proxy");
+    let mut imap = ImapSession::login(proxy.port(), "mia", "secret").expect("login through the proxy");
+    imap.append("INBOX", &["\\Seen"], &mail_gen::message(10, 0).raw).expect("append a literal through it");
+    imap.ok("SELECT INBOX").expect("select");
+    imap.ok("UID FETCH 1 (FLAGS)").expect("fetch");
+    imap.idle_start().expect("idle");
+    imap.idle_done().expect("done");
+
+    let verbs: Vec<String> = proxy.commands().into_iter().map(|c| c.verb).collect();
+    assert_eq!(verbs, ["LOGIN", "APPEND", "SELECT", "UID FETCH", "IDLE", "DONE"]);
+    assert!(!proxy.commands()[0].line.contains("secret"), "no password is recorded");
+    assert_eq!((proxy.count("UID FETCH"), proxy.count("FETCH"), proxy.connections()), (1, 0, 1));
+
+    proxy.clear();
+    proxy.cut_all();
+    assert!(imap.command("NOOP").is_err(), "the cut connection is gone");
+    assert!(proxy.commands().iter().all(|c| c.verb == "NOOP"));
+    ImapSession::login(proxy.port(), "mia", "secret").expect("a new connection goes through").ok("NOOP").expect("noop");
+    assert_eq!(proxy.connections(), 2);
 }

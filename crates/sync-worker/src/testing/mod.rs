@@ -2,7 +2,9 @@
 //!
 //! * [`Dovecot`]: a private Dovecot IMAP server on a free loopback port, with
 //!   its own config, users, mail and log in a temp dir. [`ImapSession`] is a
-//!   small raw IMAP client for checking what a real client sees.
+//!   small raw IMAP client for checking what a real client sees;
+//!   [`ImapProxy`] records every command a client sends through it (and can
+//!   cut its connections).
 //! * [`Postgres`]: a fresh, uniquely named database per test on the machine's
 //!   server (`TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432`),
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
@@ -20,6 +22,7 @@
 
 mod dovecot;
 mod imap;
+mod imap_proxy;
 pub mod mail_gen;
 mod postgres;
 
@@ -32,6 +35,7 @@ use std::sync::{mpsc, Mutex, OnceLock};
 
 pub use dovecot::{Appended, Dovecot, MailboxStatus};
 pub use imap::{ImapReply, ImapSession};
+pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use postgres::{Postgres, PostgresServer};
 
 /// What went wrong while starting or driving a test server.
