@@ -233,7 +233,13 @@ fn an_idling_client_hears_of_new_mail_at_once() {
     let dovecot = dovecot_with("jack");
     let mut idler = dovecot.imap("jack").expect("login");
     idler.ok("SELECT INBOX").expect("select");
+    assert_eq!(dovecot.idle_sessions().expect("count"), 0);
     idler.idle_start().expect("idle");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dovecot.idle_sessions().expect("count") != 1 {
+        assert!(Instant::now() < deadline, "the idling session is never seen as IDLE");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(idler.idle_wait(Duration::from_millis(200)).expect("quiet"), None, "nothing happened yet");
 
     let appended_at = Instant::now();

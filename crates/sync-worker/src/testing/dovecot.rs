@@ -317,17 +317,27 @@ impl Dovecot {
         self.doveadm(&["mailbox", "update", "-u", user, "--uid-validity", &uid_validity.to_string(), folder]).map(drop)
     }
 
-    /// SIGKILLs the server-side imap processes of `user` (their clients see
-    /// the connection drop) and waits until they are gone; returns how many.
-    pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
-        let master = self
-            .child
+    /// How many imap sessions are in IDLE right now (their process title
+    /// says so), e.g. to know that hot accounts have settled.
+    pub fn idle_sessions(&self) -> Result<usize> {
+        let master = self.master_pid()?;
+        Ok(imap_processes(master, "")?.into_iter().filter(|(_, title)| title.ends_with(" IDLE]")).count())
+    }
+
+    fn master_pid(&self) -> Result<u32> {
+        self.child
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|c| c.id())
-            .ok_or_else(|| HarnessError::Invalid("Dovecot is stopped".into()))?;
-        let pids = imap_processes(master, user)?;
+            .ok_or_else(|| HarnessError::Invalid("Dovecot is stopped".into()))
+    }
+
+    /// SIGKILLs the server-side imap processes of `user` (their clients see
+    /// the connection drop) and waits until they are gone; returns how many.
+    pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
+        let master = self.master_pid()?;
+        let pids: Vec<i32> = imap_processes(master, &format!("{user} "))?.into_iter().map(|(pid, _)| pid).collect();
         for pid in &pids {
             // A process that already exited is fine: it is gone either way.
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
@@ -502,10 +512,11 @@ fn parse_status(out: &str) -> Option<MailboxStatus> {
     })
 }
 
-/// The imap processes of `user` under this Dovecot's master: their process
-/// title (`verbose_proctitle`) is `dovecot/imap [<user> <ip> ...]`.
-fn imap_processes(master: u32, user: &str) -> Result<Vec<i32>> {
-    let title = format!("dovecot/imap [{user} ");
+/// The imap processes (pid, title) under this Dovecot's master whose title
+/// (`verbose_proctitle`: `dovecot/imap [<user> <ip> <state>]`) continues
+/// with `user_prefix` after the bracket (`"alice "`: alice's; `""`: all).
+fn imap_processes(master: u32, user_prefix: &str) -> Result<Vec<(i32, String)>> {
+    let title = format!("dovecot/imap [{user_prefix}");
     let mut pids = Vec::new();
     let proc_dir = std::fs::read_dir("/proc").map_err(HarnessError::io("list /proc"))?;
     for entry in proc_dir.flatten() {
@@ -519,8 +530,9 @@ fn imap_processes(master: u32, user: &str) -> Result<Vec<i32>> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline);
+        let cmdline = cmdline.trim_end_matches('\0');
         if parent_of(&stat) == Some(master) && cmdline.starts_with(&title) {
-            pids.push(pid);
+            pids.push((pid, cmdline.to_owned()));
         }
     }
     Ok(pids)
