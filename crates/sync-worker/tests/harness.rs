@@ -374,6 +374,7 @@ fn a_database_left_by_a_killed_process_is_dropped_by_the_next() {
         .args(["--exact", "unique_names_are_unique_and_plain", "--quiet"])
         .env("TEST_POSTGRES_URL", own.url())
         .env("HARNESS_CHILD_USES_POSTGRES", "1")
+        .stdout(std::process::Stdio::null())
         .status()
         .expect("run a child test process");
     assert!(status.success());
