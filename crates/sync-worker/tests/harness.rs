@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use sync_worker::testing::mail_gen::{self, MailGen};
-use sync_worker::testing::{unique_name, Dovecot, ImapProxy, ImapSession, Postgres, PostgresServer};
+use sync_worker::testing::{
+    unique_name, Dovecot, DovecotOptions, ImapProxy, ImapSession, Postgres, PostgresServer, SPECIAL_FOLDERS,
+};
 
 fn dovecot_with(user: &str) -> Dovecot {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("start Dovecot: {e}"));
@@ -390,4 +392,25 @@ fn dead_pid() -> u64 {
     let max: u64 =
         std::fs::read_to_string("/proc/sys/kernel/pid_max").expect("pid_max").trim().parse().expect("a number");
     max + 1
+}
+
+#[test]
+fn a_plainer_dovecot_hides_idle_condstore_qresync_and_special_use() {
+    let mut options = DovecotOptions::without(&["IDLE", "CONDSTORE", "QRESYNC"]);
+    options.special_use = false;
+    let dovecot = Dovecot::start_with(&options).unwrap_or_else(|e| panic!("{e}"));
+    dovecot.add_user("old", "secret").expect("add a user");
+    let mut imap = dovecot.imap("old").expect("login");
+    let reply = imap.ok("CAPABILITY").expect("capability");
+    let caps: Vec<&str> = reply.lines_of("CAPABILITY").next().expect("a CAPABILITY line").split(' ').collect();
+    for hidden in ["IDLE", "CONDSTORE", "QRESYNC"] {
+        assert!(!caps.contains(&hidden), "{hidden} is still offered: {caps:?}");
+    }
+    assert!(caps.contains(&"UIDPLUS") && caps.contains(&"SPECIAL-USE"), "the rest is kept: {caps:?}");
+
+    let list = imap.ok(r#"LIST "" "*""#).expect("list");
+    for (name, flag) in SPECIAL_FOLDERS {
+        let line = list.untagged.iter().find(|l| l.ends_with(&format!("\"/\" {name}"))).expect("the folder exists");
+        assert!(!line.contains(flag), "{name} carries no special-use flag: {line}");
+    }
 }

@@ -31,6 +31,38 @@ const INSTALL: &str = "install Debian's dovecot-imapd package (`cargo xtask setu
 pub const SPECIAL_FOLDERS: [(&str, &str); 5] =
     [("Drafts", "\\Drafts"), ("Sent", "\\Sent"), ("Trash", "\\Trash"), ("Junk", "\\Junk"), ("Archive", "\\Archive")];
 
+/// What Dovecot 2.3 offers after login, by default.
+const FULL_CAPABILITY: &str = "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT SORT=DISPLAY THREAD=REFERENCES \
+     THREAD=REFS THREAD=ORDEREDSUBJECT MULTIAPPEND URL-PARTIAL CATENATE UNSELECT CHILDREN NAMESPACE UIDPLUS \
+     LIST-EXTENDED I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES WITHIN CONTEXT=SEARCH LIST-STATUS BINARY \
+     MOVE SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW STATUS=SIZE SAVEDATE LITERAL+ NOTIFY SPECIAL-USE";
+
+/// How a [`Dovecot`] differs from the full-featured default, to test the
+/// engine's fallbacks (NOOP polling, flag rescans, folders found by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DovecotOptions {
+    /// Capabilities not to advertise after login (e.g. `IDLE`, `CONDSTORE`,
+    /// `QRESYNC`). Dovecot still answers such commands if a client sends
+    /// them anyway: a well-behaved client reads CAPABILITY first.
+    pub hidden_capabilities: Vec<String>,
+    /// Whether Sent, Drafts, Trash, Junk and Archive carry their RFC 6154
+    /// special-use flags (they exist and are subscribed either way).
+    pub special_use: bool,
+}
+
+impl Default for DovecotOptions {
+    fn default() -> Self {
+        Self { hidden_capabilities: Vec::new(), special_use: true }
+    }
+}
+
+impl DovecotOptions {
+    /// The default, minus these capabilities.
+    pub fn without(capabilities: &[&str]) -> Self {
+        Self { hidden_capabilities: capabilities.iter().map(|c| (*c).to_owned()).collect(), ..Self::default() }
+    }
+}
+
 /// Where an APPEND put a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
@@ -69,6 +101,11 @@ impl Dovecot {
     /// Starts Dovecot (IMAP only, no TLS, plaintext LOGIN allowed) with IDLE,
     /// CONDSTORE, QRESYNC and SPECIAL-USE folders, and no users yet.
     pub fn start() -> Result<Self> {
+        Self::start_with(&DovecotOptions::default())
+    }
+
+    /// Starts Dovecot with fewer features (see [`DovecotOptions`]).
+    pub fn start_with(options: &DovecotOptions) -> Result<Self> {
         let dovecot = find_binary("dovecot", &["/usr/sbin/dovecot"])
             .ok_or(HarnessError::Missing { program: "dovecot".into(), install: INSTALL })?;
         let doveadm = find_binary("doveadm", &["/usr/bin/doveadm"])
@@ -95,7 +132,7 @@ impl Dovecot {
                 .map_err(HarnessError::io("make a temp dir for Dovecot"))?;
             let port = free_port()?;
             prepare_dir(dir.path(), &mail_user)?;
-            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port))
+            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port, options))
                 .map_err(HarnessError::io("write dovecot.conf"))?;
             let server = Self {
                 dir,
@@ -439,12 +476,22 @@ fn check_user(name: &str, password: &str) -> Result<()> {
 }
 
 /// The config: everything in `dir`, one listener on `127.0.0.1:port`.
-fn config(dir: &Path, port: u16) -> String {
+fn config(dir: &Path, port: u16, options: &DovecotOptions) -> String {
     let dir = dir.display();
     let mut folders = String::new();
     for (name, use_) in SPECIAL_FOLDERS {
-        let _ = write!(folders, "  mailbox {name} {{\n    special_use = {use_}\n    auto = subscribe\n  }}\n");
+        let special = if options.special_use { format!("\n    special_use = {use_}") } else { String::new() };
+        let _ = write!(folders, "  mailbox {name} {{{special}\n    auto = subscribe\n  }}\n");
     }
+    let capability = if options.hidden_capabilities.is_empty() {
+        String::new()
+    } else {
+        let kept: Vec<&str> = FULL_CAPABILITY
+            .split_whitespace()
+            .filter(|c| !options.hidden_capabilities.iter().any(|h| h.eq_ignore_ascii_case(c)))
+            .collect();
+        format!("  imap_capability = {}\n", kept.join(" "))
+    };
     format!(
         r#"# A private Dovecot for leasehold's tests (sync_worker::testing::Dovecot).
 protocols = imap
@@ -489,7 +536,7 @@ service anvil {{
 }}
 protocol imap {{
   mail_max_userip_connections = 1000
-}}
+{capability}}}
 namespace inbox {{
   inbox = yes
   separator = /

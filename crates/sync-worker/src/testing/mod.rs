@@ -33,7 +33,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
-pub use dovecot::{Appended, Dovecot, MailboxStatus};
+pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use postgres::{Postgres, PostgresServer};
