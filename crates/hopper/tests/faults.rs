@@ -231,3 +231,28 @@ fn a_cluster_failover_of_the_build_s_master_costs_a_pause_not_a_result() {
     assert_ne!(promoted, victim, "the replica took over the build's slot");
     assert!(stderr.matches("the queue is unreachable").count() <= 1, "said at most once:\n{stderr}");
 }
+
+#[test]
+fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
+    let server = RedisServer::start().unwrap();
+    let build = Build::new(server.url(), "outage-lost");
+    let suite = suite_of(10, 0.5);
+    let junit = suite.path().join("junit.xml");
+    let worker = build.worker(&suite, "w1", "30");
+    build.wait_finalized(&suite, 1);
+    let report = build.report(&suite, &junit);
+    std::thread::sleep(Duration::from_millis(300));
+
+    server.kill();
+    server.restart().expect("redis-server starts again, empty: it keeps nothing");
+    for (name, child) in [("worker", worker), ("report", report)] {
+        let (output, stdout, stderr) = finished(name, child);
+        assert_eq!(output.status.code(), Some(3), "{name}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let last = stderr.lines().last().unwrap_or("");
+        assert!(
+            last.contains(&format!("build {}: the queue lost this build's state", build.build)),
+            "{name} says what happened:\n{stderr}"
+        );
+        assert!(!stderr.contains("no worker has started it"), "{stderr}");
+    }
+}
