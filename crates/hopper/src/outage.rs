@@ -123,7 +123,7 @@ impl OutageClock {
             }
             now
         };
-        tracing::warn!(op, %error, "queue call failed; riding out the outage");
+        tracing::debug!(op, %error, "queue call failed; riding out the outage");
         (self.notify)(&OutageNotice::Began { op, error, grace: self.grace });
         now.saturating_duration_since(began)
     }
@@ -132,7 +132,7 @@ impl OutageClock {
         let began = self.began.lock().take();
         if let Some(at) = began {
             let after = at.elapsed();
-            tracing::info!(?after, "the queue answers again");
+            tracing::debug!(?after, "the queue answers again");
             (self.notify)(&OutageNotice::Ended { after });
         }
     }
