@@ -28,6 +28,7 @@ pub mod backend;
 pub mod errors;
 pub mod identity;
 pub mod observer;
+mod orphans;
 pub mod outage;
 pub mod process;
 pub mod report;
