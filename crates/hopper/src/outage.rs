@@ -120,17 +120,18 @@ impl OutageClock {
     /// Marks a failed call; returns how long the outage has lasted.
     fn failed(&self, op: &'static str, error: &QueueError) -> Duration {
         let now = Instant::now();
-        let began = {
+        let earlier = {
             let mut began = self.began.lock();
-            match *began {
-                Some(at) => return now.saturating_duration_since(at),
-                None => *began = Some(now),
-            }
-            now
+            let earlier = *began;
+            began.get_or_insert(now);
+            earlier
         };
+        if let Some(began) = earlier {
+            return now.saturating_duration_since(began);
+        }
         tracing::debug!(op, %error, "queue call failed; riding out the outage");
         (self.notify)(&OutageNotice::Began { op, error, grace: self.grace });
-        now.saturating_duration_since(began)
+        Duration::ZERO
     }
 
     fn succeeded(&self) {
