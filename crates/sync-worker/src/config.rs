@@ -102,7 +102,8 @@ impl Config {
     }
 
     /// Reads settings through `lookup` (a variable name to its value, `None`
-    /// when unset; empty values count as unset) and validates them.
+    /// when unset; empty values count as unset, except an empty `REDIS_URL`,
+    /// which is an error) and validates them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
         let mut c = Config::default();
@@ -126,6 +127,15 @@ impl Config {
                 value: v.clone(),
                 expected: "a whole number of accounts, 0 or more (e.g. 500)".into(),
             })?;
+        }
+        // Set but empty is a mistake (a CI secret that did not expand), not
+        // a request for one process's private memory backend.
+        if lookup("REDIS_URL").is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_URL",
+                value: String::new(),
+                expected: "a redis:// URL: it is set but empty (unset it to use the in-memory backend)".into(),
+            });
         }
         if let Some(v) = get("REDIS_URL") {
             let v = v.trim().to_string();
@@ -270,6 +280,8 @@ mod tests {
         assert!(e.contains("HOT_BUDGET_PER_WORKER"), "{e}");
         let e = from(&[("REDIS_URL", "http://user:secret@x")]).unwrap_err().to_string();
         assert!(e.contains("REDIS_URL") && !e.contains("secret"), "{e}");
+        let e = from(&[("REDIS_URL", " ")]).unwrap_err().to_string();
+        assert!(e.contains("REDIS_URL") && e.contains("set but empty"), "{e}");
         let e = from(&[("IDLE_REISSUE", "30m")]).unwrap_err().to_string();
         assert!(e.contains("29 minutes"), "{e}");
         let e = from(&[("WORKER_ID", "a b")]).unwrap_err().to_string();
