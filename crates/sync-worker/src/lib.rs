@@ -38,6 +38,8 @@ pub mod scripted;
 pub mod secret;
 pub mod source;
 pub mod storage;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod tiers;
 pub mod wiring;
 
