@@ -37,6 +37,8 @@ mod message;
 mod session;
 mod transport;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -90,17 +92,45 @@ impl From<&Config> for ImapSettings {
     }
 }
 
-/// The IMAP [`MailSource`]. Cheap to clone.
+/// How many IMAP commands of each kind the engine sent (LOGIN aside), for
+/// benchmarks and tests: `SELECT`, `STATUS`, `UID FETCH`, `IDLE`, ...
+#[derive(Debug, Default)]
+pub struct CommandCounts(parking_lot::Mutex<BTreeMap<String, u64>>);
+
+impl CommandCounts {
+    fn count(&self, op: &str) {
+        let mut words = op.split(' ');
+        let verb = match words.next() {
+            Some("UID") => format!("UID {}", words.next().unwrap_or_default()),
+            Some(v) => v.to_string(),
+            None => return,
+        };
+        *self.0.lock().entry(verb).or_default() += 1;
+    }
+
+    /// A snapshot: command -> how many were sent.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().clone()
+    }
+}
+
+/// The IMAP [`MailSource`]. Cheap to clone; clones share the command counts.
 #[derive(Debug, Clone)]
 pub struct ImapSource {
     storage: Storage,
     settings: ImapSettings,
+    commands: Arc<CommandCounts>,
 }
 
 impl ImapSource {
     /// An engine writing into `storage`.
     pub fn new(storage: Storage, settings: ImapSettings) -> Self {
-        Self { storage, settings }
+        Self { storage, settings, commands: Arc::default() }
+    }
+
+    /// The commands sent so far by every connection of this source.
+    pub fn commands(&self) -> BTreeMap<String, u64> {
+        self.commands.snapshot()
     }
 
     /// Logs in with `creds` and out again: what `account add` checks before
@@ -165,9 +195,15 @@ impl MailSource for ImapSource {
         let creds = self.storage.credentials(account).await.map_err(|e| storage_error(account, e))?;
         let failure = match transport::open(&creds, self.settings.connect_timeout).await {
             Ok(session) => {
-                return session::Connection::start(session, self.storage.clone(), fence.clone(), self.settings)
-                    .await
-                    .map(|c| Box::new(c) as Box<dyn MailConnection>)
+                return session::Connection::start(
+                    session,
+                    self.storage.clone(),
+                    fence.clone(),
+                    self.settings,
+                    self.commands.clone(),
+                )
+                .await
+                .map(|c| Box::new(c) as Box<dyn MailConnection>)
             }
             Err(transport::ConnectFailure::Refused(answer)) => SourceError::Auth { account: account.clone(), answer },
             Err(transport::ConnectFailure::Unreachable(source)) => SourceError::Connect {

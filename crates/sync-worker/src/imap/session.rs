@@ -2,6 +2,7 @@
 //! and the INBOX watch (see the [module docs](super)).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use async_imap::extensions::idle::IdleResponse;
 use async_imap::types::{Fetch, Mailbox};
@@ -11,7 +12,7 @@ use futures::TryStreamExt;
 use super::folders::{special_folders, Folder};
 use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
 use super::transport::ImapSession;
-use super::{storage_error, ImapSettings, BATCH, FLAG_RESCAN};
+use super::{storage_error, CommandCounts, ImapSettings, BATCH, FLAG_RESCAN};
 use crate::errors::{BoxError, SourceError};
 use crate::source::{Fence, MailConnection, PollReport, Scope};
 use crate::storage::{FolderState, Storage, StorageError};
@@ -46,6 +47,7 @@ impl FolderFailure {
 macro_rules! imap {
     ($conn:expr, $op:expr, |$s:ident| $call:expr) => {{
         let op: String = $op.into();
+        $conn.commands.count(&op);
         match $conn.session.take() {
             None => Err(FolderFailure::Fatal($conn.io(op, "the connection was lost earlier".into()))),
             Some(mut $s) => {
@@ -60,6 +62,7 @@ macro_rules! imap {
 }
 
 pub(super) struct Connection {
+    commands: Arc<CommandCounts>,
     session: Option<ImapSession>,
     storage: Storage,
     fence: Fence,
@@ -85,8 +88,10 @@ impl Connection {
         storage: Storage,
         fence: Fence,
         settings: ImapSettings,
+        commands: Arc<CommandCounts>,
     ) -> Result<Self, SourceError> {
         let mut conn = Self {
+            commands,
             session: Some(session),
             storage,
             fence,
@@ -173,6 +178,11 @@ impl Connection {
             // Without CONDSTORE a flag change shows in no counter: always look.
             return Ok(false);
         }
+        if self.selected.as_deref() == Some(name) {
+            // A server answers STATUS of the selected folder from this
+            // session's view, which only a command like NOOP brings up to date.
+            imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
+        }
         let status = imap!(self, format!("STATUS {name}"), |s| s.status(name, "(UIDNEXT UIDVALIDITY HIGHESTMODSEQ)"))?;
         Ok(status.uid_validity == Some(state.uidvalidity)
             && status.uid_next.is_some()
@@ -218,6 +228,9 @@ impl Connection {
         let new_messages = self.fetch_new(name, &mut state).await?;
         self.sync_flags(name, &state, old_last, &mbox).await?;
         self.sync_expunges(name, &state, &mbox).await?;
+        // A connection cut mid-answer can end a FETCH stream early without an
+        // error; a NOOP answered proves the answers above were whole.
+        imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
         // Last: the marks that say everything they cover is stored.
         let uidnext = mbox.uid_next.map(|n| n.max(state.last_uid.saturating_add(1)));
         let mut tx = self.write().await?;
@@ -241,13 +254,26 @@ impl Connection {
                 stream.try_collect::<Vec<_>>().await
             })?;
             let rows: Vec<_> = fetched.iter().filter_map(row_of).filter(|r| r.uid >= from).collect();
-            let last = batch.last().copied().unwrap_or(state.last_uid);
+            // `last_uid` only moves past UIDs that were answered: a connection
+            // that dies mid-stream can end the answer early without an error.
+            let got: HashSet<u32> = rows.iter().map(|r| r.uid).collect();
+            let complete = batch.iter().take_while(|u| got.contains(u)).count();
+            let last = if complete == 0 { state.last_uid } else { batch[complete - 1] };
             let mut tx = self.write().await?;
             tx.insert_messages(name, state.uidvalidity, &rows).await.map_err(|e| self.store_err(e))?;
             tx.set_last_uid(name, last).await.map_err(|e| self.store_err(e))?;
             tx.commit().await.map_err(|e| self.store_err(e))?;
             state.last_uid = last;
             total += rows.len() as u64;
+            if complete < batch.len() {
+                // Expunged since the SEARCH, or a cut connection: the next poll
+                // searches again from `last_uid` (an expunged UID is not found).
+                self.session = None;
+                return Err(FolderFailure::Fatal(self.io(
+                    format!("UID FETCH new mail in {name}"),
+                    format!("the server answered {} of {} messages", rows.len(), batch.len()).into(),
+                )));
+            }
         }
         Ok(total)
     }
@@ -363,6 +389,7 @@ impl Connection {
         let Some(session) = self.session.take() else {
             return Err(self.io("IDLE", "the connection was lost earlier".into()));
         };
+        self.commands.count("IDLE");
         let mut handle = session.idle();
         let t = self.settings.command_timeout;
         match tokio::time::timeout(t, handle.init()).await {
