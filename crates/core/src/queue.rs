@@ -577,6 +577,12 @@ pub struct PendingDelivery {
     pub delivery_count: u32,
 }
 
+/// Checks a worker error message (see [`UnitQueue::record_worker_error`]):
+/// at most [`MAX_SUMMARY_LEN`] bytes.
+pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
+    check_text("worker error message", Some(message), MAX_SUMMARY_LEN)
+}
+
 /// Checks a batch size: at least one unit.
 pub fn check_batch_size(max: usize) -> Result<(), SpecError> {
     if max == 0 {

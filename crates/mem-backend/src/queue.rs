@@ -15,8 +15,7 @@ use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, ORPHAN_EVENTS_T
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
     LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId,
-    WorkerRecord,
+    ReserveReply, RunId, RunSpec, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 
 use crate::MemoryStore;
@@ -638,14 +637,7 @@ impl UnitQueue for MemoryStore {
         unit: Option<&UnitId>,
         message: &str,
     ) -> Result<(), QueueError> {
-        if message.len() > leasehold_core::queue::MAX_SUMMARY_LEN {
-            return Err(SpecError::TextTooLong {
-                what: "worker error message",
-                len: message.len(),
-                max: leasehold_core::queue::MAX_SUMMARY_LEN,
-            }
-            .into());
-        }
+        leasehold_core::queue::check_worker_error_message(message)?;
         self.append_unfenced(run, |at_ms| Event::WorkerError {
             worker_id: worker.clone(),
             unit_id: unit.cloned(),

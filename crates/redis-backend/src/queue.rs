@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, MAX_SUMMARY_LEN, ORPHAN_EVENTS_TTL};
+use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeRequest, InitOutcome, LivenessReply,
     PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunId, RunSpec,
-    SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use redis::Value;
 
@@ -466,14 +466,7 @@ impl UnitQueue for RedisStore {
         unit: Option<&UnitId>,
         message: &str,
     ) -> Result<(), QueueError> {
-        if message.len() > MAX_SUMMARY_LEN {
-            return Err(SpecError::TextTooLong {
-                what: "worker error message",
-                len: message.len(),
-                max: MAX_SUMMARY_LEN,
-            }
-            .into());
-        }
+        leasehold_core::queue::check_worker_error_message(message)?;
         let event = serde_json::json!({
             "type": "worker_error",
             "worker_id": worker,
