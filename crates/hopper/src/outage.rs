@@ -19,6 +19,7 @@
 //! still mark the outage, so the announcement is the same.
 
 use std::hash::{BuildHasher, Hasher};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use async_trait::async_trait;
 use leasehold_core::{
     AbandonReply, Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
     LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -255,12 +256,7 @@ impl UnitQueue for OutageQueue {
         self.retry("initialize", || self.inner.initialize(spec)).await
     }
 
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError> {
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
         self.retry("reserve", || self.inner.reserve(run, worker, reclaim_after)).await
     }
 
@@ -268,8 +264,8 @@ impl UnitQueue for OutageQueue {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
         self.retry("reserve", || self.inner.reserve_batch(run, worker, max, reclaim_after)).await
     }
@@ -415,7 +411,7 @@ mod tests {
         async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
             self.store.initialize(spec).await
         }
-        async fn reserve(&self, r: &RunId, w: &WorkerId, t: Duration) -> Result<ReserveReply, QueueError> {
+        async fn reserve(&self, r: &RunId, w: &WorkerId, t: Ttl) -> Result<ReserveReply, QueueError> {
             self.store.reserve(r, w, t).await
         }
         async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {

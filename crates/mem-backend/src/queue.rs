@@ -7,15 +7,16 @@
 //! checks (meta, then fence, then unit state) follow the script exactly.
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::events::UnitEventHeader;
-use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, ORPHAN_EVENTS_TTL};
+use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
     LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveReply, RunId, RunSpec, StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 
 use crate::MemoryStore;
@@ -494,14 +495,8 @@ impl UnitQueue for MemoryStore {
         Ok(InitOutcome::Initialized)
     }
 
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError> {
-        check_reclaim_after(reclaim_after)?;
-        let min_idle = millis(reclaim_after);
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
+        let min_idle = reclaim_after.as_millis();
         Ok(self.with_run(run, |r, now| r.reserve(worker, min_idle, now)).unwrap_or(ReserveReply::Corrupt))
     }
 
@@ -509,15 +504,13 @@ impl UnitQueue for MemoryStore {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        leasehold_core::queue::check_batch_size(max)?;
-        check_reclaim_after(reclaim_after)?;
-        let min_idle = millis(reclaim_after);
+        let min_idle = reclaim_after.as_millis();
         let mut batch = ReserveBatch::default();
         let found = self.with_run(run, |r, now| {
-            while batch.deliveries.len() < max {
+            while batch.deliveries.len() < max.get() {
                 match r.reserve(worker, min_idle, now) {
                     ReserveReply::Delivered(d) => batch.deliveries.push(d),
                     ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),

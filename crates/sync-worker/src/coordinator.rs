@@ -45,11 +45,10 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use leasehold_core::{
-    Clock, FencingToken, Lease, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+    Clock, FencingToken, Lease, LeaseKey, LeaseStore, Tier, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -297,6 +296,7 @@ pub struct Coordinator;
 pub struct PreparedCoordinator {
     worker: WorkerId,
     config: Config,
+    ttl: Ttl,
     deps: Deps,
     sub: UserActiveSubscription,
 }
@@ -320,16 +320,17 @@ impl Coordinator {
     /// see each other and split the accounts without shedding.
     pub async fn prepare(worker: WorkerId, config: Config, deps: Deps) -> Result<PreparedCoordinator, SyncError> {
         config.validate()?;
-        deps.store.register_worker(&worker, config.lease_ttl).await?;
+        let ttl = config.checked_lease_ttl()?;
+        deps.store.register_worker(&worker, ttl).await?;
         let sub = deps.store.subscribe_user_active().await?;
-        Ok(PreparedCoordinator { worker, config, deps, sub })
+        Ok(PreparedCoordinator { worker, config, ttl, deps, sub })
     }
 }
 
 impl PreparedCoordinator {
     /// Starts the coordinator task; the first tick runs at once.
     pub fn spawn(self) -> CoordinatorHandle {
-        let PreparedCoordinator { worker, config, deps, sub } = self;
+        let PreparedCoordinator { worker, config, ttl, deps, sub } = self;
         let shared = Arc::new(Shared::default());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let now = Instant::now();
@@ -338,6 +339,7 @@ impl PreparedCoordinator {
             settings: RunnerSettings::from(&config),
             policy: TierPolicy::from(&config),
             config,
+            ttl,
             deps,
             owned: HashMap::new(),
             shared: shared.clone(),
@@ -366,6 +368,7 @@ struct Owned {
 struct Coord {
     worker: WorkerId,
     config: Config,
+    ttl: Ttl,
     settings: RunnerSettings,
     policy: TierPolicy,
     deps: Deps,
@@ -389,14 +392,14 @@ fn tier_rank(t: Tier) -> u8 {
 }
 
 impl Coord {
-    fn ttl(&self) -> Duration {
-        self.config.lease_ttl
+    fn ttl(&self) -> Ttl {
+        self.ttl
     }
 
     /// The local deadline of a lease claimed or renewed by a call sent at
     /// `sent_at`: its TTL less a tenth, for clock differences with the store.
     fn deadline_from(&self, sent_at: Instant) -> Instant {
-        sent_at + self.ttl() - self.ttl() / 10
+        sent_at + self.ttl.get() - self.ttl.get() / 10
     }
 
     fn stats(&self, f: impl FnOnce(&mut CoordinatorStats)) {
@@ -469,7 +472,7 @@ impl Coord {
         let now = Instant::now();
         let sig = live_signature(&live);
         if workers != self.last_workers || sig != self.last_live_sig {
-            self.eager_until = now + ttl + 2 * self.config.renew_interval();
+            self.eager_until = now + ttl.get() + 2 * self.config.renew_interval();
             self.sweep_backoff = 1;
             self.last_workers = workers.clone();
             self.last_live_sig = sig;
@@ -488,7 +491,8 @@ impl Coord {
                 self.sweep_backoff = if won > 0 { 1 } else { (self.sweep_backoff * 2).min(MAX_SWEEP_BACKOFF) };
             }
         }
-        self.retry_claim_at = if self.owned.len() < share && eager { Some(Instant::now() + ttl / 10) } else { None };
+        self.retry_claim_at =
+            if self.owned.len() < share && eager { Some(Instant::now() + ttl.get() / 10) } else { None };
     }
 
     /// Stops the runners whose lease deadline passed (renews kept failing).
