@@ -22,6 +22,7 @@
 //! still mark the outage, so the announcement is the same.
 
 use std::hash::{BuildHasher, Hasher};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use async_trait::async_trait;
 use leasehold_core::{
     AbandonReply, Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
     LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -290,12 +291,7 @@ impl UnitQueue for OutageQueue {
         self.retry("initialize", || self.inner.initialize(spec)).await
     }
 
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError> {
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
         if let Some(delivery) = self.orphans.take_adopted(run, worker, 1).pop() {
             return Ok(ReserveReply::Delivered(delivery));
         }
@@ -320,10 +316,10 @@ impl UnitQueue for OutageQueue {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        let adopted = self.orphans.take_adopted(run, worker, max);
+        let adopted = self.orphans.take_adopted(run, worker, max.get());
         if !adopted.is_empty() {
             return Ok(ReserveBatch { deliveries: adopted, ..ReserveBatch::default() });
         }
@@ -510,7 +506,7 @@ mod tests {
         async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
             self.store.initialize(spec).await
         }
-        async fn reserve(&self, r: &RunId, w: &WorkerId, t: Duration) -> Result<ReserveReply, QueueError> {
+        async fn reserve(&self, r: &RunId, w: &WorkerId, t: Ttl) -> Result<ReserveReply, QueueError> {
             let reply = self.store.reserve(r, w, t).await;
             self.lose_reply(r, reply)
         }
@@ -518,8 +514,8 @@ mod tests {
             &self,
             r: &RunId,
             w: &WorkerId,
-            max: usize,
-            t: Duration,
+            max: NonZeroUsize,
+            t: Ttl,
         ) -> Result<ReserveBatch, QueueError> {
             let reply = self.store.reserve_batch(r, w, max, t).await;
             self.lose_reply(r, reply)
@@ -663,13 +659,13 @@ mod tests {
         let budgets = Budgets { max_reclaims: 0, ..Budgets::default() };
         let spec = RunSpec { run: run.clone(), units, budgets, ttl: Duration::from_secs(600) };
         queue.initialize(&spec).await.unwrap();
-        let reclaim_after = Duration::from_secs(30);
+        let reclaim_after = Ttl::new("reclaim", Duration::from_secs(30)).unwrap();
 
         // u1's reply is lost: the re-sent reserve delivers u2, and u1 is adopted.
         inner.lost_reserves.store(1, Ordering::SeqCst);
         let mut order = Vec::new();
         for _ in 0..3 {
-            let batch = queue.reserve_batch(&run, &worker, 1, reclaim_after).await.unwrap();
+            let batch = queue.reserve_batch(&run, &worker, NonZeroUsize::MIN, reclaim_after).await.unwrap();
             let [delivery] = batch.deliveries.as_slice() else { panic!("one delivery: {batch:?}") };
             assert_eq!(delivery.kind, "file");
             let request = FinalizeRequest::new(leasehold_core::Outcome::Passed, 1);

@@ -13,13 +13,14 @@
 //! a distributed build (Redis).
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{
     Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, RequeueReply, RequeueRequest, RunId,
-    RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -138,6 +139,13 @@ impl std::fmt::Debug for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The reclaim timeout as the queue takes it (the queue counts idle time
+    /// in whole milliseconds).
+    fn queue_reclaim_after(&self) -> Result<Ttl, HopperError> {
+        Ttl::new("reclaim timeout", self.reclaim_after)
+            .map_err(|source| HopperError::BadDuration { what: "--timeout", source })
+    }
+
     /// Checks slots, batch size and durations.
     pub fn validate(&self) -> Result<(), HopperError> {
         if self.slots == 0 {
@@ -151,8 +159,7 @@ impl WorkerConfig {
         }
         // The queue counts idle time in milliseconds: check it as the queue
         // will, before anything is written.
-        leasehold_core::queue::check_reclaim_after(self.reclaim_after)
-            .map_err(|source| HopperError::BadDuration { what: "--timeout", source })?;
+        self.queue_reclaim_after()?;
         if self.limits.timeout.is_some_and(|t| t.is_zero()) {
             return Err(HopperError::ZeroDuration { what: "--unit-timeout" });
         }
@@ -319,11 +326,13 @@ async fn slot_loop(shared: Arc<Shared>, slot: usize) -> Result<(), HopperError> 
     let (run, worker) = (&config.run, &config.worker);
     let min_wait = Duration::from_millis(2);
     let mut wait = min_wait;
+    let batch_size = NonZeroUsize::new(config.batch_size).ok_or(HopperError::ZeroBatchSize)?;
+    let reclaim_after = config.queue_reclaim_after()?;
     loop {
         if shared.stop.is_cancelled() {
             return Ok(());
         }
-        let batch = shared.queue.reserve_batch(run, worker, config.batch_size, config.reclaim_after).await?;
+        let batch = shared.queue.reserve_batch(run, worker, batch_size, reclaim_after).await?;
         for unit in &batch.exhausted {
             shared.observer.attempt_ended(
                 unit,
