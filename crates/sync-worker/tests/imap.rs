@@ -232,7 +232,12 @@ async fn expunges_are_reflected_including_500_at_once(pg: bool, tag: &str) {
     conn.poll(Scope::Inbox).await.expect("poll");
     assert!(!w.rows("INBOX").await.iter().any(|(u, _)| *u == 7));
     w.dovecot.expunge(USER, "INBOX", &["uid", "1:501"]).expect("mass expunge");
+    drop(conn);
+    let source = w.source();
+    let mut conn = source.connect(&w.fence(1)).await.expect("connect");
     conn.poll(Scope::Inbox).await.expect("poll");
+    // Dovecot offers QRESYNC: VANISHED named the expunges, no UID SEARCH ALL diff was needed.
+    assert_eq!(source.commands().get("UID SEARCH"), Some(&1), "{:?}", source.commands());
     let rows = w.rows("INBOX").await;
     assert_eq!(rows.len() as u32, w.server_count("INBOX"));
     assert_eq!(rows.len(), 99);

@@ -12,9 +12,10 @@
 //!   only updates flags (the key is account + folder + UIDVALIDITY + UID);
 //! * flag changes: `CHANGEDSINCE` the stored HIGHESTMODSEQ on CONDSTORE
 //!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages;
-//! * expunges: when storage holds more messages below the SELECT's UIDNEXT
-//!   than the server's EXISTS, a `UID SEARCH ALL` diff deletes the missing
-//!   ones (QRESYNC `VANISHED` is not used yet);
+//! * expunges: QRESYNC servers name them (`CHANGEDSINCE ... VANISHED`, in
+//!   the same FETCH as the flag changes); then, on every server, when storage
+//!   still holds more messages below the SELECT's UIDNEXT than the server's
+//!   EXISTS, a `UID SEARCH ALL` diff deletes the missing ones;
 //! * HIGHESTMODSEQ and UIDNEXT are stored last, once everything they cover is
 //!   committed.
 //!
