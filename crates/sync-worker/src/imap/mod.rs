@@ -45,7 +45,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
-pub use folders::{special_folders, Folder, Role};
+pub use folders::{special_folders, special_folders_of, Folder, Role};
 
 use crate::config::Config;
 use crate::errors::SourceError;
