@@ -148,6 +148,7 @@ both_databases!(
     hot_account_sees_new_mail_within_2s,
     wrong_password_sets_last_error_without_a_storm,
     idle_has_a_hard_deadline_and_notices_a_dead_connection,
+    a_failing_folder_does_not_stop_the_others,
 );
 
 async fn initial_sync_stores_mail_and_finds_special_folders(pg: bool, tag: &str) {
@@ -467,4 +468,24 @@ async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(pg: bool, tag: &
     let r =
         tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("a dead connection went unnoticed").unwrap();
     assert!(r.is_err(), "a wait on a dead connection succeeded");
+}
+
+async fn a_failing_folder_does_not_stop_the_others(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::All).await.expect("poll");
+    // Archive becomes unreadable to the server (it answers NO); mail arrives in the others.
+    use std::os::unix::fs::PermissionsExt;
+    let archive = w.dovecot.dir().join("home").join(USER).join("Maildir").join(".Archive");
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o000)).expect("chmod Archive");
+    w.append("INBOX", 2, 20);
+    w.append("Trash", 1, 21);
+    let report = conn.poll(Scope::All).await.expect("a refused folder failed the whole poll");
+    assert_eq!(report.new_messages, 3);
+    assert_eq!(w.rows("INBOX").await.len(), 2);
+    assert_eq!(w.rows("Trash").await.len(), 1);
+    let e = w.last_error().await.expect("the refused folder is reported");
+    assert!(e.contains("Archive"), "{e}");
+    // The connection is still usable.
+    conn.poll(Scope::Inbox).await.expect("poll after the refusal");
 }
