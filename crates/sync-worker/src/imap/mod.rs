@@ -2,7 +2,7 @@
 //! servers, on async-imap (tokio) with tokio-rustls, writing into
 //! [`Storage`] under the lease's fence.
 //!
-//! **Per folder, incrementally** ([`sync`]): a STATUS first; when UIDNEXT,
+//! **Per folder, incrementally**: a STATUS first; when UIDNEXT,
 //! UIDVALIDITY and HIGHESTMODSEQ (CONDSTORE servers) are what storage holds,
 //! nothing else is sent, no FETCH at all. Otherwise SELECT, then:
 //! * a changed UIDVALIDITY deletes the folder's rows and starts it over;
