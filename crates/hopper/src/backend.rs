@@ -139,11 +139,23 @@ mod redis_wiring {
         }
     }
 
+    /// A server that refused, dropped or did not answer a connection, or is
+    /// still loading its data, may be restarting; one that failed the TLS
+    /// handshake or the login is not.
+    fn may_come_back(error: &redis::RedisError) -> bool {
+        error.is_connection_refusal()
+            || error.is_connection_dropped()
+            || error.is_timeout()
+            || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+    }
+
     fn connect_error(url: &str, error: ConnectError) -> BackendError {
         match error {
-            ConnectError::Connect { source, .. } => {
-                BackendError::Unreachable { url: redact(url), source: source.into() }
-            }
+            ConnectError::Connect { source, .. } => BackendError::Unreachable {
+                url: redact(url),
+                may_come_back: may_come_back(&source),
+                source: source.into(),
+            },
             other => BackendError::BadConfig { source: other.into() },
         }
     }
@@ -153,7 +165,11 @@ mod redis_wiring {
         let store = RedisStore::connect_with(config.clone()).await.map_err(|e| connect_error(url, e))?;
         // A cheap round trip that fails now, with a clear message, when the
         // server is not usable (and saves loading the scripts later).
-        store.load_scripts().await.map_err(|e| BackendError::Unreachable { url: redact(url), source: e.into() })?;
+        store.load_scripts().await.map_err(|e| BackendError::Unreachable {
+            url: redact(url),
+            may_come_back: may_come_back(&e),
+            source: e.into(),
+        })?;
         let timings: Arc<dyn TimingsStore> = match &options.timings {
             TimingsChoice::Off => Arc::new(NoTimings),
             TimingsChoice::File(path) => Arc::new(FileTimings::new(path)),

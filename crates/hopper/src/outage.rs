@@ -56,7 +56,7 @@ pub enum OutageNotice<'a> {
         /// The failed operation.
         op: &'static str,
         /// Its error.
-        error: &'a QueueError,
+        error: &'a (dyn std::error::Error + 'static),
         /// How long calls are retried.
         grace: Duration,
     },
@@ -91,6 +91,45 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+/// Connects with `connect`, riding out a server that is not up yet (a
+/// Redis restarting as the job starts) for `grace`, announced like an
+/// outage. `may_come_back` tells such an error from one that waiting cannot
+/// mend (a bad certificate, a wrong password).
+pub async fn connect_within<T, E, F, Fut>(
+    grace: Duration,
+    notify: &OutageNotify,
+    may_come_back: impl Fn(&E) -> bool,
+    mut connect: F,
+) -> Result<T, E>
+where
+    E: std::error::Error + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let started = Instant::now();
+    let mut delay = FIRST_BACKOFF;
+    let mut failed = false;
+    loop {
+        match connect().await {
+            Ok(connected) => {
+                if failed {
+                    notify(&OutageNotice::Ended { after: started.elapsed() });
+                }
+                return Ok(connected);
+            }
+            Err(error) if may_come_back(&error) && started.elapsed() < grace => {
+                if !failed {
+                    failed = true;
+                    notify(&OutageNotice::Began { op: "connect", error: &error, grace });
+                }
+                tokio::time::sleep(jitter(delay).min(grace.saturating_sub(started.elapsed()))).await;
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The cause of a [`QueueError::Backend`] when the grace window ran out.
