@@ -269,8 +269,8 @@ fn has_nextest() -> bool {
     cargo().args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Every benchmark `leasehold-benches` knows; the binary itself is the source
-/// of truth, this list only serves `--list` without a build.
+/// Runs one benchmark of `leasehold-benches` in release mode; the binary
+/// itself names them (`--list`), so no list is kept here.
 fn bench(root: &Path, name: Option<&str>, list: bool) -> Result<()> {
     let mut cmd = cargo();
     cmd.current_dir(root).args(["run", "--release", "--quiet", "-p", "leasehold-benches", "--"]);

@@ -170,34 +170,7 @@ impl BackendError {
 }
 
 /// Why timings could not be read or written (never fatal to a run: logged).
-#[derive(Debug, thiserror::Error)]
-pub enum TimingsError {
-    /// The timings file could not be read or written.
-    #[error("timings file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The timings file is not valid JSON of the expected shape.
-    #[error("timings file {path} is not valid: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The backend's timings store failed.
-    #[error("timings store failed")]
-    Backend {
-        /// The cause.
-        #[source]
-        source: BoxError,
-    },
-}
+pub use leasehold_core::TimingsError;
 
 /// An error of a hopper command.
 #[derive(Debug, thiserror::Error)]

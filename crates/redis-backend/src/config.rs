@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use leasehold_core::backend_url::is_redis_cluster_url;
+use leasehold_core::ids::is_key_safe_char;
+
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
@@ -40,7 +43,7 @@ impl RedisConfig {
 
     /// Whether the URL names a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        self.url.starts_with("redis+cluster://") || self.url.starts_with("rediss+cluster://")
+        is_redis_cluster_url(&self.url)
     }
 
     /// The node URLs of a cluster URL (`redis+cluster://a:1,b:2` → `redis://a:1`, `redis://b:2`),
@@ -73,7 +76,7 @@ impl RedisConfig {
         if p.is_empty() {
             return Err(ConnectError::BadPrefix { prefix: p.clone(), detail: "it is empty".into() });
         }
-        if let Some(c) = p.chars().find(|c| c.is_control() || c.is_whitespace() || *c == '{' || *c == '}') {
+        if let Some(c) = p.chars().find(|&c| !is_key_safe_char(c)) {
             return Err(ConnectError::BadPrefix {
                 prefix: p.escape_debug().to_string(),
                 detail: format!("it contains {c:?}"),
@@ -113,6 +116,27 @@ pub enum ConnectError {
         #[source]
         source: redis::RedisError,
     },
+}
+
+impl ConnectError {
+    /// Whether trying again later may succeed: the server refused, dropped
+    /// or did not answer the connection, as a restarting server does. A bad
+    /// URL, a refused certificate or a failed login will not mend.
+    pub fn may_come_back(&self) -> bool {
+        match self {
+            ConnectError::Connect { source, .. } => may_come_back(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a Redis error says the server may answer later: a refused,
+/// dropped or timed-out connection, or a server still loading its data.
+pub fn may_come_back(error: &redis::RedisError) -> bool {
+    error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
 }
 
 #[cfg(test)]
