@@ -11,7 +11,10 @@
 //!
 //! Re-sending is safe because every transition is fenced: a re-sent finalize
 //! whose first send was applied before its reply was lost answers `STALE`
-//! and changes nothing, so a result is never counted twice. A re-sent
+//! and changes nothing, so a result is never counted twice. (That `STALE`
+//! is then checked against the event log: when the log holds this worker's
+//! finalize of that very delivery, the answer is `OK`, so the worker does
+//! not report its own result as refused.) A re-sent
 //! reserve is the one call whose lost reply would strand work (units
 //! delivered to nobody until the reclaim timeout): the `orphans` module
 //! adopts what such a reply delivered.
@@ -27,9 +30,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    AbandonReply, Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
-    LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    AbandonReply, Ack, Budgets, Delivery, Event, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply,
+    InitOutcome, LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest,
+    ReserveBatch, ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -304,6 +307,41 @@ impl OutageQueue {
         }
     }
 
+    /// Which of `deliveries` (by index) this worker has finalized, by the
+    /// event log: a re-sent finalize answers `STALE` when its first send was
+    /// applied and only the reply was lost, and that is this worker's result,
+    /// not a refused one. Only called after such a re-send.
+    async fn finalized_by(&self, run: &RunId, worker: &WorkerId, deliveries: &[&Delivery]) -> Vec<usize> {
+        const PAGE: usize = 1000;
+        let mut applied = Vec::new();
+        let mut after = None;
+        loop {
+            let page = match self.events(run, after, PAGE).await {
+                Ok(page) => page,
+                // Unknown: the STALE stands, which drops nothing the queue holds.
+                Err(_) => return applied,
+            };
+            let full = page.len() == PAGE;
+            after = page.last().map(|record| record.id);
+            for record in page {
+                if let Event::Finalized { header, stream, entry_id, previous_worker_id: None, .. } = record.event {
+                    let ours = |d: &&Delivery| {
+                        header.worker_id == *worker
+                            && header.unit_id == d.unit
+                            && stream == d.stream
+                            && entry_id == d.entry_id
+                    };
+                    if let Some(i) = deliveries.iter().position(ours) {
+                        applied.push(i);
+                    }
+                }
+            }
+            if !full {
+                return applied;
+            }
+        }
+    }
+
     /// A transition on `delivery` was answered: it is no longer handed out.
     fn done<T>(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery, reply: &Result<T, QueueError>) {
         if reply.is_ok() {
@@ -396,7 +434,11 @@ impl UnitQueue for OutageQueue {
         delivery: &Delivery,
         request: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError> {
-        let reply = self.retry("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
+        let sent = self.retry_noting("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
+        let reply = match sent {
+            Ok((Ack::Stale, true)) if self.finalized_by(run, worker, &[delivery]).await.contains(&0) => Ok(Ack::Ok),
+            other => other.map(|(reply, _)| reply),
+        };
         self.done(run, worker, delivery, &reply);
         reply
     }
@@ -407,7 +449,20 @@ impl UnitQueue for OutageQueue {
         worker: &WorkerId,
         items: &[(Delivery, FinalizeRequest)],
     ) -> Result<Vec<FinalizeReply>, QueueError> {
-        let replies = self.retry("finalize", || self.inner.finalize_batch(run, worker, items)).await;
+        let replies = match self.retry_noting("finalize", || self.inner.finalize_batch(run, worker, items)).await {
+            Ok((mut replies, true)) if replies.contains(&Ack::Stale) => {
+                let stale: Vec<&Delivery> =
+                    items.iter().zip(&replies).filter(|(_, r)| **r == Ack::Stale).map(|((d, _), _)| d).collect();
+                let applied = self.finalized_by(run, worker, &stale).await;
+                for (nth_stale, reply) in replies.iter_mut().filter(|r| **r == Ack::Stale).enumerate() {
+                    if applied.contains(&nth_stale) {
+                        *reply = Ack::Ok;
+                    }
+                }
+                Ok(replies)
+            }
+            other => other.map(|(replies, _)| replies),
+        };
         for (delivery, _) in items {
             self.done(run, worker, delivery, &replies);
         }
@@ -594,6 +649,26 @@ mod tests {
             let state = queue.unit_state(&run, &UnitId::new(unit).unwrap()).await.unwrap().unwrap();
             assert_eq!(state.reclaim_count, 0, "{unit} spent no reclaim");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finalize_whose_reply_was_lost_is_ok_not_stale_but_a_second_one_is_stale() {
+        let inner = flaky(0);
+        let (notify, _) = recorder();
+        let queue = OutageQueue::new(inner.clone(), Duration::from_secs(120), notify, CancellationToken::new());
+        let run = RunId::new("b").unwrap();
+        let worker = WorkerId::new("w").unwrap();
+        let units = vec![UnitSpec::new(UnitId::new("u1").unwrap(), "file")];
+        let spec = RunSpec { run: run.clone(), units, budgets: Budgets::default(), ttl: Duration::from_secs(600) };
+        queue.initialize(&spec).await.unwrap();
+        let batch = queue.reserve_batch(&run, &worker, 1, Duration::from_secs(30)).await.unwrap();
+        let delivery = &batch.deliveries[0];
+        let request = FinalizeRequest::new(leasehold_core::Outcome::Passed, 1);
+
+        inner.lost_finalizes.store(1, Ordering::SeqCst);
+        assert_eq!(queue.finalize(&run, &worker, delivery, &request).await.unwrap(), Ack::Ok, "the result is ours");
+        assert!(queue.progress(&run).await.unwrap().unwrap().is_complete());
+        assert_eq!(queue.finalize(&run, &worker, delivery, &request).await.unwrap(), Ack::Stale, "sent twice: STALE");
     }
 
     #[tokio::test(start_paused = true)]

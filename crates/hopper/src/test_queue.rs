@@ -23,6 +23,8 @@ pub(crate) struct Flaky {
     pub(crate) failures: AtomicU32,
     pub(crate) calls: AtomicU32,
     pub(crate) lost_reserves: AtomicU32,
+    /// Finalizes that lose their reply (after the store applied them).
+    pub(crate) lost_finalizes: AtomicU32,
     /// How long each `progress` call takes.
     pub(crate) progress_delay: Mutex<Duration>,
 }
@@ -66,7 +68,12 @@ impl UnitQueue for Flaky {
         d: &Delivery,
         q: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError> {
-        self.store.finalize(r, w, d, q).await
+        let reply = self.store.finalize(r, w, d, q).await;
+        if self.lost_finalizes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            return Err(QueueError::backend("finalize", r, io));
+        }
+        reply
     }
     async fn requeue(
         &self,
@@ -137,6 +144,7 @@ pub(crate) fn flaky(failures: u32) -> Arc<Flaky> {
         failures: AtomicU32::new(failures),
         calls: AtomicU32::new(0),
         lost_reserves: AtomicU32::new(0),
+        lost_finalizes: AtomicU32::new(0),
         progress_delay: Mutex::new(Duration::ZERO),
     })
 }
