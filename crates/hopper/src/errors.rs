@@ -147,6 +147,9 @@ pub enum BackendError {
     Unreachable {
         /// The URL (password removed).
         url: String,
+        /// Whether it may answer later (refused, reset or timed out, as a
+        /// restarting server is), unlike a refused certificate.
+        may_come_back: bool,
         /// The cause.
         #[source]
         source: BoxError,
@@ -157,6 +160,13 @@ pub enum BackendError {
         /// The subcommand.
         command: &'static str,
     },
+}
+
+impl BackendError {
+    /// Whether trying again later may succeed.
+    pub fn may_come_back(&self) -> bool {
+        matches!(self, BackendError::Unreachable { may_come_back: true, .. })
+    }
 }
 
 /// Why timings could not be read or written (never fatal to a run: logged).

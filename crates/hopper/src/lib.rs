@@ -38,6 +38,8 @@ pub mod runner;
 pub mod status;
 pub mod subcommands;
 pub mod template;
+#[cfg(test)]
+mod test_queue;
 pub mod timings;
 pub mod unit_groups;
 pub mod units;

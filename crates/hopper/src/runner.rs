@@ -257,7 +257,7 @@ impl Worker {
 
     /// Runs units until every unit of the run is finalized, or until shutdown.
     /// On shutdown, running units are stopped and released (another worker
-    /// reclaims them) and [`HopperError::Interrupted`] is returned.
+    /// takes them at once) and [`HopperError::Interrupted`] is returned.
     pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
         let shared = &self.shared;
         let mut slots = JoinSet::new();

@@ -15,7 +15,7 @@ use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKin
 use crate::errors::{exit, BackendError, HopperError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
-use crate::outage::{OutageNotice, OutageNotify, OutageQueue};
+use crate::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
 use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
@@ -161,9 +161,12 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
 
     let observer: Arc<dyn RunObserver> =
         if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
-    let backend = connect(&kind, &options.backend).await?;
     let announce = Arc::clone(&observer);
     let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
+    let backend = tokio::select! {
+        backend = connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend)) => backend?,
+        _ = shutdown.cancelled() => return Err(HopperError::Interrupted),
+    };
     let queue = riding_out(&backend, options.outage_grace, notify, shutdown.clone());
     if backend.shared && options.junit.is_some() {
         observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
@@ -208,8 +211,11 @@ fn finish_report(report: &RunReport, junit: Option<&std::path::Path>, slowest: u
 pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
     let kind = shared_kind(&options.queue, "report")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
-    let backend = connect(&kind, &options.backend).await?;
-    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
+    let notify = notify_on_stderr();
+    let backend =
+        connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
+            .await?;
+    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
     let wait = WaitOptions {
         wait_timeout: options.wait_timeout,
         worker_timeout: options.worker_timeout,
@@ -236,8 +242,11 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
 pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
     let kind = shared_kind(&options.queue, "status")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
-    let backend = connect(&kind, &options.backend).await?;
-    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
+    let notify = notify_on_stderr();
+    let backend =
+        connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
+            .await?;
+    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
     print!("{}", status_text(&queue, &run_id).await?);
     Ok(exit::PASSED)
 }
