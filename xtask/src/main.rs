@@ -42,7 +42,7 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install what the tests need: redis-server and redis-tools (Debian), pytest (PyPI).
+    /// Install what the tests need: redis-server, redis-tools, chromium, ruby-rspec (Debian), pytest (PyPI).
     Setup,
 }
 
@@ -82,7 +82,14 @@ fn have(program: &str) -> bool {
 }
 
 /// System packages the tests need: (binary that proves it is installed, Debian package).
-const SYSTEM_PACKAGES: &[(&str, &str)] = &[("redis-server", "redis-server"), ("redis-cli", "redis-tools")];
+const SYSTEM_PACKAGES: &[(&str, &str)] = &[
+    ("redis-server", "redis-server"),
+    ("redis-cli", "redis-tools"),
+    // hopper's HTML timeline is checked in headless Chromium; its batch verdicts on rspec.
+    ("chromium", "chromium"),
+    ("chromedriver", "chromium-driver"),
+    ("rspec", "ruby-rspec"),
+];
 
 fn setup() -> Result<()> {
     install_system_packages()?;

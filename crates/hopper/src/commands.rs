@@ -18,10 +18,11 @@ use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
-use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
+use crate::runner::{Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
 use crate::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
+use crate::verdicts::{ResultsFormat, ResultsPlan};
 
 /// The build id memory mode uses when none is given.
 pub const LOCAL_BUILD: &str = "local";
@@ -41,6 +42,9 @@ pub struct RunOptions {
     pub slots: usize,
     /// Units per invocation.
     pub batch_size: usize,
+    /// `--results`: where each unit's result comes from (resolved against
+    /// the batch size and the tool when `None`).
+    pub results: Option<ResultsFormat>,
     /// Where the units come from.
     pub source: UnitSource,
     /// `--timeout`: a delivery idle this long is reclaimed; heartbeats run at a third of it.
@@ -109,7 +113,12 @@ fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperErro
 /// the report; returns the exit code.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
-    let command = CommandTemplate::new(options.command.clone())?;
+    let tool = match &options.source {
+        UnitSource::Discover(kind) => Some(*kind),
+        _ => None,
+    };
+    let plan = ResultsPlan::resolve(options.results, options.batch_size, tool, options.command.clone())?;
+    let command = CommandTemplate::new(plan.command.clone())?;
     options.budgets.validate()?;
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
     let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
@@ -130,7 +139,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         },
         idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
         env: Vec::new(),
-        results: Arc::new(ExitCodeResults),
+        results: plan.results()?,
     };
     config.validate()?;
     let units = collect_units(&options.source).await?;

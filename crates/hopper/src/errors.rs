@@ -171,6 +171,9 @@ pub enum HopperError {
     /// The queue backend could not be made.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// `--results`, `--batch-size` and the command do not fit together.
+    #[error(transparent)]
+    Verdicts(#[from] crate::verdicts::VerdictsError),
     /// No command to run each unit was given.
     #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
     MissingCommand,

@@ -17,6 +17,7 @@
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
+//! * [`verdicts`]: each unit's result in a batch, from the tool's own report;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
 //! * [`timings`]: earlier durations that order units slowest first;
 //! * [`backend`]: the one module that turns a `--queue` URL into a backend;
@@ -36,5 +37,6 @@ pub mod runner;
 pub mod status;
 pub mod timings;
 pub mod units;
+pub mod verdicts;
 
 pub use errors::{exit, HopperError};

@@ -11,6 +11,7 @@ use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT
 use hopper::commands::{self, ReportOptions, RunOptions, StatusOptions};
 use hopper::identity::process_env;
 use hopper::units::{DiscoverKind, UnitSource};
+use hopper::verdicts::ResultsFormat;
 use hopper::{exit, HopperError};
 use leasehold_core::Budgets;
 use tokio_util::sync::CancellationToken;
@@ -86,9 +87,21 @@ struct RunArgs {
     /// Times one unit may be reclaimed from a dead worker before it fails.
     #[arg(long, value_name = "N", default_value_t = Budgets::default().max_reclaims)]
     max_reclaims: u32,
-    /// Units per invocation (`{unit}` expands to all of them).
+    /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
+    /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
     batch_size: usize,
+    /// Where each unit's result comes from: exit-code, junit, libtest-json or rspec-json.
+    ///
+    /// The tool writes its report to `{report}` (a fresh path per invocation, also in
+    /// $HOPPER_REPORT); hopper reads it when the invocation ends. A unit missing from the
+    /// report is retried, never passed. Default: exit-code for --batch-size 1; for larger
+    /// batches the discovered tool's report (pytest and nextest: junit, cargo-test:
+    /// libtest-json, rspec: rspec-json). For pytest and rspec hopper adds the option that
+    /// writes it when the command has no `{report}` (`--junitxml={report}`,
+    /// `--format progress --format json --out {report}`).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_results)]
+    results: Option<ResultsFormat>,
     /// Write JUnit XML here (mem:// only; use `hopper report --junit` with a shared queue).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -150,6 +163,10 @@ fn parse_secs(raw: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{raw:?}: {e}"))
 }
 
+fn parse_results(raw: &str) -> Result<ResultsFormat, String> {
+    raw.parse().map_err(|e: hopper::verdicts::VerdictsError| e.to_string())
+}
+
 fn backend_options(queue: &QueueArgs, timings: TimingsChoice) -> BackendOptions {
     BackendOptions { prefix: queue.key_prefix.clone(), timings }
 }
@@ -175,6 +192,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         worker: args.worker,
         slots,
         batch_size: args.batch_size,
+        results: args.results,
         source,
         reclaim_timeout: args.timeout,
         unit_timeout: args.unit_timeout,
