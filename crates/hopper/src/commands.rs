@@ -4,7 +4,7 @@
 //! Every input is checked (queue URL, command, budgets, ids, unit list)
 //! before a backend is contacted, so bad input never writes to the queue.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,12 +14,14 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
 use crate::command::CommandTemplate;
 use crate::errors::{exit, BackendError, HopperError};
+use crate::html::write_html;
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
 use crate::runner::{Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
+use crate::timeline::Timeline;
 use crate::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
 use crate::verdicts::{ResultsFormat, ResultsPlan};
@@ -63,6 +65,8 @@ pub struct RunOptions {
     pub command: Vec<String>,
     /// JUnit XML output (memory mode, where `run` prints the report).
     pub junit: Option<PathBuf>,
+    /// The HTML timeline (memory mode, where `run` prints the report).
+    pub html: Option<PathBuf>,
     /// How many slowest units the report lists.
     pub slowest: usize,
     /// No progress output.
@@ -80,6 +84,8 @@ pub struct ReportOptions {
     pub build: Option<String>,
     /// JUnit XML output.
     pub junit: Option<PathBuf>,
+    /// The HTML timeline.
+    pub html: Option<PathBuf>,
     /// Give up after this long.
     pub wait_timeout: Duration,
     /// A worker silent this long is gone.
@@ -151,6 +157,10 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         tracing::warn!("--junit is ignored by `hopper run` with a shared queue: use `hopper report --junit`");
         eprintln!("hopper: warning: --junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
     }
+    if backend.shared && options.html.is_some() {
+        tracing::warn!("--html is ignored by `hopper run` with a shared queue: use `hopper report --html`");
+        eprintln!("hopper: warning: --html is ignored with a shared queue: `hopper report --html FILE` writes it");
+    }
     let units = match backend.timings.load().await {
         Ok(timings) => order_slowest_first(units, &timings),
         Err(error) => {
@@ -178,16 +188,44 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     let report = RunReport::load(&backend.queue, &run_id)
         .await?
         .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
-    finish_report(&report, options.junit.as_deref(), options.slowest)
+    let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
+    finish_report(&backend.queue, &report, outputs, options.slowest).await
 }
 
-fn finish_report(report: &RunReport, junit: Option<&std::path::Path>, slowest: usize) -> Result<i32, HopperError> {
+/// The files a finished report writes.
+#[derive(Debug, Clone, Copy)]
+struct ReportOutputs<'a> {
+    junit: Option<&'a Path>,
+    html: Option<&'a Path>,
+}
+
+async fn finish_report(
+    queue: &Arc<dyn UnitQueue>,
+    report: &RunReport,
+    outputs: ReportOutputs<'_>,
+    slowest: usize,
+) -> Result<i32, HopperError> {
     print!("{}", report.render(slowest));
-    if let Some(path) = junit {
+    write_files(queue, report, outputs, slowest).await?;
+    Ok(report.exit_code())
+}
+
+async fn write_files(
+    queue: &Arc<dyn UnitQueue>,
+    report: &RunReport,
+    outputs: ReportOutputs<'_>,
+    slowest: usize,
+) -> Result<(), HopperError> {
+    if let Some(path) = outputs.junit {
         report.write_junit(path)?;
         println!("hopper: JUnit XML written to {}", path.display());
     }
-    Ok(report.exit_code())
+    if let Some(path) = outputs.html {
+        let timeline = Timeline::load(queue, &report.run).await?;
+        write_html(path, report, &timeline, slowest)?;
+        println!("hopper: HTML timeline written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// `hopper report`: waits for the build's end, prints the verdict, writes
@@ -202,14 +240,13 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         appear_timeout: options.appear_timeout,
         poll: Duration::from_millis(250).min(options.worker_timeout / 4).max(Duration::from_millis(10)),
     };
+    let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     let waited = wait_for_end(&backend.queue, &run_id, wait).await;
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
         if let Some(report) = RunReport::load(&backend.queue, &run_id).await? {
             print!("{}", report.render(options.slowest));
-            if let Some(path) = options.junit.as_deref() {
-                report.write_junit(path)?;
-            }
+            write_files(&backend.queue, &report, outputs, options.slowest).await?;
         }
         return Err(error);
     }
@@ -217,7 +254,7 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     let report = RunReport::load(&backend.queue, &run_id)
         .await?
         .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
-    finish_report(&report, options.junit.as_deref(), options.slowest)
+    finish_report(&backend.queue, &report, outputs, options.slowest).await
 }
 
 /// `hopper status`: prints a snapshot of the build.

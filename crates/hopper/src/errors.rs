@@ -261,6 +261,15 @@ pub enum HopperError {
         /// The cause.
         detail: String,
     },
+    /// The HTML timeline could not be written.
+    #[error("cannot write the HTML report to {path}")]
+    Html {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The worker was interrupted by a signal.
     #[error("interrupted: stopped taking units and abandoned the running ones (with a shared queue, other workers reclaim them)")]
     Interrupted,

@@ -105,6 +105,11 @@ struct RunArgs {
     /// Write JUnit XML here (mem:// only; use `hopper report --junit` with a shared queue).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write the build's timeline here as one self-contained HTML page: each worker's slots
+    /// over time, a bar per unit coloured by outcome, idle time at the end, the slowest,
+    /// flaky and failed units (mem:// only; use `hopper report --html` with a shared queue).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Keep timings in this file [default: .hopper/timings.json with mem://, Redis otherwise].
     #[arg(long, value_name = "FILE", env = "HOPPER_TIMINGS")]
     timings: Option<PathBuf>,
@@ -135,6 +140,11 @@ struct ReportArgs {
     /// Write JUnit XML here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write the build's timeline here as one self-contained HTML page: each worker's slots
+    /// over time, a bar per unit coloured by outcome, idle time at the end, the slowest,
+    /// flaky and failed units.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Give up (naming the unfinished units) after this many seconds.
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_secs)]
     wait_timeout: Duration,
@@ -206,6 +216,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         run_ttl: args.run_ttl,
         command: args.command,
         junit: args.junit,
+        html: args.html,
         slowest: args.slowest,
         quiet: args.quiet,
     })
@@ -250,6 +261,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 queue: args.queue.queue,
                 build: args.queue.build,
                 junit: args.junit,
+                html: args.html,
                 wait_timeout: args.wait_timeout,
                 worker_timeout: args.worker_timeout,
                 appear_timeout: args.start_timeout,
