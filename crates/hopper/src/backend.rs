@@ -40,7 +40,9 @@ impl QueueKind {
 /// Parses a `--queue` URL.
 pub fn parse_queue_url(url: &str) -> Result<QueueKind, BackendError> {
     let url = url.trim();
-    if url.is_empty() || url == "mem" || url.starts_with("mem://") || url.starts_with("memory://") {
+    // Exactly these: `mem://foo` or an empty --queue would otherwise quietly
+    // mean a private queue where the user meant a shared one.
+    if ["mem://", "memory://"].contains(&url) {
         return Ok(QueueKind::Memory);
     }
     const REDIS: [&str; 4] = ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"];
@@ -137,16 +139,12 @@ mod redis_wiring {
         }
     }
 
-    fn one_line(text: impl std::fmt::Display) -> String {
-        text.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     fn connect_error(url: &str, error: ConnectError) -> BackendError {
         match error {
             ConnectError::Connect { source, .. } => {
-                BackendError::Unreachable { url: redact(url), detail: one_line(source) }
+                BackendError::Unreachable { url: redact(url), source: source.into() }
             }
-            other => BackendError::BadConfig { detail: one_line(other) },
+            other => BackendError::BadConfig { source: other.into() },
         }
     }
 
@@ -155,7 +153,7 @@ mod redis_wiring {
         let store = RedisStore::connect_with(config.clone()).await.map_err(|e| connect_error(url, e))?;
         // A cheap round trip that fails now, with a clear message, when the
         // server is not usable (and saves loading the scripts later).
-        store.load_scripts().await.map_err(|e| BackendError::Unreachable { url: redact(url), detail: one_line(e) })?;
+        store.load_scripts().await.map_err(|e| BackendError::Unreachable { url: redact(url), source: e.into() })?;
         let timings: Arc<dyn TimingsStore> = match &options.timings {
             TimingsChoice::Off => Arc::new(NoTimings),
             TimingsChoice::File(path) => Arc::new(FileTimings::new(path)),
@@ -203,7 +201,7 @@ mod redis_wiring {
         }
 
         async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, TimingsError> {
-            let backend = |e: redis::RedisError| TimingsError::Backend { detail: one_line(e) };
+            let backend = |e: redis::RedisError| TimingsError::Backend { source: e.into() };
             match self.conn.clone() {
                 Conn::Single(mut c) => cmd.query_async(&mut c).await.map_err(backend),
                 Conn::Cluster(mut c) => cmd.query_async(&mut c).await.map_err(backend),
@@ -241,7 +239,10 @@ mod tests {
     #[test]
     fn parses_queue_urls() {
         assert_eq!(parse_queue_url("mem://").unwrap(), QueueKind::Memory);
-        assert_eq!(parse_queue_url("").unwrap(), QueueKind::Memory);
+        assert_eq!(parse_queue_url("memory://").unwrap(), QueueKind::Memory);
+        for bad in ["", " ", "mem", "mem://foo", "memory://x"] {
+            assert!(parse_queue_url(bad).is_err(), "{bad:?} is not a queue URL");
+        }
         assert!(parse_queue_url("redis://127.0.0.1:6379").unwrap().is_shared());
         assert!(parse_queue_url("redis+cluster://a:1,b:2").unwrap().is_shared());
         let err = parse_queue_url("amqp://x").unwrap_err().to_string();

@@ -150,10 +150,20 @@ mod tests {
     }
 
     #[test]
-    fn bad_ids_are_rejected_and_default_worker_is_key_safe() {
+    fn bad_ids_are_rejected() {
         let env = env_of(&[]);
         assert!(matches!(resolve_build(Some("a b"), &env, None), Err(HopperError::BadId { .. })));
-        let worker = resolve_worker(None, &env).unwrap();
-        assert!(worker.as_str().ends_with(&std::process::id().to_string()));
+        assert!(matches!(resolve_worker(Some("w{1}"), &env), Err(HopperError::BadId { .. })));
+    }
+
+    #[test]
+    fn default_worker_is_host_and_pid_and_any_host_name_becomes_key_safe() {
+        let worker = resolve_worker(None, &env_of(&[])).unwrap();
+        assert!(worker.as_str().ends_with(&format!("-{}", std::process::id())), "{worker}");
+        for host in ["ci runner", "a{b}c", "tab\there", "new\nline", "ünïcode"] {
+            let safe = sanitize(&format!("{host}-42"));
+            assert!(WorkerId::new(&safe).is_ok(), "{host:?} became {safe:?}, which is not a valid worker id");
+        }
+        assert_eq!(sanitize("ci runner{1}"), "ci-runner-1-");
     }
 }

@@ -13,7 +13,7 @@
 //! `Arc<dyn UnitQueue>`:
 //!
 //! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
-//! * [`command`]: the `{unit}` command template;
+//! * [`template`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
@@ -22,23 +22,25 @@
 //! * [`timeline`] and [`html`]: the build's lanes over time, as one HTML page;
 //! * [`timings`]: earlier durations that order units slowest first;
 //! * [`backend`]: the one module that turns a `--queue` URL into a backend;
-//! * [`commands`]: the three subcommands as functions;
+//! * [`subcommands`]: `run`, `report` and `status` as functions;
 //! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
 
 pub mod backend;
-pub mod command;
-pub mod commands;
 pub mod errors;
 pub mod html;
 pub mod identity;
 pub mod observer;
+pub mod outage;
 pub mod process;
 pub mod report;
 pub mod runner;
 pub mod status;
+pub mod subcommands;
+pub mod template;
 pub mod timeline;
 pub mod timings;
+pub mod unit_groups;
 pub mod units;
 pub mod verdicts;
 

@@ -252,6 +252,13 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
                 let note = "given up on shutdown".to_owned();
                 close(&mut open, &mut out, unit, worker, header.at_ms, Some(elapsed_ms), BarKind::Abandoned, note);
             }
+            Event::Released { header, .. } => {
+                // Handed back with no result and no duration (on a signal, or
+                // reserved ahead and never started): nothing to draw.
+                if open.get(&header.unit_id).is_some_and(|held| held.worker == header.worker_id) {
+                    open.remove(&header.unit_id);
+                }
+            }
             Event::WorkerError { .. } | Event::StaleRejected { .. } => {}
         }
     }

@@ -223,9 +223,9 @@ fn bad_input_gives_one_line_errors_and_nothing_runs() {
 }
 
 /// SIGTERM while a unit runs: the worker kills the unit's process group,
-/// abandons it and exits promptly with 130.
+/// hands it back and exits promptly with 143 (128 + SIGTERM).
 #[test]
-fn sigterm_abandons_the_running_unit_and_exits_promptly() {
+fn sigterm_releases_the_running_unit_and_exits_promptly() {
     let mut suite = Suite::new();
     let fifo = suite.path().join("started.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -260,9 +260,9 @@ fn sigterm_abandons_the_running_unit_and_exits_promptly() {
     let started = std::time::Instant::now();
     let output = child.wait_with_output().unwrap();
     let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(130), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(143), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20), "exited promptly");
-    assert!(stderr.contains("ABANDON") && stderr.contains("interrupted"), "{stderr}");
+    assert!(stderr.contains("RELEASE") && stderr.contains("interrupted"), "{stderr}");
 
     let unit_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     let alive = std::fs::read_to_string(format!("/proc/{unit_pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
