@@ -104,7 +104,8 @@ struct RunArgs {
     /// batches the discovered tool's report (pytest and nextest: junit, cargo-test:
     /// libtest-json, rspec: rspec-json). For pytest and rspec hopper adds the option that
     /// writes it when the command has no `{report}` (`--junitxml={report}`,
-    /// `--format progress --format json --out {report}`).
+    /// `--format progress --format json --out {report}`); for nextest and cargo test the
+    /// command names `{report}` itself (the README has both recipes).
     #[arg(long, value_name = "FORMAT", value_parser = parse_results)]
     results: Option<ResultsFormat>,
     /// Write JUnit XML here (mem:// only; use `hopper report --junit` with a shared queue).

@@ -236,3 +236,70 @@ fn rspec_batches_read_rspec_json() {
     }
     assert!(stdout.contains("expected: 3"), "the example's own failure is shown: {stdout}");
 }
+
+/// The README's nextest recipe: a tool config points nextest's JUnit at
+/// `{report}`, the batch's filtersets are joined into one `-E`; the failing
+/// test fails alone with nextest's own time for each test.
+/// A throwaway crate with tests `tests::a`, `tests::b` (fails) and `tests::c`.
+fn rust_crate() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"batch-demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("src/lib.rs"),
+        "#[cfg(test)]\nmod tests {\n    #[test]\n    fn a() {}\n    #[test]\n    fn b() {\n        assert_eq!(1 + 1, 3, \"deliberate\");\n    }\n    #[test]\n    fn c() {}\n}\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn nextest_batches_read_nextests_junit() {
+    let dir = rust_crate();
+    let junit = dir.path().join("out.xml");
+    let script = r#"printf '[profile.default.junit]\npath = "%s"\n' {report} > {report}.toml
+cargo nextest run --tool-config-file hopper:{report}.toml --no-fail-fast -E "$(printf '(%s) | ' "$@")none()""#;
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "-j", "1", "--batch-size", "3", "--max-requeues", "0", "--no-timings", "--results", "junit"])
+        .args(["--discover", "nextest", "--junit"])
+        .arg(&junit)
+        .args(["--", "sh", "-c", script, "sh", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("3 units, 2 passed (0 flaky), 1 failed"), "{stdout}");
+    let cases = junit_cases(&junit);
+    let failed: Vec<&String> = cases.iter().filter(|(_, s)| !is_success(s)).map(|(n, _)| n).collect();
+    assert_eq!(failed, vec!["binary_id(=batch-demo) & test(=tests::b)"], "{cases:?}");
+    assert!(stdout.contains("deliberate"), "nextest's failure output: {stdout}");
+}
+
+/// The README's libtest recipe: libtest's JSON lines, sent to `{report}`.
+#[test]
+fn cargo_test_batches_read_libtest_json() {
+    let dir = rust_crate();
+    let junit = dir.path().join("out.xml");
+    let script = r#"cargo test -q --lib -- -Z unstable-options --format json --report-time --exact "$@" > {report}"#;
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["run", "-j", "1", "--batch-size", "3", "--max-requeues", "0", "--no-timings"])
+        .args(["--results", "libtest-json", "--discover", "cargo-test", "--junit"])
+        .arg(&junit)
+        .args(["--", "sh", "-c", script, "sh", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("3 units, 2 passed (0 flaky), 1 failed"), "{stdout}");
+    let cases = junit_cases(&junit);
+    let failed: Vec<&String> = cases.iter().filter(|(_, s)| !is_success(s)).map(|(n, _)| n).collect();
+    assert_eq!(failed, vec!["tests::b"], "{cases:?}");
+    assert!(stdout.contains("deliberate"), "libtest's captured panic: {stdout}");
+}

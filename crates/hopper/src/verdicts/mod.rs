@@ -205,8 +205,8 @@ fn advice(format: ResultsFormat) -> &'static str {
              --tool-config-file hopper:FILE, or any tool: write the JUnit XML to {report} or $HOPPER_REPORT"
         }
         ResultsFormat::LibtestJson => {
-            "libtest prints its JSON on stdout: run e.g. `sh -c 'cargo test -q -- -Z unstable-options --format json \
-             --report-time --exact \"$@\" > {report}' sh {unit}`"
+            "libtest prints its JSON on stdout (unstable: nightly, or RUSTC_BOOTSTRAP=1): run e.g. `sh -c 'cargo \
+             test -q --lib -- -Z unstable-options --format json --report-time --exact \"$@\" > {report}' sh {unit}`"
         }
         ResultsFormat::RspecJson => "add --format progress --format json --out {report}",
         ResultsFormat::ExitCode => "",
