@@ -6,7 +6,7 @@
 //! how long the attempt ran. It does not say which of the worker's slots ran
 //! it, so lanes are rebuilt: an attempt ran for its duration up to its end,
 //! and a worker's attempts are packed onto as few lanes as overlap requires
-//! (by start, each onto the lane that came free last). Per-process units give the worker's real slot
+//! (in delivery order, each onto the lane that came free last). Per-process units give the worker's real slot
 //! count and busy times this way. Units delivered together (one
 //! `reserve_batch`: consecutive `delivered` events of one worker at one
 //! instant) whose durations fit one after another in their span are a batch:
@@ -328,7 +328,7 @@ impl Timeline {
         if blocks.is_empty() {
             return Self::default();
         }
-        blocks.sort_by(|a, b| (&a.worker, a.start_ms, a.end_ms).cmp(&(&b.worker, b.start_ms, b.end_ms)));
+        blocks.sort_by(|a, b| (&a.worker, a.head_ms, a.start_ms).cmp(&(&b.worker, b.head_ms, b.start_ms)));
         let origin = blocks.iter().map(|b| b.head_ms).min().unwrap_or(0);
         let end = blocks.iter().map(|b| b.end_ms).max().unwrap_or(origin);
         let rel = |t: u64| t.saturating_sub(origin);
@@ -342,11 +342,12 @@ impl Timeline {
                 current = Some(block.worker.clone());
                 worker_lanes.clear();
             }
-            // The free lane that came free last: a slot that goes on with its next unit.
+            // The lane that came free last before the block's delivery: a slot
+            // that goes on with its next unit or batch.
             let free = worker_lanes
                 .iter()
                 .copied()
-                .filter(|l| lanes[*l].last_end_ms <= rel(block.start_ms))
+                .filter(|l| lanes[*l].last_end_ms <= rel(block.head_ms))
                 .max_by_key(|l| (lanes[*l].last_end_ms, std::cmp::Reverse(*l)));
             let lane = match free {
                 Some(lane) => lane,
@@ -362,9 +363,7 @@ impl Timeline {
                     lanes.len() - 1
                 }
             };
-            // A batch's overhead, unless it overlaps the lane's previous block
-            // (units reserved ahead, while the slot was still busy).
-            let head = rel(block.head_ms).max(lanes[lane].last_end_ms);
+            let head = rel(block.head_ms);
             if head < rel(block.start_ms) {
                 bars.push(Bar {
                     lane,
@@ -520,6 +519,32 @@ mod tests {
             vec![("overhead", 0, 402), ("passed", 402, 502), ("failed", 502, 702), ("passed", 702, 1002)]
         );
         assert_eq!(timeline.unit_bars().count(), 3);
+    }
+
+    #[test]
+    fn batches_stay_on_the_slot_that_reserved_them() {
+        // Slot A: batch 1 (x1, x2) then batch 3 (z1); slot B: batch 2 (y1, y2), whose start-up is shorter.
+        let mut events = vec![delivered("x1", "w", 0), delivered("x2", "w", 0)];
+        events.extend([delivered("y1", "w", 5), delivered("y2", "w", 5)]);
+        events.push(finalized("x1", "w", 2000, 10, Outcome::Passed));
+        events.push(finalized("x2", "w", 2001, 10, Outcome::Passed));
+        events.push(delivered("z1", "w", 2010));
+        events.push(delivered("z2", "w", 2010));
+        events.push(finalized("y1", "w", 2300, 10, Outcome::Passed));
+        events.push(finalized("y2", "w", 2301, 10, Outcome::Passed));
+        events.push(finalized("z1", "w", 3800, 10, Outcome::Passed));
+        events.push(finalized("z2", "w", 3801, 10, Outcome::Passed));
+        let timeline = Timeline::from_events(events);
+        let lane_of = |unit: &str| timeline.bars.iter().find(|b| b.unit == unit).unwrap().lane;
+        assert_eq!(lane_of("x1"), lane_of("z1"), "{timeline:#?}");
+        assert_ne!(lane_of("y1"), lane_of("z1"));
+        let overhead: Vec<(u64, u64)> = timeline
+            .bars
+            .iter()
+            .filter(|b| b.kind == BarKind::Overhead && b.lane == lane_of("z1"))
+            .map(|b| (b.start_ms, b.end_ms))
+            .collect();
+        assert_eq!(overhead, vec![(0, 1981), (2010, 3781)], "z's start-up begins at its delivery");
     }
 
     #[test]

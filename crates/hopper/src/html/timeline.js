@@ -58,9 +58,11 @@
     data.bars.forEach(function (bar) {
       var kind = data.kinds[bar[3]];
       var y = TOP + bar[0] * ROW;
+      // A pixel of white between neighbours keeps units in a row apart; what
+      // went wrong is drawn at least 4 px wide so a short test is not lost.
+      var least = kind.name === "passed" || kind.name === "overhead" || kind.name === "skipped" ? 1 : 4;
       var rect = el("rect", { class: "bar " + kind.name, x: x(bar[1]), y: y, height: BAR,
-        // A pixel of white between neighbours, so units in a row stay apart.
-        width: Math.max(1, x(bar[2]) - x(bar[1]) - 1), fill: kind.colour, "data-unit": bar[4] }, svg);
+        width: Math.max(least, x(bar[2]) - x(bar[1]) - 1), fill: kind.colour, "data-unit": bar[4] }, svg);
       var what = bar[4] ? bar[4] + " (attempt " + bar[5] + ")" : "batch overhead";
       el("title", {}, rect).textContent = what + ": " + kind.name + ", " + human(bar[2] - bar[1]) +
         (bar[6] ? "\n" + bar[6] : "");
