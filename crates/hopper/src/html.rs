@@ -185,7 +185,7 @@ fn flaky_table(report: &RunReport) -> String {
         let details: Vec<String> = unit.failed_attempts.iter().map(|a| encode_text(&a.detail).into_owned()).collect();
         let _ = write!(
             out,
-            "<tr><td><code>{}</code></td><td>{}× : {}</td></tr>",
+            "<tr><td><code>{}</code></td><td>{}×: {}</td></tr>",
             encode_text(unit.unit.as_str()),
             details.len(),
             details.join("; ")
