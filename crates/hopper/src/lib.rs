@@ -18,6 +18,8 @@
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
 //! * [`verdicts`]: each unit's result in a batch, from the tool's own report;
+//! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
+//! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
 //! * [`timeline`] and [`html`]: the build's lanes over time, as one HTML page;
 //! * [`timings`]: earlier durations that order units slowest first;
@@ -31,6 +33,7 @@ pub mod errors;
 pub mod html;
 pub mod identity;
 pub mod observer;
+mod orphans;
 pub mod outage;
 pub mod process;
 pub mod report;

@@ -171,12 +171,10 @@ struct StatusArgs {
     queue: QueueArgs,
 }
 
+/// A plain number of seconds (`30`, `0.5`) or a duration with units (`90s`, `2m`, `1h 30m`).
 fn parse_secs(raw: &str) -> Result<Duration, String> {
-    let secs: f64 = raw.trim().parse().map_err(|_| format!("{raw:?} is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!("{raw:?} must be a positive number of seconds"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{raw:?}: {e}"))
+    leasehold_core::duration::parse_duration(raw, leasehold_core::duration::PlainUnit::Seconds)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_results(raw: &str) -> Result<ResultsFormat, String> {

@@ -43,21 +43,3 @@ pub use runner::{RunnerExit, RunnerHandle, RunnerSettings, RunnerStatus};
 pub use scripted::{Activity, PollRecord, ScriptedSource};
 pub use source::{Fence, MailConnection, MailSource, PollReport, Scope};
 pub use tiers::{TierInputs, TierPolicy};
-
-/// A worker id for this process: `<hostname>-<pid>-<random>`.
-pub fn default_worker_id() -> leasehold_core::WorkerId {
-    use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_default();
-    let host: String =
-        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).take(64).collect();
-    let host = if host.is_empty() { "worker".to_string() } else { host };
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    let id = format!("{host}-{}-{:06x}", std::process::id(), h.finish() & 0xff_ffff);
-    leasehold_core::WorkerId::new(&id).unwrap_or_else(|_| {
-        leasehold_core::WorkerId::new(format!("worker-{}", std::process::id())).expect("a plain worker id is valid")
-    })
-}

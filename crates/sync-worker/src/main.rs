@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use leasehold_core::{TokioClock, WorkerId};
-use sync_worker::{default_worker_id, wiring, Config, Coordinator, Deps, MemoryDirectory, ScriptedSource};
+use sync_worker::{wiring, Config, Coordinator, Deps, MemoryDirectory, ScriptedSource};
 
 #[derive(Parser, Debug)]
 #[command(name = "sync-worker", version, about = "Owns a fair share of the live IMAP accounts and keeps them synced")]
@@ -38,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::from_env().context("invalid configuration")?;
     let worker = match cli.worker_id.as_deref().or(config.worker_id.as_ref().map(WorkerId::as_str)) {
         Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID")?,
-        None => default_worker_id(),
+        None => leasehold_core::WorkerId::for_this_process(),
     };
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     tracing::info!(%worker, backend = %wiring::backend_name(&config), "starting");
