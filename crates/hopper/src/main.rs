@@ -134,7 +134,8 @@ struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
-    /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent).
+    /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent),
+    /// `{report}` by the path the tool writes its report to (see --results).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
