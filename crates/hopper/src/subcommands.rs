@@ -184,8 +184,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
     }
     if backend.shared && options.html.is_some() {
-        tracing::warn!("--html is ignored by `hopper run` with a shared queue: use `hopper report --html`");
-        eprintln!("hopper: warning: --html is ignored with a shared queue: `hopper report --html FILE` writes it");
+        observer.warn("--html is ignored with a shared queue: `hopper report --html FILE` writes it");
     }
     let units = match backend.timings.load().await {
         Ok(timings) => order_slowest_first(units, &timings),
