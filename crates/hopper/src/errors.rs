@@ -181,6 +181,9 @@ pub enum HopperError {
     /// The queue backend could not be made.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// `--results`, `--batch-size` and the command do not fit together.
+    #[error(transparent)]
+    Verdicts(#[from] crate::verdicts::VerdictsError),
     /// No command to run each unit was given.
     #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
     MissingCommand,
@@ -299,6 +302,15 @@ pub enum HopperError {
     /// The JUnit file could not be written.
     #[error("cannot write JUnit XML to {path}")]
     JunitWrite {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTML timeline could not be written.
+    #[error("cannot write the HTML report to {path}")]
+    Html {
         /// The file.
         path: PathBuf,
         /// The cause.

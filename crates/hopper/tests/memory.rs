@@ -129,7 +129,7 @@ fn batches_run_several_units_per_invocation() {
     // Each invocation appends one line with its arguments.
     let script = format!("echo \"$*\" >> '{}'", log.display());
     let output = hopper(suite.path())
-        .args(["run", "-j", "1", "--batch-size", "3", "--no-timings", "--units-from"])
+        .args(["run", "-j", "1", "--batch-size", "3", "--results", "exit-code", "--no-timings", "--units-from"])
         .arg(&list)
         .args(["--", "sh", "-c", &script, "batch", "{unit}"])
         .output()
