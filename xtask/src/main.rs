@@ -45,7 +45,7 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install what the tests need: redis-server, redis-tools, dovecot-imapd, postgresql, postgresql-client (Debian), pytest (PyPI).
+    /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql, postgresql-client (Debian), pytest (PyPI).
     Setup,
 }
 
@@ -90,6 +90,8 @@ fn have(program: &str) -> bool {
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("redis-server", "redis-server"),
     ("redis-cli", "redis-tools"),
+    // hopper's rediss:// test makes its certificates with the openssl command.
+    ("openssl", "openssl"),
     // sync-worker's IMAP tests start a private Dovecot (sync_worker::testing).
     ("/usr/lib/dovecot/imap", "dovecot-imapd"),
     ("doveadm", "dovecot-core"),

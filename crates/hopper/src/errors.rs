@@ -85,12 +85,13 @@ pub enum UnitsError {
         detail: String,
     },
     /// The discovery tool's output could not be understood.
-    #[error("discovery with `{command}`: cannot parse its output: {detail}")]
+    #[error("discovery with `{command}`: cannot parse its output")]
     DiscoverParse {
         /// The command line.
         command: String,
         /// What was wrong.
-        detail: String,
+        #[source]
+        source: ListingError,
     },
     /// A unit name is not a valid unit id.
     #[error("unit \"{value}\" from {source_name} is not a valid unit")]
@@ -109,6 +110,20 @@ pub enum UnitsError {
         /// Where the (empty) list came from.
         source_name: String,
     },
+}
+
+/// Why a test tool's listing could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ListingError {
+    /// The output holds no JSON object.
+    #[error("no JSON object in the output")]
+    NoJson,
+    /// The JSON is malformed.
+    #[error("malformed JSON")]
+    Json(#[from] serde_json::Error),
+    /// The JSON is not of the shape the tool documents.
+    #[error("{0}")]
+    Shape(&'static str),
 }
 
 /// Why a `--queue` URL could not be turned into a backend.
@@ -209,12 +224,13 @@ pub enum HopperError {
     #[error(transparent)]
     Queue(QueueError),
     /// The run's state is missing or inconsistent.
-    #[error("build {run}: the queue's state is missing or corrupt ({detail}); it may have expired: start a new build")]
+    #[error("build {run}: the queue's state is missing or corrupt (it may have expired): start a new build")]
     Corrupt {
         /// The run.
         run: RunId,
-        /// What was found.
-        detail: String,
+        /// What the queue found.
+        #[source]
+        source: QueueError,
     },
     /// The build's state vanished from the queue after this process had seen
     /// it: the queue's server restarted without persistence, or the state
@@ -302,7 +318,7 @@ impl From<QueueError> for HopperError {
         match error {
             QueueError::Spec(spec) => HopperError::Spec(spec),
             QueueError::UnitListMismatch { run, existing, given } => HopperError::BuildReused { run, existing, given },
-            QueueError::Corrupt { run, detail } => HopperError::Corrupt { run, detail },
+            QueueError::Corrupt { ref run, .. } => HopperError::Corrupt { run: run.clone(), source: error },
             other => HopperError::Queue(other),
         }
     }

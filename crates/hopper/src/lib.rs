@@ -17,6 +17,8 @@
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
+//! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
+//! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
 //! * [`timings`]: earlier durations that order units slowest first;
 //! * [`backend`]: the one module that turns a `--queue` URL into a backend;
@@ -28,6 +30,7 @@ pub mod backend;
 pub mod errors;
 pub mod identity;
 pub mod observer;
+mod orphans;
 pub mod outage;
 pub mod process;
 pub mod report;

@@ -11,7 +11,10 @@
 //!
 //! Re-sending is safe because every transition is fenced: a re-sent finalize
 //! whose first send was applied before its reply was lost answers `STALE`
-//! and changes nothing, so a result is never counted twice.
+//! and changes nothing, so a result is never counted twice. A re-sent
+//! reserve is the one call whose lost reply would strand work (units
+//! delivered to nobody until the reclaim timeout): the `orphans` module
+//! adopts what such a reply delivered.
 //!
 //! Two calls are not retried here, because their callers repeat them on
 //! their own: `heartbeat` and `liveness`. Waiting inside them would stop the
@@ -32,6 +35,8 @@ use leasehold_core::{
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::orphans::Orphans;
 
 /// The default `--outage-grace`: how long a queue may be unreachable before
 /// hopper gives up.
@@ -116,24 +121,25 @@ impl OutageClock {
     /// Marks a failed call; returns how long the outage has lasted.
     fn failed(&self, op: &'static str, error: &QueueError) -> Duration {
         let now = Instant::now();
-        let began = {
+        let earlier = {
             let mut began = self.began.lock();
-            match *began {
-                Some(at) => return now.saturating_duration_since(at),
-                None => *began = Some(now),
-            }
-            now
+            let earlier = *began;
+            began.get_or_insert(now);
+            earlier
         };
-        tracing::warn!(op, %error, "queue call failed; riding out the outage");
+        if let Some(began) = earlier {
+            return now.saturating_duration_since(began);
+        }
+        tracing::debug!(op, %error, "queue call failed; riding out the outage");
         (self.notify)(&OutageNotice::Began { op, error, grace: self.grace });
-        now.saturating_duration_since(began)
+        Duration::ZERO
     }
 
     fn succeeded(&self) {
         let began = self.began.lock().take();
         if let Some(at) = began {
             let after = at.elapsed();
-            tracing::info!(?after, "the queue answers again");
+            tracing::debug!(?after, "the queue answers again");
             (self.notify)(&OutageNotice::Ended { after });
         }
     }
@@ -151,6 +157,7 @@ pub struct OutageQueue {
     inner: Arc<dyn UnitQueue>,
     clock: OutageClock,
     stop: CancellationToken,
+    orphans: Orphans,
 }
 
 impl std::fmt::Debug for OutageQueue {
@@ -165,7 +172,7 @@ impl OutageQueue {
     /// few seconds, so a stopping worker can still hand its units back
     /// through a blip but never hangs on a dead queue.
     pub fn new(inner: Arc<dyn UnitQueue>, grace: Duration, notify: OutageNotify, stop: CancellationToken) -> Self {
-        Self { inner, clock: OutageClock { grace, began: Mutex::new(None), notify }, stop }
+        Self { inner, clock: OutageClock { grace, began: Mutex::new(None), notify }, stop, orphans: Orphans::default() }
     }
 
     /// [`OutageQueue::new`] as an `Arc<dyn UnitQueue>`.
@@ -180,16 +187,28 @@ impl OutageQueue {
 
     /// Calls `call` until it succeeds, fails with anything but a transport
     /// error, or the outage has lasted longer than the grace window.
-    async fn retry<T, F, Fut>(&self, op: &'static str, mut call: F) -> Result<T, QueueError>
+    async fn retry<T, F, Fut>(&self, op: &'static str, call: F) -> Result<T, QueueError>
+    where
+        F: FnMut() -> Fut + Send,
+        Fut: std::future::Future<Output = Result<T, QueueError>> + Send,
+        T: Send,
+    {
+        self.retry_noting(op, call).await.map(|(reply, _)| reply)
+    }
+
+    /// [`OutageQueue::retry`], also saying whether the call had to be re-sent.
+    async fn retry_noting<T, F, Fut>(&self, op: &'static str, mut call: F) -> Result<(T, bool), QueueError>
     where
         F: FnMut() -> Fut + Send,
         Fut: std::future::Future<Output = Result<T, QueueError>> + Send,
         T: Send,
     {
         let mut delay = FIRST_BACKOFF;
+        let mut resent = false;
         loop {
             match call().await {
                 Err(QueueError::Backend { op: failed_op, run, source }) => {
+                    resent = true;
                     let error = QueueError::Backend { op: failed_op, run, source };
                     let lasted = self.clock.failed(op, &error);
                     let stopping = self.stop.is_cancelled();
@@ -211,12 +230,11 @@ impl OutageQueue {
                     }
                     delay = (delay * 2).min(MAX_BACKOFF);
                 }
-                other => {
-                    if other.is_ok() {
-                        self.clock.succeeded();
-                    }
-                    return other;
+                Ok(reply) => {
+                    self.clock.succeeded();
+                    return Ok((reply, resent));
                 }
+                Err(other) => return Err(other),
             }
         }
     }
@@ -238,6 +256,23 @@ impl OutageQueue {
         result
     }
 
+    /// After a reserve that had to be re-sent: adopt what a lost reply delivered.
+    async fn adopt_lost(&self, run: &RunId, worker: &WorkerId) {
+        match self.orphans.adopt_lost(self, run, worker).await {
+            Ok(0) => {}
+            Ok(adopted) => tracing::debug!(adopted, "adopted deliveries whose reserve reply was lost"),
+            // The reclaim timeout remains the fallback for these.
+            Err(error) => tracing::debug!(%error, "could not look for deliveries of lost reserve replies"),
+        }
+    }
+
+    /// A transition on `delivery` was answered: it is no longer handed out.
+    fn done<T>(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery, reply: &Result<T, QueueError>) {
+        if reply.is_ok() {
+            self.orphans.done(run, worker, delivery);
+        }
+    }
+
     fn gave_up(&self, error: QueueError, waited: Duration) -> QueueError {
         match error {
             QueueError::Backend { op, run, source } => QueueError::Backend {
@@ -257,7 +292,24 @@ impl UnitQueue for OutageQueue {
     }
 
     async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
-        self.retry("reserve", || self.inner.reserve(run, worker, reclaim_after)).await
+        if let Some(delivery) = self.orphans.take_adopted(run, worker, 1).pop() {
+            return Ok(ReserveReply::Delivered(delivery));
+        }
+        let (reply, resent) = self
+            .retry_noting("reserve", || async {
+                let _reserving = self.orphans.reserving().await;
+                let reply = self.inner.reserve(run, worker, reclaim_after).await?;
+                if let ReserveReply::Delivered(delivery) = &reply {
+                    let batch = ReserveBatch { deliveries: vec![delivery.clone()], ..ReserveBatch::default() };
+                    self.orphans.handed_out(run, worker, &batch);
+                }
+                Ok(reply)
+            })
+            .await?;
+        if resent {
+            self.adopt_lost(run, worker).await;
+        }
+        Ok(reply)
     }
 
     async fn reserve_batch(
@@ -267,7 +319,22 @@ impl UnitQueue for OutageQueue {
         max: NonZeroUsize,
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        self.retry("reserve", || self.inner.reserve_batch(run, worker, max, reclaim_after)).await
+        let adopted = self.orphans.take_adopted(run, worker, max.get());
+        if !adopted.is_empty() {
+            return Ok(ReserveBatch { deliveries: adopted, ..ReserveBatch::default() });
+        }
+        let (batch, resent) = self
+            .retry_noting("reserve", || async {
+                let _reserving = self.orphans.reserving().await;
+                let batch = self.inner.reserve_batch(run, worker, max, reclaim_after).await?;
+                self.orphans.handed_out(run, worker, &batch);
+                Ok(batch)
+            })
+            .await?;
+        if resent {
+            self.adopt_lost(run, worker).await;
+        }
+        Ok(batch)
     }
 
     async fn heartbeat(
@@ -286,7 +353,9 @@ impl UnitQueue for OutageQueue {
         delivery: &Delivery,
         request: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError> {
-        self.retry("finalize", || self.inner.finalize(run, worker, delivery, request)).await
+        let reply = self.retry("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
+        self.done(run, worker, delivery, &reply);
+        reply
     }
 
     async fn finalize_batch(
@@ -295,7 +364,11 @@ impl UnitQueue for OutageQueue {
         worker: &WorkerId,
         items: &[(Delivery, FinalizeRequest)],
     ) -> Result<Vec<FinalizeReply>, QueueError> {
-        self.retry("finalize", || self.inner.finalize_batch(run, worker, items)).await
+        let replies = self.retry("finalize", || self.inner.finalize_batch(run, worker, items)).await;
+        for (delivery, _) in items {
+            self.done(run, worker, delivery, &replies);
+        }
+        replies
     }
 
     async fn requeue(
@@ -305,7 +378,9 @@ impl UnitQueue for OutageQueue {
         delivery: &Delivery,
         request: &RequeueRequest,
     ) -> Result<RequeueReply, QueueError> {
-        self.retry("requeue", || self.inner.requeue(run, worker, delivery, request)).await
+        let reply = self.retry("requeue", || self.inner.requeue(run, worker, delivery, request)).await;
+        self.done(run, worker, delivery, &reply);
+        reply
     }
 
     async fn abandon(
@@ -315,11 +390,15 @@ impl UnitQueue for OutageQueue {
         delivery: &Delivery,
         elapsed_ms: u64,
     ) -> Result<AbandonReply, QueueError> {
-        self.retry("abandon", || self.inner.abandon(run, worker, delivery, elapsed_ms)).await
+        let reply = self.retry("abandon", || self.inner.abandon(run, worker, delivery, elapsed_ms)).await;
+        self.done(run, worker, delivery, &reply);
+        reply
     }
 
     async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<ReleaseReply, QueueError> {
-        self.retry("release", || self.inner.release(run, worker, delivery)).await
+        let reply = self.retry("release", || self.inner.release(run, worker, delivery)).await;
+        self.done(run, worker, delivery, &reply);
+        reply
     }
 
     async fn release_batch(
@@ -328,7 +407,11 @@ impl UnitQueue for OutageQueue {
         worker: &WorkerId,
         deliveries: &[Delivery],
     ) -> Result<Vec<ReleaseReply>, QueueError> {
-        self.retry("release", || self.inner.release_batch(run, worker, deliveries)).await
+        let replies = self.retry("release", || self.inner.release_batch(run, worker, deliveries)).await;
+        for delivery in deliveries {
+            self.done(run, worker, delivery, &replies);
+        }
+        replies
     }
 
     async fn liveness(
@@ -399,11 +482,23 @@ mod tests {
     use super::*;
 
     /// A queue whose `progress` fails in transport `failures` times, then
-    /// answers from a memory store.
+    /// answers from a memory store, and whose reserves lose their reply
+    /// (after the store ran them) `lost_reserves` times.
     struct Flaky {
         store: MemoryStore,
         failures: AtomicU32,
         calls: AtomicU32,
+        lost_reserves: AtomicU32,
+    }
+
+    impl Flaky {
+        fn lose_reply<T>(&self, run: &RunId, reply: Result<T, QueueError>) -> Result<T, QueueError> {
+            if self.lost_reserves.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+                return Err(QueueError::backend("reserve", run, io));
+            }
+            reply
+        }
     }
 
     #[async_trait]
@@ -412,7 +507,18 @@ mod tests {
             self.store.initialize(spec).await
         }
         async fn reserve(&self, r: &RunId, w: &WorkerId, t: Ttl) -> Result<ReserveReply, QueueError> {
-            self.store.reserve(r, w, t).await
+            let reply = self.store.reserve(r, w, t).await;
+            self.lose_reply(r, reply)
+        }
+        async fn reserve_batch(
+            &self,
+            r: &RunId,
+            w: &WorkerId,
+            max: NonZeroUsize,
+            t: Ttl,
+        ) -> Result<ReserveBatch, QueueError> {
+            let reply = self.store.reserve_batch(r, w, max, t).await;
+            self.lose_reply(r, reply)
         }
         async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {
             self.store.heartbeat(r, w, d).await
@@ -493,7 +599,12 @@ mod tests {
     }
 
     fn flaky(failures: u32) -> Arc<Flaky> {
-        Arc::new(Flaky { store: MemoryStore::new(), failures: AtomicU32::new(failures), calls: AtomicU32::new(0) })
+        Arc::new(Flaky {
+            store: MemoryStore::new(),
+            failures: AtomicU32::new(failures),
+            calls: AtomicU32::new(0),
+            lost_reserves: AtomicU32::new(0),
+        })
     }
 
     fn recorder() -> (OutageNotify, Arc<Mutex<Vec<String>>>) {
@@ -534,6 +645,39 @@ mod tests {
         let exhausted = source.downcast_ref::<GraceExhausted>().expect("the cause says the window ran out");
         assert!(exhausted.to_string().contains("--outage-grace (5s)"), "{exhausted}");
         assert_eq!(root_cause(&error), "broken pipe");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn units_delivered_by_a_lost_reserve_reply_are_run_not_stranded() {
+        let inner = flaky(0);
+        let (notify, _) = recorder();
+        let queue = OutageQueue::new(inner.clone(), Duration::from_secs(120), notify, CancellationToken::new());
+        let run = RunId::new("b").unwrap();
+        let worker = WorkerId::new("w").unwrap();
+        let units: Vec<UnitSpec> =
+            ["u1", "u2", "u3"].iter().map(|u| UnitSpec::new(UnitId::new(*u).unwrap(), "file")).collect();
+        let budgets = Budgets { max_reclaims: 0, ..Budgets::default() };
+        let spec = RunSpec { run: run.clone(), units, budgets, ttl: Duration::from_secs(600) };
+        queue.initialize(&spec).await.unwrap();
+        let reclaim_after = Ttl::from_secs(30);
+
+        // u1's reply is lost: the re-sent reserve delivers u2, and u1 is adopted.
+        inner.lost_reserves.store(1, Ordering::SeqCst);
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let batch = queue.reserve_batch(&run, &worker, NonZeroUsize::MIN, reclaim_after).await.unwrap();
+            let [delivery] = batch.deliveries.as_slice() else { panic!("one delivery: {batch:?}") };
+            assert_eq!(delivery.kind, "file");
+            let request = FinalizeRequest::new(leasehold_core::Outcome::Passed, 1);
+            assert_eq!(queue.finalize(&run, &worker, delivery, &request).await.unwrap(), leasehold_core::Ack::Ok);
+            order.push(delivery.unit.to_string());
+        }
+        assert_eq!(order, ["u2", "u1", "u3"]);
+        assert!(queue.progress(&run).await.unwrap().unwrap().is_complete());
+        for unit in ["u1", "u2", "u3"] {
+            let state = queue.unit_state(&run, &UnitId::new(unit).unwrap()).await.unwrap().unwrap();
+            assert_eq!(state.reclaim_count, 0, "{unit} spent no reclaim");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -531,7 +531,8 @@ async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, repl
     match reply {
         Ack::Stale => {
             shared.summary.lock().stale += 1;
-            tracing::warn!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
+            // The observer shows it; the log need not say it again.
+            tracing::debug!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
             shared.observer.attempt_ended(
                 &delivery.unit,
                 AttemptEnd::Stale,

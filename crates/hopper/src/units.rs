@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use leasehold_core::{UnitId, UnitSpec};
 
-use crate::errors::UnitsError;
+use crate::errors::{ListingError, UnitsError};
 
 /// A program and its arguments.
 pub type ListCommand = (&'static str, &'static [&'static str]);
@@ -73,7 +73,7 @@ impl DiscoverKind {
     }
 
     /// Parses the tool's listing into unit names (in the tool's order).
-    pub fn parse(self, stdout: &str) -> Result<Vec<String>, String> {
+    pub fn parse(self, stdout: &str) -> Result<Vec<String>, ListingError> {
         match self {
             DiscoverKind::Nextest => parse_nextest(stdout),
             DiscoverKind::CargoTest => Ok(parse_cargo_test(stdout)),
@@ -215,7 +215,7 @@ pub async fn discover(kind: DiscoverKind) -> Result<Vec<String>, UnitsError> {
             .to_owned();
         return Err(UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail });
     }
-    kind.parse(&stdout).map_err(|detail| UnitsError::DiscoverParse { command, detail })
+    kind.parse(&stdout).map_err(|source| UnitsError::DiscoverParse { command, source })
 }
 
 /// Exit status of a shell or a version-manager shim (pyenv, asdf) whose
@@ -281,13 +281,17 @@ pub fn nextest_filterset(binary_id: &str, test_name: &str) -> String {
     format!("binary_id(={}) & test(={})", escape(binary_id), escape(test_name))
 }
 
-fn parse_nextest(stdout: &str) -> Result<Vec<String>, String> {
-    let start = stdout.find('{').ok_or("no JSON object in the output")?;
-    let value: serde_json::Value = serde_json::from_str(stdout[start..].trim()).map_err(|e| e.to_string())?;
-    let suites = value
-        .get("rust-suites")
-        .and_then(|s| s.as_object())
-        .ok_or("no \"rust-suites\" object (is this `cargo nextest list --message-format json` output?)")?;
+/// The JSON object a tool printed (after any lines before it).
+fn listing_json(stdout: &str) -> Result<serde_json::Value, ListingError> {
+    let start = stdout.find('{').ok_or(ListingError::NoJson)?;
+    Ok(serde_json::from_str(stdout[start..].trim())?)
+}
+
+fn parse_nextest(stdout: &str) -> Result<Vec<String>, ListingError> {
+    let value = listing_json(stdout)?;
+    let suites = value.get("rust-suites").and_then(|s| s.as_object()).ok_or(ListingError::Shape(
+        "no \"rust-suites\" object (is this `cargo nextest list --message-format json` output?)",
+    ))?;
     let mut names = Vec::new();
     for (binary_id, suite) in suites {
         let Some(cases) = suite.get("testcases").and_then(|c| c.as_object()) else {
@@ -322,10 +326,10 @@ fn parse_pytest(stdout: &str) -> Vec<String> {
         .collect()
 }
 
-fn parse_rspec(stdout: &str) -> Result<Vec<String>, String> {
-    let start = stdout.find('{').ok_or("no JSON object in the output")?;
-    let value: serde_json::Value = serde_json::from_str(stdout[start..].trim()).map_err(|e| e.to_string())?;
-    let examples = value.get("examples").and_then(|e| e.as_array()).ok_or("no \"examples\" array")?;
+fn parse_rspec(stdout: &str) -> Result<Vec<String>, ListingError> {
+    let value = listing_json(stdout)?;
+    let examples =
+        value.get("examples").and_then(|e| e.as_array()).ok_or(ListingError::Shape("no \"examples\" array"))?;
     Ok(examples
         .iter()
         .filter_map(|e| e.get("file_path").and_then(|p| p.as_str()))

@@ -81,7 +81,11 @@ impl Build {
 
 /// `passing` units that take `secs` each, one failing and one flaky unit.
 fn suite_of(passing: usize, secs: f64) -> Suite {
-    let mut suite = Suite::new();
+    suite_after(Suite::new(), passing, secs)
+}
+
+/// [`suite_of`] after the units `suite` already has.
+fn suite_after(mut suite: Suite, passing: usize, secs: f64) -> Suite {
     for i in 0..passing {
         suite.slow(&format!("u{i:02}.sh"), secs);
     }
@@ -97,8 +101,13 @@ fn finished(name: &str, child: Child) -> (Output, String, String) {
 
 /// Both workers exited 0, the report gave the right verdict, and the JUnit
 /// lists every unit exactly once with its right status. Returns the
-/// report's stderr.
-fn assert_build_came_through(suite: &Suite, workers: Vec<(&str, Child)>, report: Child, junit: &Path) -> String {
+/// report's stdout and stderr.
+fn assert_build_came_through(
+    suite: &Suite,
+    workers: Vec<(&str, Child)>,
+    report: Child,
+    junit: &Path,
+) -> (String, String) {
     for (name, worker) in workers {
         let (output, stdout, stderr) = finished(name, worker);
         assert_eq!(output.status.code(), Some(0), "{name}\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -124,17 +133,21 @@ fn assert_build_came_through(suite: &Suite, workers: Vec<(&str, Child)>, report:
             TestCaseStatus::Skipped { .. } => panic!("{name} skipped"),
         }
     }
-    stderr
+    (stdout, stderr)
 }
 
 #[test]
 fn a_redis_restart_with_aof_after_a_10s_outage_costs_a_pause_not_a_result() {
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"], false).unwrap();
     let build = Build::new(server.url(), "outage-aof");
-    let suite = suite_of(22, 0.5);
+    // A unit that runs through the outage and on: with a 24 s reclaim timeout
+    // (a heartbeat every 8 s) it is reclaimed unless the heartbeats resume.
+    let mut long = Suite::new();
+    long.slow("a_long.sh", 26.0);
+    let suite = suite_after(long, 22, 0.5);
     let junit = suite.path().join("junit.xml");
-    let w1 = build.worker(&suite, "w1", "30");
-    let w2 = build.worker(&suite, "w2", "30");
+    let w1 = build.worker(&suite, "w1", "24");
+    let w2 = build.worker(&suite, "w2", "24");
     build.wait_finalized(&suite, 2);
     let report = build.report(&suite, &junit);
     std::thread::sleep(Duration::from_millis(300));
@@ -143,9 +156,10 @@ fn a_redis_restart_with_aof_after_a_10s_outage_costs_a_pause_not_a_result() {
     std::thread::sleep(Duration::from_secs(10));
     server.restart().expect("redis-server starts again on its port, from its AOF");
 
-    let stderr = assert_build_came_through(&suite, vec![("w1", w1), ("w2", w2)], report, &junit);
+    let (stdout, stderr) = assert_build_came_through(&suite, vec![("w1", w1), ("w2", w2)], report, &junit);
     assert_eq!(stderr.matches("the queue is unreachable").count(), 1, "said once while it waited:\n{stderr}");
     assert!(stderr.contains("the queue answers again"), "{stderr}");
+    assert!(stdout.contains(", 0 reclaim(s)") && !stdout.contains("STALE"), "heartbeats resumed:\n{stdout}");
 }
 
 #[test]
@@ -231,8 +245,33 @@ fn a_cluster_failover_of_the_build_s_master_costs_a_pause_not_a_result() {
 
     let victim = master_of(&cluster, slot);
     cluster.nodes()[victim].kill();
-    let stderr = assert_build_came_through(&suite, vec![("w1", w1), ("w2", w2)], report, &junit);
+    let (_, stderr) = assert_build_came_through(&suite, vec![("w1", w1), ("w2", w2)], report, &junit);
     let promoted = master_of(&cluster, slot);
     assert_ne!(promoted, victim, "the replica took over the build's slot");
     assert!(stderr.matches("the queue is unreachable").count() <= 1, "said at most once:\n{stderr}");
+}
+
+#[test]
+fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
+    let server = RedisServer::start().unwrap();
+    let build = Build::new(server.url(), "outage-lost");
+    let suite = suite_of(10, 0.5);
+    let junit = suite.path().join("junit.xml");
+    let worker = build.worker(&suite, "w1", "30");
+    build.wait_finalized(&suite, 1);
+    let report = build.report(&suite, &junit);
+    std::thread::sleep(Duration::from_millis(300));
+
+    server.kill();
+    server.restart().expect("redis-server starts again, empty: it keeps nothing");
+    for (name, child) in [("worker", worker), ("report", report)] {
+        let (output, stdout, stderr) = finished(name, child);
+        assert_eq!(output.status.code(), Some(3), "{name}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let last = stderr.lines().last().unwrap_or("");
+        assert!(
+            last.contains(&format!("build {}: the queue lost this build's state", build.build)),
+            "{name} says what happened:\n{stderr}"
+        );
+        assert!(!stderr.contains("no worker has started it"), "{stderr}");
+    }
 }

@@ -223,8 +223,12 @@ fn a_reused_build_id_with_other_units_is_refused_and_nothing_changes() {
     let mut suite = Suite::new();
     suite.passing("a.sh").passing("b.sh");
     let list = suite.unit_list();
-    let first = build.worker(&suite, &list, "w1", &["--no-timings"]).wait_with_output().unwrap();
-    assert_eq!(first.status.code(), Some(0), "{:?}", texts(&first));
+    let junit = suite.path().join("ignored.xml");
+    let junit = junit.to_str().unwrap();
+    let first = build.worker(&suite, &list, "w1", &["--no-timings", "--junit", junit]).wait_with_output().unwrap();
+    let (_, stderr) = texts(&first);
+    assert_eq!(first.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("--junit is ignored").count(), 1, "warned once: {stderr}");
 
     let other: PathBuf = suite.path().join("other.txt");
     std::fs::write(&other, format!("{}\n", suite.unit_name("a.sh"))).unwrap();

@@ -11,6 +11,7 @@
 //! | `HOT_BUDGET_PER_WORKER` | most hot accounts one worker keeps; beyond it the least recently active session-less hot accounts are demoted to warm | `500` |
 //! | `LEASE_TTL` | lease and worker-registration time-to-live; leases are renewed every third of it | `30s` |
 //! | `IDLE_REISSUE` | a hot account's INBOX watch (IMAP IDLE) is re-issued after this, whatever keepalives the server sends; must stay under 29 minutes | `25m` |
+//! | `RECONCILE_INTERVAL` | how often the live set is reconciled with the accounts table | `30s` |
 //! | `REDIS_URL` | the Redis backend (`redis://...`); absent: the in-memory backend (one process) | absent |
 //! | `REDIS_KEY_PREFIX` | prefix of every Redis key | `leasehold` |
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
@@ -57,6 +58,8 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// `IDLE_REISSUE`.
     pub idle_reissue: Duration,
+    /// `RECONCILE_INTERVAL`.
+    pub reconcile_interval: Duration,
     /// `REDIS_URL`; `None` selects the in-memory backend.
     pub redis_url: Option<String>,
     /// `REDIS_KEY_PREFIX`; empty means the backend's default (`leasehold`).
@@ -77,6 +80,7 @@ impl Default for Config {
             hot_budget_per_worker: 500,
             lease_ttl: Duration::from_secs(30),
             idle_reissue: Duration::from_secs(25 * 60),
+            reconcile_interval: Duration::from_secs(30),
             redis_url: None,
             redis_key_prefix: String::new(),
             worker_id: None,
@@ -102,7 +106,8 @@ impl Config {
     }
 
     /// Reads settings through `lookup` (a variable name to its value, `None`
-    /// when unset; empty values count as unset) and validates them.
+    /// when unset; empty values count as unset, except an empty `REDIS_URL`,
+    /// which is an error) and validates them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
         let mut c = Config::default();
@@ -120,12 +125,22 @@ impl Config {
         dur("TIER_SESSION_GRACE_MIN", PlainUnit::Minutes, &mut c.tier_session_grace)?;
         dur("LEASE_TTL", PlainUnit::Seconds, &mut c.lease_ttl)?;
         dur("IDLE_REISSUE", PlainUnit::Seconds, &mut c.idle_reissue)?;
+        dur("RECONCILE_INTERVAL", PlainUnit::Seconds, &mut c.reconcile_interval)?;
         if let Some(v) = get("HOT_BUDGET_PER_WORKER") {
             c.hot_budget_per_worker = v.trim().parse().map_err(|_| ConfigError::Invalid {
                 var: "HOT_BUDGET_PER_WORKER",
                 value: v.clone(),
                 expected: "a whole number of accounts, 0 or more (e.g. 500)".into(),
             })?;
+        }
+        // Set but empty is a mistake (a CI secret that did not expand), not
+        // a request for one process's private memory backend.
+        if lookup("REDIS_URL").is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_URL",
+                value: String::new(),
+                expected: "a redis:// URL: it is set but empty (unset it to use the in-memory backend)".into(),
+            });
         }
         if let Some(v) = get("REDIS_URL") {
             let v = v.trim().to_string();
@@ -169,6 +184,7 @@ impl Config {
             ("TIER_COLD_AFTER_H", self.tier_cold_after),
             ("TIER_SESSION_GRACE_MIN", self.tier_session_grace),
             ("IDLE_REISSUE", self.idle_reissue),
+            ("RECONCILE_INTERVAL", self.reconcile_interval),
         ] {
             if d.as_millis() == 0 {
                 return Err(ConfigError::Zero { var, value: d });
@@ -275,6 +291,8 @@ mod tests {
         assert!(e.contains("HOT_BUDGET_PER_WORKER"), "{e}");
         let e = from(&[("REDIS_URL", "http://user:secret@x")]).unwrap_err().to_string();
         assert!(e.contains("REDIS_URL") && !e.contains("secret"), "{e}");
+        let e = from(&[("REDIS_URL", " ")]).unwrap_err().to_string();
+        assert!(e.contains("REDIS_URL") && e.contains("set but empty"), "{e}");
         let e = from(&[("IDLE_REISSUE", "30m")]).unwrap_err().to_string();
         assert!(e.contains("29 minutes"), "{e}");
         let e = from(&[("WORKER_ID", "a b")]).unwrap_err().to_string();
