@@ -140,7 +140,9 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
         Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID")?,
         None => leasehold_core::WorkerId::for_this_process(),
     };
-    let storage = open_storage().await?;
+    // New mail reaches the API processes' WebSockets through the event bus.
+    let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
+    let storage = open_storage().await?.with_events(bus);
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     if config.redis_url.is_none() {
         // The in-memory lease store restarts its fencing tokens at 1 with the

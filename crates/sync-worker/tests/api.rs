@@ -578,3 +578,135 @@ impl Drop for Server {
         drop(self.running.take());
     }
 }
+
+/// A headless Chromium driven over WebDriver by a private chromedriver.
+struct Browser {
+    driver: std::process::Child,
+    http: reqwest::Client,
+    session: String,
+    base: String,
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("chromedriver (Debian's chromium-driver) is needed: {e}"));
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}}}});
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let session = loop {
+            match http.post(format!("{base}/session")).json(&caps).send().await {
+                Ok(r) => {
+                    let v: Value = r.json().await.expect("session answer");
+                    break v["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_string();
+                }
+                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("chromedriver never answered: {e}"),
+            }
+        };
+        Browser { driver, http, session, base }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let r = self.http.request(method.parse().unwrap(), url).json(&body).send().await.expect("webdriver");
+        let v: Value = r.json().await.expect("webdriver json");
+        assert!(v["value"].get("error").is_none(), "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self.cmd("POST", "/element", json!({"using": "css selector", "value": css})).await;
+        v[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {v}")).to_string()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.element(css).await;
+        self.cmd("POST", &format!("/element/{e}/clear"), json!({})).await;
+        self.cmd("POST", &format!("/element/{e}/value"), json!({"text": text})).await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.element(css).await;
+        self.cmd("POST", &format!("/element/{e}/click"), json!({})).await;
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.cmd("POST", "/execute/sync", json!({"script": script, "args": []})).await
+    }
+
+    /// Waits until `script` returns something truthy.
+    async fn wait_for(&self, script: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.eval(script).await;
+            if !(v.is_null() || v == false || v == "") {
+                return v;
+            }
+            let error = self.eval("return document.getElementById('error').textContent").await;
+            assert!(Instant::now() < deadline, "never true within {within:?}: {script}; page error: {error}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_chromium_shows_an_appended_message_within_2s() {
+    let s = server(false, "console", |_| {}).await;
+    s.append("alice", "already-there");
+    let b = Browser::start().await;
+    b.cmd("POST", "/url", json!({"url": format!("{}/", s.base)})).await;
+    b.type_into("#email", "alice@example.org").await;
+    b.type_into("#password", USER_PASSWORD).await;
+    b.click("#signup").await;
+    b.wait_for("return !document.getElementById('app').hidden", Duration::from_secs(10)).await;
+    b.type_into("#host", s.dovecot.host()).await;
+    b.type_into("#port", &s.dovecot.port().to_string()).await;
+    b.eval("document.getElementById('security').value = 'plain'").await;
+    b.type_into("#username", "alice").await;
+    b.type_into("#imap-password", IMAP_PASSWORD).await;
+    b.click("#add-account").await;
+    b.wait_for("return document.querySelector('tr.account')", Duration::from_secs(10)).await;
+    // The account row shows its tier, owner and last sync once synced.
+    let row = b
+        .wait_for(
+            "const r = document.querySelector('tr.account'); \
+             return r && !r.innerText.includes('never') && r.innerText.includes('hot') ? r.innerText : null",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(row.as_str().unwrap().contains("alice@127.0.0.1"), "{row}");
+    b.click("tr.account").await;
+    b.wait_for(
+        "return document.getElementById('messages').innerText.includes('already-there')",
+        Duration::from_secs(10),
+    )
+    .await;
+    b.wait_for("return document.getElementById('live').textContent === 'live'", Duration::from_secs(5)).await;
+    let t0 = Instant::now();
+    s.append("alice", "live-in-the-browser");
+    b.wait_for(
+        "return document.getElementById('messages').rows[0].innerText.includes('live-in-the-browser')",
+        Duration::from_secs(2),
+    )
+    .await;
+    eprintln!("the page showed the APPENDed message {:?} after the APPEND", t0.elapsed());
+    assert!(b.eval("return document.getElementById('error').textContent").await == "");
+}
