@@ -328,6 +328,28 @@ async fn message_new_is_pushed_within_2s_of_an_append(pg: bool, tag: &str) {
             .await;
         assert_eq!((st, m["subject"].clone()), (StatusCode::OK, json!(subject)));
     }
+    // Another client flags one message and expunges another: both are pushed.
+    let ids = s.wait_listed(&token, &id, 3).await;
+    let id_of = |subject: &str| ids.iter().find(|m| m["subject"] == subject).unwrap()["id"].clone();
+    tokio::task::block_in_place(|| s.dovecot.add_flags("alice", "INBOX", "\\Flagged", &["subject", "push-1"])).unwrap();
+    let ev = wait_kind(&mut ws, "message.updated", Duration::from_secs(10)).await.expect("message.updated");
+    assert_eq!(ev["id"], id_of("push-1"));
+    assert!(ev["message"]["flags"].as_array().unwrap().contains(&json!("\\Flagged")), "{ev}");
+    tokio::task::block_in_place(|| s.dovecot.expunge("alice", "INBOX", &["subject", "push-0"])).unwrap();
+    let ev = wait_kind(&mut ws, "message.deleted", Duration::from_secs(10)).await.expect("message.deleted");
+    assert_eq!(ev["id"], id_of("push-0"));
+    assert!(ev.get("message").is_none(), "{ev}");
+}
+
+/// The first event of type `kind`.
+async fn wait_kind(ws: &mut Ws, kind: &str, within: Duration) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
+        if ev["type"] == kind {
+            return Some(ev);
+        }
+    }
+    None
 }
 
 async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(pg: bool, tag: &str) {

@@ -151,8 +151,15 @@ impl ApiState {
 
     /// Refreshes `user`'s presence and publishes `user.active`.
     pub async fn present(&self, user: &UserId) -> Result<(), ApiError> {
+        // The store takes a TTL that cannot be zero (`Ttl`).
+        #[allow(clippy::useless_conversion)]
+        let grace = self
+            .settings
+            .presence_grace
+            .try_into()
+            .map_err(|e| ApiError::internal("check the presence grace (TIER_SESSION_GRACE_MIN)", e))?;
         self.store
-            .mark_user_active(user, self.settings.presence_grace)
+            .mark_user_active(user, grace)
             .await
             .map_err(|e| ApiError::internal(format!("refresh the presence of user {user}"), e))
     }
