@@ -23,17 +23,21 @@
 //! * [`wiring`]: the one place that turns `REDIS_URL` into a backend.
 //! * `testing` (feature `test-support`): private Dovecot and Postgres
 //!   servers and realistic mail for tests and benchmarks.
+//! * [`api`]: the HTTP + WebSocket API and the console; [`events`]: how
+//!   the engine's writes reach its WebSockets.
 //!
 //! The coordinator and runner depend only on the core traits
 //! (`Arc<dyn LeaseStore>`), so they run unchanged on the in-memory backend
 //! and on Redis.
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod directory;
 pub mod errors;
+pub mod events;
 pub mod imap;
 pub mod reconcile;
 pub mod runner;

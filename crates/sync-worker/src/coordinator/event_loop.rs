@@ -66,10 +66,10 @@ impl Coord {
     pub(super) fn new(worker: WorkerId, config: Config, ttl: Ttl, deps: Deps, shared: Arc<Shared>) -> Self {
         Coord {
             worker,
-            ttl,
             settings: RunnerSettings::from(&config),
             policy: TierPolicy::from(&config),
             config,
+            ttl,
             deps,
             owned: HashMap::new(),
             shared,

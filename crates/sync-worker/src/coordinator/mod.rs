@@ -46,7 +46,7 @@ mod handle;
 
 use std::sync::Arc;
 
-use leasehold_core::{Clock, LeaseStore, UserActiveSubscription, WorkerId};
+use leasehold_core::{Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
 
 use crate::config::Config;
 use crate::directory::AccountDirectory;
@@ -83,7 +83,7 @@ pub struct Coordinator;
 pub struct PreparedCoordinator {
     worker: WorkerId,
     config: Config,
-    ttl: leasehold_core::Ttl,
+    ttl: Ttl,
     deps: Deps,
     sub: UserActiveSubscription,
 }
