@@ -11,9 +11,11 @@ use std::time::Duration;
 use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::plugins::Plugins;
 use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
 use crate::command::CommandTemplate;
-use crate::errors::{exit, BackendError, HopperError};
+use crate::discover::discover;
+use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
 use crate::process::ProcessLimits;
@@ -63,6 +65,21 @@ pub struct RunOptions {
     pub slowest: usize,
     /// No progress output.
     pub quiet: bool,
+    /// How units run: agents, one process each, or the tool's default.
+    pub mode: ExecutionChoice,
+}
+
+/// How `hopper run` runs units (`--agent`, `--per-process`, or neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutionChoice {
+    /// An agent where hopper has one for the discovered tool, one process per
+    /// unit (or batch) otherwise.
+    #[default]
+    Default,
+    /// `--agent`: the command speaks the agent protocol.
+    Agent,
+    /// `--per-process`: one process per unit (or batch), always.
+    PerProcess,
 }
 
 /// Options of `hopper report`.
@@ -133,7 +150,11 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         results: Arc::new(ExitCodeResults),
     };
     config.validate()?;
-    let units = collect_units(&options.source).await?;
+    let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
+    let units = match &options.source {
+        UnitSource::Discover(kind) => discover(*kind, &options.command, &plugins).await?.units,
+        other => collect_units(other).await?,
+    };
     // Check the whole spec before anything touches the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 

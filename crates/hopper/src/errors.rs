@@ -100,6 +100,25 @@ pub enum UnitsError {
         /// Where the (empty) list came from.
         source_name: String,
     },
+    /// The listing does not match the tool's own count: running it would lose tests.
+    #[error("discovery with `{command}` would lose tests: the tool counted {counted}, hopper has {units} unit(s); {lost}; nothing was run")]
+    CountMismatch {
+        /// The listing command.
+        command: String,
+        /// The tool's own count.
+        counted: usize,
+        /// The units hopper read.
+        units: usize,
+        /// What was lost.
+        lost: String,
+    },
+    /// hopper's private directory for its shipped plugins could not be made.
+    #[error("cannot write hopper's test-tool plugins to a temporary directory: {source}")]
+    Scratch {
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why a `--queue` URL could not be turned into a backend.

@@ -13,6 +13,8 @@
 //! `Arc<dyn UnitQueue>`:
 //!
 //! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
+//! * [`discover`]: the test tool's own listing, checked against its own count;
+//! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
 //! * [`command`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
@@ -24,9 +26,11 @@
 //! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod backend;
 pub mod command;
 pub mod commands;
+pub mod discover;
 pub mod errors;
 pub mod identity;
 pub mod observer;

@@ -1,0 +1,1 @@
+# hopper's RSpec agent (see docs/agent-protocol.md); filled in with the agents.

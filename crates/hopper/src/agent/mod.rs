@@ -1,0 +1,5 @@
+//! Persistent agents: a long-lived test process collects once, then runs the
+//! tests hopper sends it over a pipe and streams one result per test back
+//! (the protocol is `docs/agent-protocol.md`).
+
+pub mod plugins;
