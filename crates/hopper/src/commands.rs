@@ -12,9 +12,10 @@ use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::plugins::Plugins;
+use crate::agent::tools;
 use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
 use crate::command::CommandTemplate;
-use crate::discover::discover;
+use crate::discover::{discover, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
@@ -122,11 +123,54 @@ fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperErro
     Ok(kind)
 }
 
+/// How this run's units run, from `--agent` / `--per-process` and the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Execution {
+    /// One process per unit (or batch): the command template.
+    PerProcess,
+    /// hopper's pytest plugin as an agent.
+    Pytest,
+    /// hopper's RSpec agent.
+    Rspec,
+    /// `--agent`: the user's command speaks the protocol.
+    Custom,
+}
+
+impl Execution {
+    fn choose(mode: ExecutionChoice, source: &UnitSource, command: &[String]) -> Result<Self, HopperError> {
+        let discovered = match source {
+            UnitSource::Discover(kind) => Some(*kind),
+            _ => None,
+        };
+        Ok(match (mode, discovered) {
+            (ExecutionChoice::Agent, _) => {
+                CommandTemplate::new(command.to_vec())?;
+                Execution::Custom
+            }
+            (ExecutionChoice::Default, Some(DiscoverKind::Pytest)) => Execution::Pytest,
+            (ExecutionChoice::Default, Some(DiscoverKind::Rspec)) => Execution::Rspec,
+            _ => Execution::PerProcess,
+        })
+    }
+
+    /// The per-process template (for agents, the command as given, or the tool's name).
+    fn template(self, command: &[String]) -> Result<CommandTemplate, HopperError> {
+        match self {
+            Execution::PerProcess | Execution::Custom => CommandTemplate::new(command.to_vec()),
+            Execution::Pytest | Execution::Rspec if command.is_empty() => {
+                CommandTemplate::new(vec![format!("{self:?}").to_lowercase()])
+            }
+            Execution::Pytest | Execution::Rspec => CommandTemplate::new(command.to_vec()),
+        }
+    }
+}
+
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
 /// the report; returns the exit code.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
-    let command = CommandTemplate::new(options.command.clone())?;
+    let execution = Execution::choose(options.mode, &options.source, &options.command)?;
+    let command = execution.template(&options.command)?;
     options.budgets.validate()?;
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
     let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
@@ -148,13 +192,24 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
         env: Vec::new(),
         results: Arc::new(ExitCodeResults),
+        agent: None,
     };
     config.validate()?;
+    // Kept until the worker ends: the agents load their plugins from it.
     let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
     let units = match &options.source {
         UnitSource::Discover(kind) => discover(*kind, &options.command, &plugins).await?.units,
         other => collect_units(other).await?,
     };
+    let tail = config.limits.tail_bytes;
+    let mut config = config;
+    config.agent = match execution {
+        Execution::PerProcess => None,
+        Execution::Pytest => Some(tools::pytest_agent(&options.command, &plugins, units.len(), tail)),
+        Execution::Rspec => Some(tools::rspec_agent(&options.command, &plugins, units.len(), tail)),
+        Execution::Custom => Some(tools::custom_agent(&options.command)),
+    }
+    .map(Arc::new);
     // Check the whole spec before anything touches the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 

@@ -277,6 +277,9 @@ pub enum HopperError {
         /// The cause.
         detail: String,
     },
+    /// An agent could not serve its slot.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
     /// The worker was interrupted by a signal.
     #[error("interrupted: stopped taking units and abandoned the running ones (with a shared queue, other workers reclaim them)")]
     Interrupted,

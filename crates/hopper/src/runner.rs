@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::child::AgentCommand;
 use crate::command::CommandTemplate;
 use crate::errors::HopperError;
 use crate::observer::{AttemptEnd, RunObserver};
@@ -121,6 +122,8 @@ pub struct WorkerConfig {
     pub env: Vec<(String, String)>,
     /// How batch results are read.
     pub results: Arc<dyn BatchResults>,
+    /// Feed units to a persistent agent per slot instead of running `command`.
+    pub agent: Option<Arc<AgentCommand>>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -178,22 +181,22 @@ pub struct WorkerSummary {
     pub timings: Vec<(String, u64)>,
 }
 
-struct Shared {
-    queue: Arc<dyn UnitQueue>,
-    config: WorkerConfig,
-    observer: Arc<dyn RunObserver>,
+pub(crate) struct Shared {
+    pub(crate) queue: Arc<dyn UnitQueue>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) observer: Arc<dyn RunObserver>,
     /// Signals (SIGINT/SIGTERM): abandon and stop.
     shutdown: CancellationToken,
     /// Stops the slots (shutdown, or another slot's fatal error).
-    stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
     /// Wakes idle slots when a local slot requeued or finished a unit.
-    wake: Notify,
-    running: Mutex<Vec<UnitId>>,
-    summary: Mutex<WorkerSummary>,
+    pub(crate) wake: Notify,
+    pub(crate) running: Mutex<Vec<UnitId>>,
+    pub(crate) summary: Mutex<WorkerSummary>,
 }
 
 /// Calls a queue operation, retrying transport errors a few times.
-async fn retrying<T, F, Fut>(what: &'static str, mut call: F) -> Result<T, QueueError>
+pub(crate) async fn retrying<T, F, Fut>(what: &'static str, mut call: F) -> Result<T, QueueError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, QueueError>>,
@@ -274,7 +277,10 @@ impl Worker {
         let mut slots = JoinSet::new();
         for slot in 0..shared.config.slots {
             let shared = Arc::clone(shared);
-            slots.spawn(async move { slot_loop(shared, slot).await });
+            match shared.config.agent.clone() {
+                Some(agent) => slots.spawn(crate::agent::slot::slot_loop(shared, slot, agent)),
+                None => slots.spawn(async move { slot_loop(shared, slot).await }),
+            };
         }
         let ticker = tokio::spawn(liveness_loop(Arc::clone(shared)));
         let mut first_error = None;
@@ -511,7 +517,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
 }
 
 /// A transition was refused: drop the result, log it, go on.
-async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
+pub(crate) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
     let (run, worker) = (&shared.config.run, &shared.config.worker);
     match reply {
         Ack::Stale => {
@@ -535,7 +541,7 @@ async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, repl
     }
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
