@@ -1,7 +1,10 @@
 //! `cargo xtask`: the project's one entry point for tests and benchmarks.
 //!
 //! * `cargo xtask test` installs what the tests need when it is missing
-//!   (redis-server from Debian's packages), then runs the format check,
+//!   (redis-server, dovecot-imapd, postgresql and its client from Debian's
+//!   packages), makes sure Postgres answers at 127.0.0.1:5432 (or at
+//!   `TEST_POSTGRES_URL`), starting the machine's cluster when it is down,
+//!   then runs the format check,
 //!   clippy with `-D warnings` and every test of the workspace. It starts one
 //!   private 3-master Redis Cluster on loopback for the cluster suites (passed
 //!   on as `REDIS_CLUSTER_URL` unless that is already set); other tests start
@@ -42,7 +45,8 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install what the tests need: redis-server and redis-tools (Debian), a venv with pytest (target/test-venv).
+    /// Install what the tests need: redis-server, redis-tools, dovecot-imapd, postgresql, postgresql-client,
+    /// ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
 }
 
@@ -79,11 +83,23 @@ fn have(program: &str) -> bool {
         .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
         .status()
         .is_ok_and(|s| s.success())
+        // Daemons such as dovecot live in sbin, which a user's PATH may lack.
+        || ["/usr/sbin", "/sbin"].iter().any(|dir| Path::new(dir).join(program).is_file())
 }
 
 /// System packages the tests need: (binary that proves it is installed, Debian package).
-const SYSTEM_PACKAGES: &[(&str, &str)] =
-    &[("redis-server", "redis-server"), ("redis-cli", "redis-tools"), ("rspec", "ruby-rspec")];
+const SYSTEM_PACKAGES: &[(&str, &str)] = &[
+    ("redis-server", "redis-server"),
+    ("redis-cli", "redis-tools"),
+    // hopper's RSpec agent tests.
+    ("rspec", "ruby-rspec"),
+    // sync-worker's IMAP tests start a private Dovecot (sync_worker::testing).
+    ("/usr/lib/dovecot/imap", "dovecot-imapd"),
+    ("doveadm", "dovecot-core"),
+    // Its Postgres tests: databases made with psql, private servers from initdb.
+    ("psql", "postgresql-client"),
+    ("pg_ctlcluster", "postgresql"),
+];
 
 fn setup(root: &Path) -> Result<()> {
     install_system_packages()?;
@@ -142,6 +158,7 @@ fn install_pytest(root: &Path) -> Result<()> {
 
 fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
     setup(root)?;
+    ensure_postgres()?;
     if !no_lint {
         let mut fmt = cargo();
         fmt.current_dir(root).args(["fmt", "--all", "--", "--check"]);
@@ -187,6 +204,66 @@ fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
     let mut doc = cargo();
     doc.current_dir(root).args(["test", "--workspace", "--all-features", "--doc"]);
     run("doctests", doc)
+}
+
+/// The machine's Postgres, which the storage tests use when `TEST_POSTGRES_URL` is unset.
+const MACHINE_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// Makes sure the Postgres the tests use answers: `TEST_POSTGRES_URL` as it
+/// is, or the machine's server at 127.0.0.1:5432, whose cluster is started
+/// with `pg_ctlcluster` when it is down.
+fn ensure_postgres() -> Result<()> {
+    if let Some(url) = std::env::var("TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) {
+        return postgres_answers(&url).map_err(|e| {
+            anyhow::anyhow!("TEST_POSTGRES_URL does not answer (a Postgres the tests may create databases on): {e}")
+        });
+    }
+    if postgres_answers(MACHINE_POSTGRES).is_ok() {
+        return Ok(());
+    }
+    let clusters = Command::new("pg_lsclusters").arg("-h").output().context(
+        "no Postgres answers at 127.0.0.1:5432 and pg_lsclusters cannot run: install Debian's postgresql package          or set TEST_POSTGRES_URL",
+    )?;
+    let listing = String::from_utf8_lossy(&clusters.stdout);
+    // `pg_lsclusters -h`: version, name, port, status, owner, data dir, log.
+    let Some((version, name)) = listing.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(2) == Some(&"5432")).then(|| (fields[0].to_owned(), fields[1].to_owned()))
+    }) else {
+        bail!(
+            "no Postgres answers at 127.0.0.1:5432 and no cluster is set up on that port (pg_lsclusters: {listing:?}): \
+             create one (`pg_createcluster --start 15 main`) with trust auth for 127.0.0.1, or set TEST_POSTGRES_URL"
+        );
+    };
+    let mut start = Command::new("pg_ctlcluster");
+    start.args([&version, &name, "start"]);
+    run(&format!("start the Postgres cluster {version}/{name}"), start)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match postgres_answers(MACHINE_POSTGRES) {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() > deadline => bail!(
+                "the Postgres cluster {version}/{name} started but {MACHINE_POSTGRES} does not answer: {e}\n\
+                 (the tests connect as postgres without a password: pg_hba.conf needs \
+                 `host all all 127.0.0.1/32 trust`; or set TEST_POSTGRES_URL)"
+            ),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    }
+}
+
+/// `SELECT 1` through psql; psql's own complaint when that fails.
+fn postgres_answers(url: &str) -> std::result::Result<(), String> {
+    let out = Command::new("psql")
+        .env("PGCONNECT_TIMEOUT", "3")
+        .args(["-X", "-q", "-At", "-d", url, "-c", "SELECT 1"])
+        .output()
+        .map_err(|e| format!("cannot run psql: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
 }
 
 fn has_nextest() -> bool {

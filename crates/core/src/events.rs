@@ -126,6 +126,19 @@ pub enum Event {
         /// Its entry.
         entry_id: EntryId,
     },
+    /// A worker handed a delivery back without spending a budget; the unit
+    /// is on the priority stream again.
+    Released {
+        /// Common fields (retry index and reclaim count unchanged).
+        #[serde(flatten)]
+        header: UnitEventHeader,
+        /// The stream of the released delivery.
+        stream: StreamName,
+        /// The entry of the released delivery.
+        entry_id: EntryId,
+        /// The new entry on the priority stream.
+        new_entry_id: EntryId,
+    },
     /// A worker reported an error outside any fenced transition.
     WorkerError {
         /// The worker.
@@ -165,6 +178,7 @@ impl Event {
             Event::Requeued { .. } => "requeued",
             Event::Finalized { .. } => "finalized",
             Event::Abandoned { .. } => "abandoned",
+            Event::Released { .. } => "released",
             Event::WorkerError { .. } => "worker_error",
             Event::StaleRejected { .. } => "stale_rejected",
         }
@@ -177,7 +191,8 @@ impl Event {
             | Event::Reclaimed { header, .. }
             | Event::Requeued { header, .. }
             | Event::Finalized { header, .. }
-            | Event::Abandoned { header, .. } => Some(header),
+            | Event::Abandoned { header, .. }
+            | Event::Released { header, .. } => Some(header),
             Event::WorkerError { .. } | Event::StaleRejected { .. } => None,
         }
     }

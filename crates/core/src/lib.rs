@@ -32,6 +32,7 @@ pub use ids::{EntryId, LeaseKey, RunId, UnitId, UserId, WorkerId};
 pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
 pub use queue::{
     AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,
-    HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, RequeueReply, RequeueRequest,
-    ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState, WorkerRecord,
+    HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, ReleaseReply, RequeueReply,
+    RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
+    WorkerRecord,
 };

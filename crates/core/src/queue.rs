@@ -314,7 +314,7 @@ pub struct ReserveBatch {
     pub corrupt: bool,
 }
 
-/// The reply of heartbeat, finalize and abandon: `OK`, `STALE` or `CORRUPT`.
+/// The reply of heartbeat, finalize, abandon and release: `OK`, `STALE` or `CORRUPT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ack {
     /// Applied.
@@ -342,6 +342,8 @@ pub type HeartbeatReply = Ack;
 pub type FinalizeReply = Ack;
 /// The reply of [`UnitQueue::abandon`].
 pub type AbandonReply = Ack;
+/// The reply of [`UnitQueue::release`].
+pub type ReleaseReply = Ack;
 
 /// The reply of [`UnitQueue::liveness`]: `OK` or `CORRUPT` (no run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -597,7 +599,8 @@ pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
 /// A run is made by [`UnitQueue::initialize`] and lives until it has seen no
 /// successful transition for its inactivity TTL. Workers loop:
 /// `reserve` → run the unit (calling `heartbeat` more often than the reclaim
-/// timeout) → `finalize` or `requeue` (or `abandon` when shutting down).
+/// timeout) → `finalize` or `requeue` (or `release` when shutting down, or
+/// `abandon` when it cannot be handed back cleanly).
 ///
 /// * Every transition on a delivery is **fenced** by (worker, stream, entry,
 ///   delivery count): it applies only while that delivery is still pending on
@@ -616,6 +619,12 @@ pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
 ///   `retry_index + 1 <= max_requeues` and, for the unit's first requeue,
 ///   while fewer than `ceil(total × tolerance)` units have been requeued;
 ///   otherwise it finalizes the unit as failed (`retry_budget_exhausted`).
+/// * `release` hands a delivery back at once: the unit goes to the end of the
+///   priority stream as a new entry, with its retry index, reclaim count and
+///   tolerance use unchanged. It spends no budget: a unit can be released any
+///   number of times. Use it for a unit that was never started (prefetched)
+///   or whose attempt was stopped by the worker itself (a signal), not for a
+///   failure (that is `requeue`).
 /// * Each unit is finalized exactly once; `finalized` reaches `total` exactly
 ///   when every unit is done.
 /// * Each applied transition appends its event (see [`crate::Event`]) in order
@@ -714,6 +723,30 @@ pub trait UnitQueue: Send + Sync + 'static {
         delivery: &Delivery,
         elapsed_ms: u64,
     ) -> Result<AbandonReply, QueueError>;
+
+    /// Hands the delivery back at once, without spending a budget: the unit
+    /// is put on the priority stream as a new entry (retry index, reclaim
+    /// count and tolerance use unchanged), a `released` event is appended and
+    /// the worker record's current unit is cleared (`processed` is not
+    /// counted). Fenced like every transition: `STALE` when the caller no
+    /// longer owns the delivery (a second release of it included).
+    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<ReleaseReply, QueueError>;
+
+    /// Releases several deliveries of one worker (a prefetch handed back):
+    /// the same replies, events and state as calling [`UnitQueue::release`]
+    /// for each in order. Backends may do this in one round trip.
+    async fn release_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<ReleaseReply>, QueueError> {
+        let mut replies = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            replies.push(self.release(run, worker, delivery).await?);
+        }
+        Ok(replies)
+    }
 
     /// Refreshes the worker's record (and says what it is working on).
     async fn liveness(

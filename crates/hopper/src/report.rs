@@ -224,7 +224,7 @@ impl RunReport {
                 let unit = unit_id.map(|u| format!(" ({u})")).unwrap_or_default();
                 self.worker_errors.push(format!("{worker_id}{unit}: {message}"));
             }
-            Event::Delivered { .. } => {}
+            Event::Delivered { .. } | Event::Released { .. } => {}
         }
     }
 

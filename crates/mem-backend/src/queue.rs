@@ -382,6 +382,21 @@ impl Run {
         RequeueReply::Requeued { retry_index: previous_retry_index + 1 }
     }
 
+    /// Hands a delivery back to the priority stream, spending no budget.
+    fn release(&mut self, worker: &WorkerId, delivery: &Delivery, now: u64) -> Ack {
+        let Some(unit) = self.fenced_unit(worker, delivery) else { return Ack::Stale };
+        self.stream(delivery.stream).pending.remove(&delivery.entry_id);
+        let new_entry_id = self.priority.append(unit, now);
+        let header = self.header(unit, worker, now);
+        self.append(
+            Event::Released { header, stream: delivery.stream, entry_id: delivery.entry_id, new_entry_id },
+            now,
+        );
+        self.touch_worker(worker, Current::Clear, 0, now);
+        self.renew(now);
+        Ack::Ok
+    }
+
     fn progress(&self) -> Progress {
         let meta = self.meta();
         Progress {
@@ -585,6 +600,21 @@ impl UnitQueue for MemoryStore {
             r.renew(now);
             Some(())
         })))
+    }
+
+    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
+        Ok(self.with_run(run, |r, now| r.release(worker, delivery, now)).unwrap_or(Ack::Corrupt))
+    }
+
+    async fn release_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        Ok(self
+            .with_run(run, |r, now| deliveries.iter().map(|d| r.release(worker, d, now)).collect())
+            .unwrap_or_else(|| vec![Ack::Corrupt; deliveries.len()]))
     }
 
     async fn liveness(

@@ -24,6 +24,7 @@ enum Op {
     Finalize(usize, usize, bool),
     Requeue(usize, usize),
     Abandon(usize, usize),
+    Release(usize, usize),
     Advance(u64),
 }
 
@@ -35,7 +36,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (w.clone(), i.clone()).prop_map(|(w, i)| Op::Heartbeat(w, i)),
         3 => (w.clone(), i.clone(), any::<bool>()).prop_map(|(w, i, p)| Op::Finalize(w, i, p)),
         2 => (w.clone(), i.clone()).prop_map(|(w, i)| Op::Requeue(w, i)),
-        1 => (w, i).prop_map(|(w, i)| Op::Abandon(w, i)),
+        1 => (w.clone(), i.clone()).prop_map(|(w, i)| Op::Abandon(w, i)),
+        2 => (w, i).prop_map(|(w, i)| Op::Release(w, i)),
         2 => (0u64..250).prop_map(Op::Advance),
     ]
 }
@@ -126,6 +128,15 @@ impl World {
                 let current = self.is_current(w, &d).await;
                 let ack = self.store.abandon(&self.run, &self.workers[w], &d, 1).await.unwrap();
                 assert_eq!(ack, if current { Ack::Ok } else { Ack::Stale });
+            }
+            Op::Release(w, i) => {
+                let Some(d) = self.pick(w, i) else { return };
+                let current = self.is_current(w, &d).await;
+                let before = self.store.unit_state(&self.run, &d.unit).await.unwrap();
+                let ack = self.store.release(&self.run, &self.workers[w], &d).await.unwrap();
+                assert_eq!(ack, if current { Ack::Ok } else { Ack::Stale }, "release of {d:?}");
+                let after = self.store.unit_state(&self.run, &d.unit).await.unwrap();
+                assert_eq!(before, after, "a release spent a budget");
             }
             Op::Advance(ms) => self.clock.advance(Duration::from_millis(ms)),
         }

@@ -21,6 +21,9 @@
 --   JSON shape but are read with anchored patterns and written with
 --   string.format; free text (summaries, errors) arrives pre-encoded as JSON.
 -- * Budgets and the inactivity TTL come from meta (frozen at initialisation).
+-- * `release_batch` is new: a worker hands deliveries back (shutting down,
+--   prefetched units) without spending a retry or reclaim budget; the seed
+--   could only abandon them to the reclaim timeout, which costs a reclaim.
 
 local units, priority, attempts, meta, unit_state, workers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -147,9 +150,14 @@ local function fence(stream, entry_id, delivery_count, unit_id)
     return nil
   end
   local range = redis.call("XRANGE", stream, entry_id, entry_id)
-  if type(range[1]) ~= "table" or entry_unit(range[1][2]) ~= unit_id then
+  if type(range[1]) ~= "table" then
     return nil
   end
+  local unit, kind = entry_unit(range[1][2])
+  if unit ~= unit_id then
+    return nil
+  end
+  row.kind = kind
   return row
 end
 
@@ -474,16 +482,18 @@ end
 
 -- The stream key and unit state of a fenced delivery; or nil and the reply
 -- to return: STALE when the fence fails, CORRUPT when the unit's state is gone.
+-- The third result is the fence's pending row (with the entry's kind).
 local function fenced_state(short, entry_id, delivery_count, unit_id)
   local stream = stream_key(short)
-  if not stream or not fence(stream, entry_id, delivery_count, unit_id) then
+  local row = stream and fence(stream, entry_id, delivery_count, unit_id)
+  if not row then
     return nil, STALE
   end
   local state = read_state(unit_id)
   if not state then
     return nil, CORRUPT
   end
-  return stream, state
+  return stream, state, row
 end
 
 -- ARGV: stream, entry_id, delivery_count, unit_id.
@@ -704,6 +714,36 @@ local function abandoned(m, short, entry_id, delivery_count, unit_id, elapsed_ms
   return { "OK" }
 end
 
+-- ARGV (from `base`): `count` groups of stream, entry_id, delivery_count,
+-- unit_id. Each fenced delivery goes back to the priority stream as a new
+-- entry (its kind read from the old one), with no budget spent: the unit's
+-- state is not written. The same result as `count` release calls in order.
+-- Reply: one status per delivery ("OK", "STALE" or "CORRUPT").
+local function release_batch(m, count, base)
+  local reply = {}
+  local released = 0
+  for i = 1, tonumber(count) do
+    local b = base + (i - 1) * 4
+    local short, entry_id, unit_id = ARGV[b], ARGV[b + 1], ARGV[b + 3]
+    local stream, state, row = fenced_state(short, entry_id, ARGV[b + 2], unit_id)
+    if not stream then
+      reply[i] = state[1]
+    else
+      redis.call("XACK", stream, GROUP, entry_id)
+      local new_entry_id = redis.call("XADD", priority, "*", "id", unit_id, "type", row.kind)
+      append_json(event_head("released", jstr(unit_id), state) .. string.format(
+        ',"stream":"%s","entry_id":"%s","new_entry_id":"%s"}', short, entry_id, new_entry_id))
+      released = released + 1
+      reply[i] = "OK"
+    end
+  end
+  if released > 0 then
+    touch_worker("null", 0)
+    renew_ttls(m.ttl_ms)
+  end
+  return reply
+end
+
 -- ARGV: current_unit (may be empty).
 local function liveness(m, current_unit)
   if current_unit == nil or current_unit == "" then
@@ -751,6 +791,8 @@ local function dispatch()
     return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
   elseif mode == "abandoned" then
     return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  elseif mode == "release_batch" then
+    return release_batch(m, ARGV[3], 4)
   elseif mode == "liveness" then
     return liveness(m, ARGV[3])
   end

@@ -112,6 +112,22 @@ fn ack(what: &'static str, status: &str) -> Result<Ack, ReplyError> {
     }
 }
 
+/// The statuses of a batch transition, one per item; a single `CORRUPT`
+/// (the run's meta is gone) stands for every item.
+fn batch_acks(op: &'static str, run: &RunId, items: usize, value: Value) -> Result<Vec<Ack>, QueueError> {
+    let bad = |e| queue_reply_err(op, run, e);
+    let statuses = reply::array(op, value).map_err(bad)?;
+    let acks = statuses
+        .iter()
+        .map(|s| reply::string(op, s).and_then(|s| ack(op, &s)).map_err(bad))
+        .collect::<Result<Vec<Ack>, QueueError>>()?;
+    match acks.as_slice() {
+        [Ack::Corrupt] if items > 1 => Ok(vec![Ack::Corrupt; items]),
+        _ if acks.len() == items => Ok(acks),
+        _ => Err(bad(ReplyError::new(op, format!("{} statuses for {items} items", acks.len())))),
+    }
+}
+
 /// Worker records as the scripts store them (the seed's JSON shape).
 #[derive(serde::Deserialize)]
 struct StoredWorker {
@@ -198,21 +214,7 @@ impl RedisStore {
             Self::finalize_args(&mut call, d, request);
         }
         let value = self.run_transition("finalize", run, &call).await?;
-        let statuses = reply::array("finalize_batch", value).map_err(|e| queue_reply_err("finalize", run, e))?;
-        if statuses.len() == 1 && items.len() > 1 {
-            // The run's meta is gone: one CORRUPT for the whole call.
-            let s = reply::string("finalize_batch", &statuses[0]).map_err(|e| queue_reply_err("finalize", run, e))?;
-            let a = ack("finalize_batch", &s).map_err(|e| queue_reply_err("finalize", run, e))?;
-            return Ok(vec![a; items.len()]);
-        }
-        statuses
-            .iter()
-            .map(|s| {
-                reply::string("finalize_batch", s)
-                    .and_then(|s| ack("finalize_batch", &s))
-                    .map_err(|e| queue_reply_err("finalize", run, e))
-            })
-            .collect()
+        batch_acks("finalize", run, items.len(), value)
     }
 
     async fn append_prebuilt(
@@ -407,6 +409,34 @@ impl UnitQueue for RedisStore {
         let value = self.run_transition("abandon", run, &call).await?;
         let (s, _) = status("abandon", value).map_err(|e| queue_reply_err("abandon", run, e))?;
         ack("abandon", &s).map_err(|e| queue_reply_err("abandon", run, e))
+    }
+
+    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
+        match self.release_batch(run, worker, std::slice::from_ref(delivery)).await?.as_slice() {
+            [ack] => Ok(*ack),
+            _ => Err(queue_reply_err("release", run, ReplyError::new("release", "not one status for one delivery"))),
+        }
+    }
+
+    async fn release_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.run_keys(run);
+        let mut call = self.transition(&keys, "release_batch", worker).arg(deliveries.len() as u64);
+        for d in deliveries {
+            call.push(d.stream.as_str());
+            call.push(d.entry_id.to_string());
+            call.push(d.delivery_count);
+            call.push(d.unit.as_str());
+        }
+        let value = self.run_transition("release", run, &call).await?;
+        batch_acks("release", run, deliveries.len(), value)
     }
 
     async fn liveness(

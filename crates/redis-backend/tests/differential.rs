@@ -55,6 +55,8 @@ enum Op {
     FinalizeMany { w: usize },
     Requeue { d: usize, who: Option<usize>, summary: bool },
     Abandon { d: usize, who: Option<usize> },
+    HandBack { d: usize, who: Option<usize> },
+    HandBackBatch { w: usize, skip: usize },
     Liveness { w: usize, unit: Option<usize> },
     StaleRecord { d: usize },
     WorkerError { w: usize },
@@ -88,6 +90,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => w.clone().prop_map(|w| Op::FinalizeMany { w }),
         5 => (d.clone(), who(), any::<bool>()).prop_map(|(d, who, summary)| Op::Requeue { d, who, summary }),
         2 => (d.clone(), who()).prop_map(|(d, who)| Op::Abandon { d, who }),
+        3 => (d.clone(), who()).prop_map(|(d, who)| Op::HandBack { d, who }),
+        1 => (w.clone(), 0..4usize).prop_map(|(w, skip)| Op::HandBackBatch { w, skip }),
         1 => (w.clone(), proptest::option::of(0..4usize)).prop_map(|(w, unit)| Op::Liveness { w, unit }),
         1 => d.clone().prop_map(|d| Op::StaleRecord { d }),
         1 => w.clone().prop_map(|w| Op::WorkerError { w }),
@@ -173,7 +177,8 @@ fn norm_event(e: &Event, o: &mut Ordinals) -> String {
             header.at_ms = 0;
             id(*stream, entry_id);
         }
-        Event::Requeued { header, entry_id, new_entry_id, stream, .. } => {
+        Event::Requeued { header, entry_id, new_entry_id, stream, .. }
+        | Event::Released { header, entry_id, new_entry_id, stream } => {
             header.at_ms = 0;
             id(*stream, entry_id);
             id(StreamName::Priority, new_entry_id);
@@ -310,6 +315,18 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             }
             None => "no delivery".into(),
         },
+        Op::HandBack { d, who } => match pick(side, *d) {
+            Some((owner, d)) => {
+                format!("{:?}", q.release(run, &wid(who.unwrap_or(owner)), &d).await.expect("release"))
+            }
+            None => "no delivery".into(),
+        },
+        Op::HandBackBatch { w, skip } => {
+            // This worker's latest deliveries (stale ones included), newest first.
+            let mine: Vec<Delivery> =
+                side.deliveries.iter().rev().filter(|(o, _)| o == w).skip(*skip).map(|(_, d)| d.clone()).collect();
+            format!("{:?}", q.release_batch(run, &wid(*w), &mine).await.expect("release_batch"))
+        }
         Op::Liveness { w, unit } => {
             let unit = unit.map(|u| UnitId::new(format!("unit \"{u}\"")).expect("unit id"));
             format!("{:?}", q.liveness(run, &wid(*w), unit.as_ref()).await.expect("liveness"))

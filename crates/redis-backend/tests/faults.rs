@@ -100,7 +100,9 @@ async fn restart_gives_a_clear_error_and_the_store_reconnects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resent_transitions_cannot_apply_twice() {
-    let url = leasehold_redis::test_support::redis_url();
+    // CLIENT KILL drops every connection of the server: this test owns it.
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
     let store = common::store(&url, "resend").await;
     let s = spec("r1", &["a", "b", "c"]);
     store.initialize(&s).await.unwrap();
@@ -153,7 +155,9 @@ async fn resent_transitions_cannot_apply_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_survive_script_flush() {
-    let url = leasehold_redis::test_support::redis_url();
+    // SCRIPT FLUSH empties the script cache of every client: this test owns the server.
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
     let store = common::store(&url, "flush").await;
     store.load_scripts().await.unwrap();
     let mut admin = raw(&url).await;
@@ -176,7 +180,7 @@ async fn scripts_survive_script_flush() {
     let _: () = flush().query_async(&mut admin).await.unwrap();
     assert_eq!(store.renew_many(&leases, LONG).await.unwrap(), vec![true; 5]);
     let _: () = flush().query_async(&mut admin).await.unwrap();
-    assert!(store.release(&leases[0]).await.unwrap());
+    assert!(LeaseStore::release(&store, &leases[0]).await.unwrap());
     assert_eq!(store.progress(&s.run).await.unwrap().unwrap().finalized, 3);
 }
 

@@ -28,6 +28,8 @@ pub mod errors;
 pub mod runner;
 pub mod scripted;
 pub mod source;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod tiers;
 pub mod wiring;
 

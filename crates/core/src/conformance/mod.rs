@@ -26,6 +26,7 @@ use crate::queue::UnitQueue;
 
 pub mod lease;
 pub mod queue;
+pub mod release;
 pub mod support;
 
 /// A timeout no test run will ever reach by stalling: negative time checks use it.
@@ -114,6 +115,11 @@ macro_rules! conformance_suite {
                 concurrent_workers_deliver_each_unit_once,
                 concurrent_requeues_deliver_each_retry_once,
                 invalid_transition_arguments_change_nothing,
+            ],
+            release: [
+                release_hands_the_unit_back_without_budget,
+                release_keeps_retry_and_reclaim_counts,
+                release_batch_matches_one_by_one,
             ],
             lease: [
                 claim_gives_one_holder,

@@ -1,0 +1,514 @@
+//! A private Dovecot IMAP server for tests and benchmarks.
+//!
+//! Dovecot runs as root with a config of its own (`-c`), so that it can
+//! switch users, but its login processes run as `dovenull` and its mail
+//! processes as `dovecot`. Everything it writes (runtime sockets, state,
+//! log, users' mail) stays in one temp dir that is removed on drop.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{chown, Pid, User};
+
+use super::{find_binary, free_port, output, spawn, tail, HarnessError, ImapSession, Result};
+
+/// How long Dovecot may take to greet its first client.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stopping Dovecot may take before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// What to do when Dovecot is missing.
+const INSTALL: &str = "install Debian's dovecot-imapd package (`cargo xtask setup` does)";
+
+/// The special-use folders every user gets (RFC 6154), created and subscribed at login.
+pub const SPECIAL_FOLDERS: [(&str, &str); 5] =
+    [("Drafts", "\\Drafts"), ("Sent", "\\Sent"), ("Trash", "\\Trash"), ("Junk", "\\Junk"), ("Archive", "\\Archive")];
+
+/// Where an APPEND put a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The folder's UIDVALIDITY.
+    pub uid_validity: u32,
+    /// The message's UID.
+    pub uid: u32,
+}
+
+/// A folder's counters, as Dovecot itself reports them (`doveadm mailbox status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailboxStatus {
+    /// Messages in the folder.
+    pub messages: u32,
+    /// The next UID.
+    pub uid_next: u32,
+    /// The UIDVALIDITY.
+    pub uid_validity: u32,
+    /// The HIGHESTMODSEQ.
+    pub highest_modseq: u64,
+}
+
+/// A private Dovecot on a free loopback port; stopped and removed on drop.
+#[derive(Debug)]
+pub struct Dovecot {
+    dir: tempfile::TempDir,
+    port: u16,
+    doveadm: PathBuf,
+    child: Mutex<Option<Child>>,
+    /// name -> password, for the harness's own logins.
+    users: Mutex<HashMap<String, String>>,
+}
+
+impl Dovecot {
+    /// Starts Dovecot (IMAP only, no TLS, plaintext LOGIN allowed) with IDLE,
+    /// CONDSTORE, QRESYNC and SPECIAL-USE folders, and no users yet.
+    pub fn start() -> Result<Self> {
+        let dovecot = find_binary("dovecot", &["/usr/sbin/dovecot"])
+            .ok_or(HarnessError::Missing { program: "dovecot".into(), install: INSTALL })?;
+        let doveadm = find_binary("doveadm", &["/usr/bin/doveadm"])
+            .ok_or(HarnessError::Missing { program: "doveadm".into(), install: INSTALL })?;
+        // dovecot-core alone has the master but no IMAP server.
+        if !Path::new("/usr/lib/dovecot/imap").is_file() {
+            return Err(HarnessError::Missing { program: "/usr/lib/dovecot/imap".into(), install: INSTALL });
+        }
+        if !nix::unistd::geteuid().is_root() {
+            return Err(HarnessError::Invalid(
+                "the Dovecot harness must run as root: dovecot starts as root and switches its login and mail \
+                 processes to the dovenull and dovecot users"
+                    .into(),
+            ));
+        }
+        let mail_user = system_user("dovecot")?;
+        system_user("dovenull")?;
+        let mut last_err = None;
+        // A free port can be taken by someone else before Dovecot binds it: retry.
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new()
+                .prefix("leasehold-dovecot-")
+                .tempdir()
+                .map_err(HarnessError::io("make a temp dir for Dovecot"))?;
+            let port = free_port()?;
+            prepare_dir(dir.path(), &mail_user)?;
+            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port))
+                .map_err(HarnessError::io("write dovecot.conf"))?;
+            let server = Self {
+                dir,
+                port,
+                doveadm: doveadm.clone(),
+                child: Mutex::new(None),
+                users: Mutex::new(HashMap::new()),
+            };
+            match server.launch(&dovecot) {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    server.stop();
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| HarnessError::Invalid("Dovecot did not start".into())))
+    }
+
+    fn launch(&self, dovecot: &Path) -> Result<()> {
+        let stderr = std::fs::File::create(self.dir.path().join("dovecot.stderr"))
+            .map_err(HarnessError::io("create dovecot.stderr"))?;
+        let mut cmd = Command::new(dovecot);
+        cmd.arg("-F").arg("-c").arg(self.config_path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+        let child = spawn(cmd).map_err(HarnessError::io(format!("start {}", dovecot.display())))?;
+        *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if ImapSession::connect(self.port).is_ok() {
+                return Ok(());
+            }
+            let exited =
+                self.child.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                return Err(HarnessError::Unexpected {
+                    what: format!("dovecot on port {} exited ({status}) before it greeted", self.port),
+                    answer: format!("{}\n{}", tail(&self.dir.path().join("dovecot.stderr"), 20), self.log_tail()),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(HarnessError::Unexpected {
+                    what: format!("dovecot on port {} did not greet within {START_TIMEOUT:?}", self.port),
+                    answer: self.log_tail(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its IMAP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its host: `127.0.0.1`.
+    pub fn host(&self) -> &'static str {
+        "127.0.0.1"
+    }
+
+    /// Its temp dir (config, log, users' homes).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its config file, for running Dovecot's tools by hand (`doveadm -c`).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("dovecot.conf")
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("dovecot.log")
+    }
+
+    /// The last 50 lines of its log.
+    pub fn log_tail(&self) -> String {
+        tail(&self.log_path(), 50)
+    }
+
+    /// Adds one user (an IMAP login) with this password.
+    pub fn add_user(&self, name: &str, password: &str) -> Result<()> {
+        self.add_users([(name, password)])
+    }
+
+    /// Adds many users with one write (cheap: 500 users take milliseconds).
+    /// Their folders are created at their first login.
+    pub fn add_users<'a>(&self, users: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<()> {
+        let mut known = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines = String::new();
+        let mut added = Vec::new();
+        for (name, password) in users {
+            check_user(name, password)?;
+            if known.contains_key(name) || added.iter().any(|(n, _)| n == name) {
+                return Err(HarnessError::Invalid(format!("Dovecot user {name:?} already exists")));
+            }
+            let _ = writeln!(lines, "{name}:{{PLAIN}}{password}");
+            added.push((name.to_owned(), password.to_owned()));
+        }
+        let path = self.dir.path().join("users");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(HarnessError::io(format!("open {}", path.display())))?;
+        file.write_all(lines.as_bytes()).map_err(HarnessError::io(format!("write {}", path.display())))?;
+        known.extend(added);
+        Ok(())
+    }
+
+    fn password(&self, user: &str) -> Result<String> {
+        self.users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(user)
+            .cloned()
+            .ok_or_else(|| HarnessError::Invalid(format!("no Dovecot user {user:?}: add it with add_user first")))
+    }
+
+    /// A logged-in IMAP session of `user`.
+    pub fn imap(&self, user: &str) -> Result<ImapSession> {
+        ImapSession::login(self.port, user, &self.password(user)?)
+    }
+
+    /// APPENDs one raw RFC 5322 message to `folder` of `user` over IMAP.
+    pub fn append(&self, user: &str, folder: &str, raw_message: &[u8]) -> Result<Appended> {
+        let mut session = self.imap(user)?;
+        let appended = session.append(folder, &[], raw_message)?;
+        session.logout();
+        Ok(appended)
+    }
+
+    /// APPENDs many messages to `folder` of `user` over one IMAP connection
+    /// (pipelined), in order.
+    pub fn append_many<'m>(
+        &self,
+        user: &str,
+        folder: &str,
+        raw_messages: impl IntoIterator<Item = &'m [u8]>,
+    ) -> Result<Vec<Appended>> {
+        let mut session = self.imap(user)?;
+        let appended = session.append_many(folder, &[], raw_messages)?;
+        session.logout();
+        Ok(appended)
+    }
+
+    /// Runs `doveadm -c <config> <args>` (acting as another client) and
+    /// returns its stdout.
+    pub fn doveadm(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new(&self.doveadm);
+        cmd.arg("-c").arg(self.config_path()).args(args);
+        output(&format!("doveadm {}", args.join(" ")), cmd, None)
+    }
+
+    /// A folder's counters, as Dovecot reports them.
+    pub fn mailbox_status(&self, user: &str, folder: &str) -> Result<MailboxStatus> {
+        let out = self.doveadm(&[
+            "-f",
+            "tab",
+            "mailbox",
+            "status",
+            "-u",
+            user,
+            "messages uidnext uidvalidity highestmodseq",
+            folder,
+        ])?;
+        parse_status(&out).ok_or_else(|| HarnessError::Unexpected {
+            what: format!("doveadm mailbox status of {user}/{folder}"),
+            answer: out,
+        })
+    }
+
+    /// Expunges the messages of `folder` that match a doveadm search query
+    /// (e.g. `["all"]`, `["uid", "1:500"]`).
+    pub fn expunge(&self, user: &str, folder: &str, query: &[&str]) -> Result<()> {
+        let mut args = vec!["expunge", "-u", user, "mailbox", folder];
+        args.extend_from_slice(query);
+        self.doveadm(&args).map(drop)
+    }
+
+    /// Adds flags (e.g. `\Seen`) to the messages of `folder` that match `query`.
+    pub fn add_flags(&self, user: &str, folder: &str, flags: &str, query: &[&str]) -> Result<()> {
+        let mut args = vec!["flags", "add", "-u", user, flags, "mailbox", folder];
+        args.extend_from_slice(query);
+        self.doveadm(&args).map(drop)
+    }
+
+    /// Gives `folder` a new UIDVALIDITY, as a server that rebuilt it would.
+    pub fn set_uid_validity(&self, user: &str, folder: &str, uid_validity: u32) -> Result<()> {
+        self.doveadm(&["mailbox", "update", "-u", user, "--uid-validity", &uid_validity.to_string(), folder]).map(drop)
+    }
+
+    /// SIGKILLs the server-side imap processes of `user` (their clients see
+    /// the connection drop) and waits until they are gone; returns how many.
+    pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
+        let master = self
+            .child
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|c| c.id())
+            .ok_or_else(|| HarnessError::Invalid("Dovecot is stopped".into()))?;
+        let pids = imap_processes(master, user)?;
+        for pid in &pids {
+            // A process that already exited is fine: it is gone either way.
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while pids.iter().any(|pid| is_running(*pid)) {
+            if Instant::now() > deadline {
+                return Err(HarnessError::Invalid(format!("imap processes {pids:?} of {user} survived SIGKILL")));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(pids.len())
+    }
+
+    /// Stops Dovecot (SIGTERM, then SIGKILL after a grace period). Idempotent.
+    pub fn stop(&self) {
+        let Some(mut child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Dovecot {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn system_user(name: &str) -> Result<User> {
+    User::from_name(name)
+        .map_err(|e| HarnessError::Io { what: format!("look up the system user {name}"), source: e.into() })?
+        .ok_or(HarnessError::Missing { program: format!("the system user {name}"), install: INSTALL })
+}
+
+/// The temp dir is readable by Dovecot's unprivileged processes; the homes
+/// belong to the mail user.
+fn prepare_dir(dir: &Path, mail_user: &User) -> Result<()> {
+    let what = || format!("prepare the Dovecot dir {}", dir.display());
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(HarnessError::io(what()))?;
+    let home = dir.join("home");
+    std::fs::create_dir(&home).map_err(HarnessError::io(what()))?;
+    chown(&home, Some(mail_user.uid), Some(mail_user.gid))
+        .map_err(|e| HarnessError::Io { what: what(), source: e.into() })?;
+    std::fs::write(dir.join("users"), "").map_err(HarnessError::io(what()))?;
+    std::fs::set_permissions(dir.join("users"), std::fs::Permissions::from_mode(0o644))
+        .map_err(HarnessError::io(what()))
+}
+
+/// User names become paths and passwd-file fields: keep them plain.
+fn check_user(name: &str, password: &str) -> Result<()> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+        && !name.starts_with('.');
+    if !name_ok {
+        return Err(HarnessError::Invalid(format!(
+            "Dovecot user name {name:?} is not usable: 1-64 ASCII letters, digits, '.', '_', '-' or '@', \
+             not starting with '.'"
+        )));
+    }
+    if password.is_empty() || password.contains([':', '\n', '\r']) {
+        return Err(HarnessError::Invalid(format!(
+            "the password of Dovecot user {name:?} must be non-empty and hold no ':' or line break"
+        )));
+    }
+    Ok(())
+}
+
+/// The config: everything in `dir`, one listener on `127.0.0.1:port`.
+fn config(dir: &Path, port: u16) -> String {
+    let dir = dir.display();
+    let mut folders = String::new();
+    for (name, use_) in SPECIAL_FOLDERS {
+        let _ = write!(folders, "  mailbox {name} {{\n    special_use = {use_}\n    auto = subscribe\n  }}\n");
+    }
+    format!(
+        r#"# A private Dovecot for leasehold's tests (sync_worker::testing::Dovecot).
+protocols = imap
+listen = 127.0.0.1
+base_dir = {dir}/run
+state_dir = {dir}/state
+log_path = {dir}/dovecot.log
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+auth_verbose = yes
+default_login_user = dovenull
+default_internal_user = dovecot
+default_internal_group = dovecot
+first_valid_uid = 1
+mail_location = maildir:~/Maildir
+mail_fsync = never
+verbose_proctitle = yes
+# 500 hot accounts hold 500 imap processes at once, plus transient ones.
+default_process_limit = 2100
+default_client_limit = 6400
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {dir}/users
+}}
+userdb {{
+  driver = static
+  args = uid=dovecot gid=dovecot home={dir}/home/%u
+}}
+service imap-login {{
+  chroot =
+  # High-performance mode: a few login processes serve every connection.
+  service_count = 0
+  process_min_avail = 1
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {port}
+  }}
+}}
+service anvil {{
+  chroot =
+}}
+protocol imap {{
+  mail_max_userip_connections = 1000
+}}
+namespace inbox {{
+  inbox = yes
+  separator = /
+{folders}}}
+"#
+    )
+}
+
+/// Parses `doveadm -f tab mailbox status 'messages uidnext uidvalidity highestmodseq'`.
+fn parse_status(out: &str) -> Option<MailboxStatus> {
+    let mut lines = out.lines();
+    let names: Vec<&str> = lines.next()?.split('\t').collect();
+    let values: Vec<&str> = lines.next()?.split('\t').collect();
+    let get = |name: &str| names.iter().position(|n| *n == name).and_then(|i| values.get(i)).copied();
+    Some(MailboxStatus {
+        messages: get("messages")?.parse().ok()?,
+        uid_next: get("uidnext")?.parse().ok()?,
+        uid_validity: get("uidvalidity")?.parse().ok()?,
+        highest_modseq: get("highestmodseq")?.parse().ok()?,
+    })
+}
+
+/// The imap processes of `user` under this Dovecot's master: their process
+/// title (`verbose_proctitle`) is `dovecot/imap [<user> <ip> ...]`.
+fn imap_processes(master: u32, user: &str) -> Result<Vec<i32>> {
+    let title = format!("dovecot/imap [{user} ");
+    let mut pids = Vec::new();
+    let proc_dir = std::fs::read_dir("/proc").map_err(HarnessError::io("list /proc"))?;
+    for entry in proc_dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        // Processes come and go while we look: skip the ones that vanish.
+        let (Ok(stat), Ok(cmdline)) =
+            (std::fs::read_to_string(entry.path().join("stat")), std::fs::read(entry.path().join("cmdline")))
+        else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if parent_of(&stat) == Some(master) && cmdline.starts_with(&title) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+/// The parent pid from `/proc/<pid>/stat` (the field after `(comm) state`).
+fn parent_of(stat: &str) -> Option<u32> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` still runs (a zombie waiting for its reaper does not).
+fn is_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_is_parsed_from_doveadm_tab_output() {
+        let out = "messages\tuidnext\tuidvalidity\thighestmodseq\n3\t4\t1796113302\t7\n";
+        assert_eq!(
+            parse_status(out),
+            Some(MailboxStatus { messages: 3, uid_next: 4, uid_validity: 1796113302, highest_modseq: 7 })
+        );
+        assert_eq!(parse_status("messages\n"), None);
+    }
+
+    #[test]
+    fn parent_pid_is_read_past_the_command_name() {
+        assert_eq!(parent_of("4242 (imap (weird) name) S 77 4242 4242 0"), Some(77));
+    }
+
+    #[test]
+    fn user_names_and_passwords_are_checked() {
+        assert!(check_user("user-001@example.test", "pw").is_ok());
+        assert!(check_user("../etc", "pw").is_err());
+        assert!(check_user("alice", "a:b").is_err());
+        assert!(check_user("", "pw").is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! A small blocking IMAP client over a plain TCP stream, for tests that
+//! check what a real client sees (and for appending mail fast).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::{Appended, HarnessError, Result};
+
+/// How long one read may wait for the server.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many APPENDs [`ImapSession::append_many`] sends before it reads their
+/// answers: enough to hide the round trip, few enough that the answers never
+/// fill the socket buffer.
+const APPEND_WINDOW: usize = 32;
+
+/// The answer to one command: the untagged lines (literals inlined) and the
+/// tagged status line without its tag (`OK ...`, `NO ...`, `BAD ...`).
+#[derive(Debug, Clone)]
+pub struct ImapReply {
+    /// Untagged (`* ...`) and continuation lines, in order, without CRLF.
+    pub untagged: Vec<String>,
+    /// The tagged completion without the tag, e.g. `OK [READ-WRITE] Select completed`.
+    pub status: String,
+}
+
+impl ImapReply {
+    /// Whether the command completed with `OK`.
+    pub fn is_ok(&self) -> bool {
+        self.status.starts_with("OK")
+    }
+
+    /// The untagged lines that start with `* <kind> ` (kind compared case-insensitively).
+    pub fn lines_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.untagged.iter().map(String::as_str).filter(move |line| {
+            line.strip_prefix("* ")
+                .and_then(|rest| rest.get(..kind.len()))
+                .is_some_and(|word| word.eq_ignore_ascii_case(kind))
+        })
+    }
+}
+
+/// One IMAP connection, command by command.
+#[derive(Debug)]
+pub struct ImapSession {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    next_tag: u64,
+    greeting: String,
+}
+
+impl ImapSession {
+    /// Connects to `127.0.0.1:port` and reads the greeting.
+    pub fn connect(port: u16) -> Result<Self> {
+        let what = format!("connect to IMAP at 127.0.0.1:{port}");
+        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(HarnessError::io(what.clone()))?;
+        stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(HarnessError::io(what.clone()))?;
+        stream.set_nodelay(true).map_err(HarnessError::io(what.clone()))?;
+        let writer = stream.try_clone().map_err(HarnessError::io(what))?;
+        let mut session = Self { reader: BufReader::new(stream), writer, next_tag: 1, greeting: String::new() };
+        // Dovecot says "* OK Waiting for authentication process to respond.."
+        // first when its auth process is still starting, then greets.
+        loop {
+            let line = session.read_line()?;
+            if !line.starts_with("* OK") {
+                return Err(HarnessError::Unexpected { what: format!("IMAP greeting on port {port}"), answer: line });
+            }
+            if !line.contains("Waiting for authentication") {
+                session.greeting = line;
+                return Ok(session);
+            }
+        }
+    }
+
+    /// Connects and logs in with LOGIN.
+    pub fn login(port: u16, user: &str, password: &str) -> Result<Self> {
+        let mut session = Self::connect(port)?;
+        session.ok(&format!("LOGIN {} {}", quote(user)?, quote(password)?))?;
+        Ok(session)
+    }
+
+    /// The server's greeting line.
+    pub fn greeting(&self) -> &str {
+        &self.greeting
+    }
+
+    /// Sends one command (without tag or CRLF) and reads its whole answer.
+    pub fn command(&mut self, command: &str) -> Result<ImapReply> {
+        let tag = self.send(command.as_bytes(), &[])?;
+        self.read_reply(&tag)
+    }
+
+    /// Like [`command`](Self::command), but anything other than `OK` is an error.
+    pub fn ok(&mut self, command: &str) -> Result<ImapReply> {
+        let reply = self.command(command)?;
+        if reply.is_ok() {
+            Ok(reply)
+        } else {
+            Err(HarnessError::Unexpected { what: format!("IMAP {}", redact(command)), answer: reply.status })
+        }
+    }
+
+    /// APPENDs one message to `folder` with the given flags (e.g. `\Seen`).
+    pub fn append(&mut self, folder: &str, flags: &[&str], message: &[u8]) -> Result<Appended> {
+        let mut done = self.append_many(folder, flags, std::iter::once(message))?;
+        done.pop().ok_or_else(|| HarnessError::Unexpected { what: "APPEND".into(), answer: "no answer".into() })
+    }
+
+    /// APPENDs many messages to `folder`, pipelined (LITERAL+), in order.
+    pub fn append_many<'m>(
+        &mut self,
+        folder: &str,
+        flags: &[&str],
+        messages: impl IntoIterator<Item = &'m [u8]>,
+    ) -> Result<Vec<Appended>> {
+        let head = format!("APPEND {} ({})", quote(folder)?, flags.join(" "));
+        let mut appended = Vec::new();
+        let mut in_flight = Vec::with_capacity(APPEND_WINDOW);
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            for message in messages.by_ref().take(APPEND_WINDOW) {
+                let command = format!("{head} {{{}+}}\r\n", message.len());
+                in_flight.push(self.send(command.as_bytes(), message)?);
+            }
+            for tag in in_flight.drain(..) {
+                let reply = self.read_reply(&tag)?;
+                appended.push(parse_appenduid(&reply).ok_or_else(|| HarnessError::Unexpected {
+                    what: format!("APPEND to {folder}"),
+                    answer: reply.status.clone(),
+                })?);
+            }
+        }
+        Ok(appended)
+    }
+
+    /// Logs out (best effort: the connection closes either way).
+    pub fn logout(mut self) {
+        let _ = self.command("LOGOUT");
+    }
+
+    /// Writes `tag command [literal]\r\n` and returns the tag.
+    fn send(&mut self, command: &[u8], literal: &[u8]) -> Result<String> {
+        let tag = format!("t{}", self.next_tag);
+        self.next_tag += 1;
+        let mut buf = Vec::with_capacity(tag.len() + command.len() + literal.len() + 3);
+        buf.extend_from_slice(tag.as_bytes());
+        buf.push(b' ');
+        buf.extend_from_slice(command);
+        buf.extend_from_slice(literal);
+        buf.extend_from_slice(b"\r\n");
+        self.writer.write_all(&buf).map_err(HarnessError::io("write an IMAP command"))?;
+        Ok(tag)
+    }
+
+    fn read_reply(&mut self, tag: &str) -> Result<ImapReply> {
+        let mut untagged = Vec::new();
+        loop {
+            let line = self.read_line()?;
+            if let Some(status) = line.strip_prefix(tag).and_then(|rest| rest.strip_prefix(' ')) {
+                return Ok(ImapReply { untagged, status: status.to_owned() });
+            }
+            untagged.push(line);
+        }
+    }
+
+    /// One logical line: literals (`{n}`) are read and inlined.
+    fn read_line(&mut self) -> Result<String> {
+        let mut line = Vec::new();
+        loop {
+            let start = line.len();
+            let n = self.reader.read_until(b'\n', &mut line).map_err(HarnessError::io("read from IMAP"))?;
+            if n == 0 {
+                return Err(HarnessError::Unexpected {
+                    what: "read from IMAP".into(),
+                    answer: format!("connection closed after {:?}", String::from_utf8_lossy(&line)),
+                });
+            }
+            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                line.pop();
+            }
+            match literal_len(&line[start..]) {
+                Some(len) => {
+                    let mut literal = vec![0; len];
+                    self.reader.read_exact(&mut literal).map_err(HarnessError::io("read an IMAP literal"))?;
+                    line.extend_from_slice(b"\r\n");
+                    line.extend_from_slice(&literal);
+                }
+                None => return Ok(String::from_utf8_lossy(&line).into_owned()),
+            }
+        }
+    }
+}
+
+/// The length of a literal announced at the end of a line (`... {123}`).
+fn literal_len(line: &[u8]) -> Option<usize> {
+    let open = line.strip_suffix(b"}")?;
+    let at = open.iter().rposition(|b| *b == b'{')?;
+    std::str::from_utf8(&open[at + 1..]).ok()?.trim_end_matches('+').parse().ok()
+}
+
+/// `[APPENDUID <uidvalidity> <uid>]` from an APPEND's completion.
+fn parse_appenduid(reply: &ImapReply) -> Option<Appended> {
+    if !reply.is_ok() {
+        return None;
+    }
+    let rest = &reply.status[reply.status.find("[APPENDUID ")? + "[APPENDUID ".len()..];
+    let mut words = rest.split([' ', ']']);
+    let uid_validity = words.next()?.parse().ok()?;
+    let uid = words.next()?.parse().ok()?;
+    Some(Appended { uid_validity, uid })
+}
+
+/// An IMAP quoted string; folder and user names here are ASCII.
+pub(crate) fn quote(s: &str) -> Result<String> {
+    if !s.is_ascii() || s.contains(['\r', '\n']) {
+        return Err(HarnessError::Invalid(format!(
+            "{s:?} cannot be sent as an IMAP quoted string: use ASCII without line breaks \
+             (non-ASCII folder names need modified UTF-7)"
+        )));
+    }
+    Ok(format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")))
+}
+
+/// A command with the password of a LOGIN hidden, for error messages.
+fn redact(command: &str) -> String {
+    match command.get(..6) {
+        Some(verb) if verb.eq_ignore_ascii_case("LOGIN ") => {
+            let user = command[6..].split(' ').next().unwrap_or_default();
+            format!("LOGIN {user} <password>")
+        }
+        _ => command.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_lengths_are_read_from_line_ends() {
+        assert_eq!(literal_len(b"* 1 FETCH (BODY[] {42}"), Some(42));
+        assert_eq!(literal_len(b"a APPEND INBOX {7+}"), Some(7));
+        assert_eq!(literal_len(b"* OK done"), None);
+        assert_eq!(literal_len(b"* OK {x}"), None);
+    }
+
+    #[test]
+    fn appenduid_is_parsed_from_the_completion() {
+        let reply = ImapReply { untagged: vec![], status: "OK [APPENDUID 1796113302 17] Append completed.".into() };
+        assert_eq!(parse_appenduid(&reply), Some(Appended { uid_validity: 1796113302, uid: 17 }));
+        let no = ImapReply { untagged: vec![], status: "NO [TRYCREATE] Mailbox doesn't exist".into() };
+        assert_eq!(parse_appenduid(&no), None);
+    }
+
+    #[test]
+    fn quoting_escapes_and_refuses_non_ascii() {
+        assert_eq!(quote(r#"a"b\c"#).expect("ascii"), r#""a\"b\\c""#);
+        assert!(quote("Entwürfe").is_err());
+        assert_eq!(redact("LOGIN alice secret"), "LOGIN alice <password>");
+    }
+}
