@@ -18,6 +18,7 @@ use crate::command::CommandTemplate;
 use crate::discover::{discover, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
+use crate::launch::NextestLauncher;
 use crate::observer::{default_observer, QuietObserver, RunObserver};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
@@ -134,6 +135,8 @@ enum Execution {
     Rspec,
     /// `--agent`: the user's command speaks the protocol.
     Custom,
+    /// `--discover nextest` with no command: each test binary run directly.
+    Nextest,
 }
 
 impl Execution {
@@ -149,6 +152,7 @@ impl Execution {
             }
             (ExecutionChoice::Default, Some(DiscoverKind::Pytest)) => Execution::Pytest,
             (ExecutionChoice::Default, Some(DiscoverKind::Rspec)) => Execution::Rspec,
+            (_, Some(DiscoverKind::Nextest)) if command.is_empty() => Execution::Nextest,
             _ => Execution::PerProcess,
         })
     }
@@ -157,10 +161,10 @@ impl Execution {
     fn template(self, command: &[String]) -> Result<CommandTemplate, HopperError> {
         match self {
             Execution::PerProcess | Execution::Custom => CommandTemplate::new(command.to_vec()),
-            Execution::Pytest | Execution::Rspec if command.is_empty() => {
+            Execution::Pytest | Execution::Rspec | Execution::Nextest if command.is_empty() => {
                 CommandTemplate::new(vec![format!("{self:?}").to_lowercase()])
             }
-            Execution::Pytest | Execution::Rspec => CommandTemplate::new(command.to_vec()),
+            Execution::Pytest | Execution::Rspec | Execution::Nextest => CommandTemplate::new(command.to_vec()),
         }
     }
 }
@@ -193,13 +197,17 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         env: Vec::new(),
         results: Arc::new(ExitCodeResults),
         agent: None,
+        launcher: None,
     };
     config.validate()?;
     // Kept until the worker ends: the agents load their plugins from it.
     let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
-    let units = match &options.source {
-        UnitSource::Discover(kind) => discover(*kind, &options.command, &plugins).await?.units,
-        other => collect_units(other).await?,
+    let (units, nextest) = match &options.source {
+        UnitSource::Discover(kind) => {
+            let discovered = discover(*kind, &options.command, &plugins).await?;
+            (discovered.units, discovered.nextest)
+        }
+        other => (collect_units(other).await?, None),
     };
     let tail = config.limits.tail_bytes;
     let mut config = config;
@@ -208,8 +216,15 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         Execution::Pytest => Some(tools::pytest_agent(&options.command, &plugins, units.len(), tail)),
         Execution::Rspec => Some(tools::rspec_agent(&options.command, &plugins, units.len(), tail)),
         Execution::Custom => Some(tools::custom_agent(&options.command)),
+        Execution::Nextest => None,
     }
     .map(Arc::new);
+    if execution == Execution::Nextest {
+        let tests = nextest.unwrap_or_default();
+        config.launcher = Some(Arc::new(NextestLauncher::new(tests, run_id.as_str())));
+        // One process per test, as nextest runs them.
+        config.batch_size = 1;
+    }
     // Check the whole spec before anything touches the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 

@@ -15,6 +15,7 @@
 //! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
 //! * [`discover`]: the test tool's own listing, checked against its own count;
 //! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
+//! * [`launch`]: units started without a command template (Rust test binaries, directly);
 //! * [`command`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
@@ -33,6 +34,7 @@ pub mod commands;
 pub mod discover;
 pub mod errors;
 pub mod identity;
+pub mod launch;
 pub mod observer;
 pub mod process;
 pub mod report;

@@ -31,8 +31,9 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::child::AgentCommand;
 use crate::command::CommandTemplate;
 use crate::errors::HopperError;
+use crate::launch::{Invocation, Launcher};
 use crate::observer::{AttemptEnd, RunObserver};
-use crate::process::{run_process, ProcessLimits, ProcessResult, Termination};
+use crate::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +125,8 @@ pub struct WorkerConfig {
     pub results: Arc<dyn BatchResults>,
     /// Feed units to a persistent agent per slot instead of running `command`.
     pub agent: Option<Arc<AgentCommand>>,
+    /// Start each invocation this way instead of with `command`.
+    pub launcher: Option<Arc<dyn Launcher>>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -389,8 +392,13 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     let config = &shared.config;
     let (run, worker) = (&config.run, &config.worker);
     let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
-    let argv = config.command.render(&units);
+    let invocation = match &config.launcher {
+        Some(launcher) => launcher.invocation(&units),
+        None => Invocation { argv: config.command.render(&units), ..Invocation::default() },
+    };
+    let argv = invocation.argv;
     let mut env = config.env.clone();
+    env.extend(invocation.env);
     env.push(("HOPPER_BUILD".into(), run.to_string()));
     env.push(("HOPPER_WORKER".into(), worker.to_string()));
     if let [single] = deliveries.as_slice() {
@@ -403,7 +411,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     // `lost[i]`: the queue no longer lets us report delivery i.
     let mut lost = vec![false; deliveries.len()];
     let stop_unit = shared.stop.child_token();
-    let process = run_process(&argv, &env, config.limits, &stop_unit);
+    let process = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit);
     tokio::pin!(process);
     let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
     beat.set_missed_tick_behavior(MissedTickBehavior::Delay);

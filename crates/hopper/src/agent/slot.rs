@@ -441,7 +441,8 @@ impl Slot {
     }
 
     /// On shutdown or a fatal error: report what is done, end the agent,
-    /// abandon the running test and give back the ones not started.
+    /// and hand back every unit held (the one it was running was stopped by
+    /// us, the others never started) with `release`, which spends no budget.
     async fn give_up(&mut self) {
         if let Err(error) = self.flush().await {
             tracing::warn!(%error, "could not finalize the passed tests on the way out");
@@ -450,25 +451,35 @@ impl Slot {
             agent.finish(self.shared.config.limits.kill_grace, true).await;
         }
         let running = self.requeue_unstarted();
+        let mut held: Vec<Delivery> = running.into_iter().map(|s| s.delivery).collect();
+        held.extend(self.buffer.drain(..));
+        if held.is_empty() {
+            return;
+        }
         let shared = Arc::clone(&self.shared);
         let (run, worker) = (&shared.config.run, &shared.config.worker);
-        let mut held: Vec<(Delivery, u64)> =
-            running.into_iter().map(|s| (s.delivery, s.started.map(|t| millis(t.elapsed())).unwrap_or(0))).collect();
-        held.extend(self.buffer.drain(..).map(|d| (d, 0)));
-        for (delivery, elapsed_ms) in held {
-            self.untrack(&delivery);
-            match shared.queue.abandon(run, worker, &delivery, elapsed_ms).await {
-                Ok(Ack::Ok) => {
-                    shared.summary.lock().abandoned += 1;
-                    shared.observer.attempt_ended(
-                        &delivery.unit,
-                        AttemptEnd::Abandoned,
-                        Duration::ZERO,
-                        Some("shutting down"),
-                    );
+        for delivery in &held {
+            self.untrack(delivery);
+        }
+        match shared.queue.release_batch(run, worker, &held).await {
+            Ok(replies) => {
+                for (delivery, reply) in held.iter().zip(replies) {
+                    match reply {
+                        Ack::Ok => {
+                            shared.summary.lock().abandoned += 1;
+                            shared.observer.attempt_ended(
+                                &delivery.unit,
+                                AttemptEnd::Abandoned,
+                                Duration::ZERO,
+                                Some("handed back on the way out"),
+                            );
+                        }
+                        reply => fenced_off(&shared, delivery, "release", reply).await,
+                    }
                 }
-                Ok(reply) => fenced_off(&shared, &delivery, "abandon", reply).await,
-                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "could not give the unit back"),
+            }
+            Err(error) => {
+                tracing::warn!(%error, units = held.len(), "could not hand the units back; they are reclaimed after --timeout")
             }
         }
     }
