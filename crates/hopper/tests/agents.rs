@@ -290,3 +290,197 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
     assert_eq!(ran.get("victim survivor"), Some(&1), "{ran:?}");
     assert_eq!(ran.get("victim doomed"), Some(&1), "{ran:?}");
 }
+
+fn require_rspec() {
+    let ok = Command::new("rspec").arg("--version").output();
+    assert!(
+        ok.as_ref().is_ok_and(|o| o.status.success()),
+        "rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)"
+    );
+}
+
+const SPEC_RB: &str = r#"def ran(name)
+  File.open(ENV.fetch('AGENT_RAN_LOG'), 'a') { |f| f.puts(name) }
+end
+
+RSpec.describe 'math' do
+  it('adds') { ran('adds'); expect(1 + 1).to eq 2 }
+  it('fails') { ran('fails'); expect(1 + 1).to eq 3 }
+  it('is flaky') do
+    ran('flaky')
+    marker = File.join(File.dirname(ENV.fetch('AGENT_RAN_LOG')), 'flaky.marker')
+    unless File.exist?(marker)
+      File.write(marker, '')
+      raise 'first attempt fails'
+    end
+  end
+  it('hangs') { ran('hangs'); sleep 600 }
+  it('crashes') { ran('crashes'); Process.kill('KILL', Process.pid) }
+  context "with [brackets] and 'quotes'" do
+    it('works') { ran('works') }
+  end
+end
+"#;
+
+#[test]
+fn rspec_agents_run_every_example_once_and_survive_failures_hangs_and_crashes() {
+    require_rspec();
+    let project = Project::new(&[("spec/math_spec.rb", SPEC_RB.to_owned())]);
+    let output = project
+        .hopper()
+        .args(["run", "-j", "2", "--discover", "rspec", "--junit", "out.xml", "--no-timings"])
+        .args(["--unit-timeout", "2", "--max-requeues", "1", "--requeue-tolerance", "1", "--", "rspec"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{context}");
+    assert!(stdout.contains("FAILED: 6 units, 3 passed (1 flaky), 3 failed, 0 unfinished"), "{context}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.len(), 6, "{:?}", cases.keys());
+    let id = |n: &str| format!("./spec/math_spec.rb[{n}]");
+    assert!(failure_message(status_of(&cases, &id("1:2"))).contains("expected: 3"), "{context}");
+    assert!(failure_message(status_of(&cases, &id("1:4"))).contains("timed out after 2.0s"), "{context}");
+    assert!(failure_message(status_of(&cases, &id("1:5"))).contains("crashed"), "{context}");
+    assert!(
+        matches!(status_of(&cases, &id("1:3")), TestCaseStatus::Success { flaky_runs } if flaky_runs.len() == 1),
+        "{context}"
+    );
+    let ran = project.ran();
+    let want: BTreeMap<String, usize> =
+        [("adds", 1), ("fails", 2), ("flaky", 2), ("hangs", 2), ("crashes", 2), ("works", 1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+    assert_eq!(ran, want, "{context}");
+}
+
+const NEXTEST_CARGO_TOML: &str =
+    "[package]\nname = \"agent-demo\"\nversion = \"0.3.0\"\nedition = \"2021\"\n\n[workspace]\n";
+
+const NEXTEST_LIB_RS: &str = r#"#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    fn ran(name: &str) {
+        let log = std::env::var("AGENT_RAN_LOG").expect("AGENT_RAN_LOG is set");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
+        writeln!(file, "{name}").expect("append to the log");
+    }
+
+    #[test]
+    fn passes() {
+        ran("passes");
+    }
+
+    #[test]
+    fn sees_what_nextest_gives() {
+        ran("env");
+        assert_eq!(std::env::var("NEXTEST_EXECUTION_MODE").as_deref(), Ok("process-per-test"));
+        assert_eq!(std::env::var("CARGO_PKG_NAME").as_deref(), Ok("agent-demo"));
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(here, std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        assert!(std::path::Path::new("Cargo.toml").exists());
+    }
+
+    #[test]
+    fn fails() {
+        ran("fails");
+        panic!("deliberate failure");
+    }
+
+    #[test]
+    fn hangs() {
+        ran("hangs");
+        std::thread::sleep(std::time::Duration::from_secs(600));
+    }
+
+    #[test]
+    fn crashes() {
+        ran("crashes");
+        std::process::abort();
+    }
+}
+"#;
+
+#[test]
+fn nextest_tests_run_from_their_binaries_one_process_each_without_cargo() {
+    let project =
+        Project::new(&[("Cargo.toml", NEXTEST_CARGO_TOML.to_owned()), ("src/lib.rs", NEXTEST_LIB_RS.to_owned())]);
+    // A cargo that only nextest's listing may use: running a test through it fails the build.
+    let bin = project.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let real_cargo = String::from_utf8(Command::new("sh").args(["-c", "command -v cargo"]).output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let trap = format!(
+        "#!/bin/sh\ncase \"$1 $2\" in\n  'nextest list') exec '{real_cargo}' \"$@\" ;;\nesac\necho \"cargo $* was run per test\" >> '{log}'\nexit 3\n",
+        log = project.path().join("cargo-calls.log").display()
+    );
+    let cargo = bin.join("cargo");
+    std::fs::write(&cargo, trap).unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut cmd = project.hopper();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    cmd.env("PATH", path)
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env("CARGO_TARGET_DIR", project.path().join("target"))
+        .env("CARGO_NET_OFFLINE", "true");
+    let output = cmd
+        .args(["run", "-j", "2", "--discover", "nextest", "--junit", "out.xml", "--no-timings"])
+        .args(["--unit-timeout", "3", "--max-requeues", "1", "--requeue-tolerance", "1"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{context}");
+    assert!(!project.path().join("cargo-calls.log").exists(), "cargo was run per test\n{context}");
+    assert!(stdout.contains("FAILED: 5 units, 2 passed (0 flaky), 3 failed, 0 unfinished"), "{context}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.len(), 5, "{:?}", cases.keys());
+    let id = |n: &str| format!("binary_id(=agent-demo) & test(=tests::{n})");
+    assert!(matches!(status_of(&cases, &id("sees_what_nextest_gives")), TestCaseStatus::Success { .. }), "{context}");
+    assert!(failure_message(status_of(&cases, &id("hangs"))).contains("timed out after 3.0s"), "{context}");
+    assert!(failure_message(status_of(&cases, &id("crashes"))).contains("signal"), "{context}");
+    let ran = project.ran();
+    assert_eq!(ran.get("passes"), Some(&1), "{ran:?}");
+    assert_eq!(ran.get("fails"), Some(&2), "{ran:?}");
+}
+
+/// A tiny agent written against docs/agent-protocol.md: tests named `ok*` pass.
+const CUSTOM_AGENT_PY: &str = r#"import json, os, sys
+out = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+out.write(json.dumps({"event": "ready", "protocol": 1}) + "\n")
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["op"] == "exit":
+        break
+    out.write(json.dumps({"event": "started", "seq": req["seq"]}) + "\n")
+    with open(os.environ["AGENT_RAN_LOG"], "a") as log:
+        log.write(req["test"] + "\n")
+    outcome = "passed" if req["test"].startswith("ok") else "failed"
+    out.write(json.dumps({"event": "result", "seq": req["seq"], "outcome": outcome, "duration_ms": 1,
+                          "message": "not ok: " + req["test"]}) + "\n")
+"#;
+
+#[test]
+fn any_command_speaking_the_protocol_is_an_agent() {
+    let project = Project::new(&[
+        ("agent.py", CUSTOM_AGENT_PY.to_owned()),
+        ("units.txt", "ok one\nok two [x]\nbad three\n".to_owned()),
+    ]);
+    let output = project
+        .hopper()
+        .args(["run", "-j", "2", "--units-from", "units.txt", "--agent", "--junit", "out.xml", "--no-timings"])
+        .args(["--max-requeues", "0", "--", "python", "agent.py"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("FAILED: 3 units, 2 passed (0 flaky), 1 failed"), "{stdout}");
+    assert!(stdout.contains("not ok: bad three"), "{stdout}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.keys().collect::<Vec<_>>(), ["bad three", "ok one", "ok two [x]"]);
+}
