@@ -5,6 +5,8 @@
 //! asserted in timed tests.
 
 mod hopper_local;
+mod hopper_nextest;
+mod hopper_pytest;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
@@ -18,6 +20,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
+    ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
+    ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
 ];
 
@@ -37,6 +41,8 @@ fn main() -> Result<()> {
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
+            "hopper-pytest" => hopper_pytest::run().await,
+            "hopper-nextest" => hopper_nextest::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;
