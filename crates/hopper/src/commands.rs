@@ -11,11 +11,12 @@ use std::time::Duration;
 use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::agent::tools;
 use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
 use crate::command::CommandTemplate;
-use crate::discover::{discover, DiscoverKind};
+use crate::discover::{checked_units, discover, pytest, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::launch::NextestLauncher;
@@ -202,18 +203,31 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     config.validate()?;
     // Kept until the worker ends: the agents load their plugins from it.
     let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
+    let tail = config.limits.tail_bytes;
+    let mut spare = None;
     let (units, nextest) = match &options.source {
+        UnitSource::Discover(DiscoverKind::Pytest) if execution == Execution::Pytest => {
+            // The first agent's collection is the discovery: nothing collects twice.
+            let agent = tools::pytest_agent(&options.command, &plugins, 0, tail);
+            let env = agent_env(&config.run, &config.worker);
+            let (shown, listing, child) = pytest::list_with_agent(&agent, &plugins, &env, tail).await?;
+            let units = checked_units(&shown, listing, DiscoverKind::Pytest.unit_kind(), "--discover pytest")?;
+            spare = Some(SpareAgent::new(child));
+            (units, None)
+        }
         UnitSource::Discover(kind) => {
             let discovered = discover(*kind, &options.command, &plugins).await?;
             (discovered.units, discovered.nextest)
         }
         other => (collect_units(other).await?, None),
     };
-    let tail = config.limits.tail_bytes;
     let mut config = config;
     config.agent = match execution {
         Execution::PerProcess => None,
-        Execution::Pytest => Some(tools::pytest_agent(&options.command, &plugins, units.len(), tail)),
+        Execution::Pytest => Some(AgentCommand {
+            spare: spare.take().unwrap_or_default(),
+            ..tools::pytest_agent(&options.command, &plugins, units.len(), tail)
+        }),
         Execution::Rspec => Some(tools::rspec_agent(&options.command, &plugins, units.len(), tail)),
         Execution::Custom => Some(tools::custom_agent(&options.command)),
         Execution::Nextest => None,

@@ -16,8 +16,31 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::protocol::Request;
 use crate::process::OutputTail;
 
+/// An agent already started and ready (the one whose collection was the
+/// discovery), handed to the first slot that needs one.
+#[derive(Clone, Default)]
+pub struct SpareAgent(Arc<Mutex<Option<AgentChild>>>);
+
+impl SpareAgent {
+    /// Holds `agent` for the first slot.
+    pub fn new(agent: AgentChild) -> Self {
+        Self(Arc::new(Mutex::new(Some(agent))))
+    }
+
+    /// The agent, once.
+    pub fn take(&self) -> Option<AgentChild> {
+        self.0.lock().take()
+    }
+}
+
+impl std::fmt::Debug for SpareAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.lock().is_some() { "SpareAgent(ready)" } else { "SpareAgent(none)" })
+    }
+}
+
 /// How to start an agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct AgentCommand {
     /// Program and arguments.
     pub argv: Vec<String>,
@@ -27,6 +50,20 @@ pub struct AgentCommand {
     pub cwd: Option<PathBuf>,
     /// How many tests the agent must say it collected (discovery's count).
     pub expected_tests: Option<u64>,
+    /// An agent started already, for the first slot.
+    pub spare: SpareAgent,
+}
+
+/// Why an agent did not become ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Its stdout closed first (it exited): the last line of its stderr.
+    Died {
+        /// The last line of its error output.
+        last_line: String,
+    },
+    /// It speaks another protocol version.
+    Protocol(u32),
 }
 
 /// A running agent.
@@ -74,6 +111,27 @@ impl AgentChild {
             }
         });
         Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr })
+    }
+
+    /// Reads until the agent's `ready`; returns how many tests it says it collected.
+    pub async fn wait_ready(&mut self) -> Result<Option<u64>, NotReady> {
+        use super::protocol::{Reply, PROTOCOL};
+        loop {
+            match self.next_line().await {
+                Ok(Some(line)) => match Reply::parse(&line) {
+                    Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
+                    Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
+                    Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
+                    Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
+                },
+                Ok(None) | Err(_) => {
+                    let tail = self.stderr_tail(4096);
+                    let last_line =
+                        tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                    return Err(NotReady::Died { last_line });
+                }
+            }
+        }
     }
 
     /// Sends one request.
@@ -141,4 +199,9 @@ fn describe(status: Option<std::process::ExitStatus>) -> String {
         },
         None => "status unknown".into(),
     }
+}
+
+/// The environment every agent gets: the build and the worker.
+pub fn agent_env(run: &leasehold_core::RunId, worker: &leasehold_core::WorkerId) -> Vec<(String, String)> {
+    vec![("HOPPER_BUILD".to_owned(), run.to_string()), ("HOPPER_WORKER".to_owned(), worker.to_string())]
 }

@@ -4,14 +4,17 @@ hopper writes this file to a private temporary directory, puts that directory
 on PYTHONPATH and loads it with ``-p hopper_pytest``. It does nothing unless
 ``HOPPER_PYTEST_MODE`` is set:
 
-* ``collect``: after collection, write every collected node id, whole, to the
-  JSON file named by ``HOPPER_COLLECT_OUT`` (pytest itself prints its own
-  count, which hopper checks against this list).
+* ``collect``: with ``--collect-only``; pytest prints its own count, which
+  hopper checks against the node ids this plugin writes.
 * ``agent``: collect once, then serve hopper's agent protocol
   (docs/agent-protocol.md): read ``run`` requests as JSON lines from the
   original stdin, run each test, and write one ``result`` line per test to the
   original stdout. The test's own stdout goes to stderr, so no test can
   corrupt the protocol, and fd 0 becomes /dev/null, so no test can eat it.
+
+In both modes, when ``HOPPER_COLLECT_OUT`` names a file, every collected
+node id is written to it, whole, with pytest's own count: the first agent's
+collection is the discovery, so a slot's agent is the only collection.
 """
 
 import json
@@ -44,11 +47,19 @@ def _send(message):
     _replies.flush()
 
 
-def pytest_collection_finish(session):
-    if MODE != "collect":
+def _write_collected(session, collected):
+    path = os.environ.get("HOPPER_COLLECT_OUT")
+    if not path:
         return
-    with open(os.environ["HOPPER_COLLECT_OUT"], "w", encoding="utf-8") as out:
-        json.dump({"tests": [item.nodeid for item in session.items]}, out, ensure_ascii=False)
+    with open(path, "w", encoding="utf-8") as out:
+        tests = [item.nodeid for item in session.items]
+        json.dump({"tests": tests, "collected": collected}, out, ensure_ascii=False)
+
+
+def pytest_collection_finish(session):
+    # pytest prints its own count after this; hopper checks the ids against it.
+    if MODE == "collect":
+        _write_collected(session, len(session.items))
 
 
 class _Lines:
@@ -140,6 +151,8 @@ def pytest_runtestloop(session):
     items = {}
     for item in session.items:
         items.setdefault(item.nodeid, item)
+    # pytest's own count, set once collection is complete.
+    _write_collected(session, session.testscollected)
     collector = _Collector()
     session.config.pluginmanager.register(collector, "hopper-collector")
     _send({"event": "ready", "protocol": PROTOCOL, "tests": len(session.items)})

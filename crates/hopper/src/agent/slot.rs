@@ -12,7 +12,7 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome, RequeueReply, RequeueRequest};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::child::{AgentChild, AgentCommand};
+use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
 use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use super::AgentError;
 use crate::errors::HopperError;
@@ -180,52 +180,42 @@ impl Slot {
     }
 
     async fn start_agent(&mut self) -> Result<(), HopperError> {
+        if let Some(agent) = self.command.spare.take() {
+            self.agent = Some(agent);
+            return Ok(());
+        }
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let env = vec![
-            ("HOPPER_BUILD".to_owned(), config.run.to_string()),
-            ("HOPPER_WORKER".to_owned(), config.worker.to_string()),
-            ("HOPPER_SLOT".to_owned(), self.slot.to_string()),
-        ];
+        let env = agent_env(&config.run, &config.worker);
+        let shown = crate::discover::shown(&self.command.argv);
         let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
-            .map_err(|source| AgentError::Spawn { command: crate::discover::shown(&self.command.argv), source })?;
-        loop {
-            let line = tokio::select! {
-                line = agent.next_line() => line,
-                _ = shared.stop.cancelled() => {
-                    agent.finish(config.limits.kill_grace, true).await;
-                    return Ok(());
-                }
-            };
-            match line {
-                Ok(Some(line)) => match Reply::parse(&line) {
-                    Ok(Reply::Ready { protocol, tests }) => {
-                        if protocol != PROTOCOL {
-                            agent.kill().await;
-                            return Err(AgentError::Protocol { got: protocol, want: PROTOCOL }.into());
-                        }
-                        if let (Some(want), Some(got)) = (self.command.expected_tests, tests) {
-                            if want != got {
-                                agent.kill().await;
-                                return Err(AgentError::CollectedOther { expected: want, collected: got }.into());
-                            }
-                        }
-                        self.agent = Some(agent);
-                        return Ok(());
+            .map_err(|source| AgentError::Spawn { command: shown.clone(), source })?;
+        let ready = tokio::select! {
+            ready = agent.wait_ready() => ready,
+            _ = shared.stop.cancelled() => {
+                agent.finish(config.limits.kill_grace, true).await;
+                return Ok(());
+            }
+        };
+        match ready {
+            Ok(tests) => {
+                if let (Some(want), Some(got)) = (self.command.expected_tests, tests) {
+                    if want != got {
+                        agent.kill().await;
+                        return Err(AgentError::CollectedOther { expected: want, collected: got }.into());
                     }
-                    Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
-                    Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
-                },
-                Ok(None) | Err(_) => {
-                    let tail = agent.stderr_tail(4096);
-                    let status = agent.finish(config.limits.kill_grace, false).await;
-                    return Err(AgentError::DiedBeforeReady {
-                        command: crate::discover::shown(&self.command.argv),
-                        status,
-                        last_line: last_line(&tail),
-                    }
-                    .into());
                 }
+                tracing::debug!(slot = self.slot, "a fresh agent is ready");
+                self.agent = Some(agent);
+                Ok(())
+            }
+            Err(NotReady::Protocol(got)) => {
+                agent.kill().await;
+                Err(AgentError::Protocol { got, want: PROTOCOL }.into())
+            }
+            Err(NotReady::Died { last_line }) => {
+                let status = agent.finish(config.limits.kill_grace, false).await;
+                Err(AgentError::DiedBeforeReady { command: shown, status, last_line }.into())
             }
         }
     }

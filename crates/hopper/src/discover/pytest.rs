@@ -1,7 +1,9 @@
 //! pytest discovery: the user's own pytest command collects, with hopper's
-//! plugin writing every node id whole to a file; pytest's own summary line
-//! gives the count the ids are checked against.
+//! plugin writing every node id whole to a file. With `--collect-only`,
+//! pytest's own summary line gives the count the ids are checked against;
+//! with agents, the first agent's collection is the discovery.
 
+use crate::agent::child::{AgentChild, AgentCommand, NotReady};
 use crate::agent::plugins::Plugins;
 use crate::errors::UnitsError;
 
@@ -61,17 +63,63 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
             Plugins::PYTEST_MODULE
         ),
     })?;
-    let ids = parse_collected(&text).map_err(|detail| UnitsError::DiscoverParse { command: shown.clone(), detail })?;
+    let (ids, _) =
+        parse_collected(&text).map_err(|detail| UnitsError::DiscoverParse { command: shown.clone(), detail })?;
     Ok((shown, Listing { ids, counted }))
 }
 
-/// The node ids in the plugin's file.
-pub fn parse_collected(text: &str) -> Result<Vec<String>, String> {
+/// Collects by starting the pytest agent itself: its collection is the
+/// discovery (the node ids the plugin writes, checked against pytest's own
+/// `testscollected`), and the ready agent is kept for the first slot, so
+/// each slot's pytest collects once and nothing collects twice.
+pub async fn list_with_agent(
+    agent: &AgentCommand,
+    plugins: &Plugins,
+    env: &[(String, String)],
+    tail_bytes: usize,
+) -> Result<(String, Listing, AgentChild), UnitsError> {
+    let out = plugins.scratch_file("collected.json");
+    let _ = std::fs::remove_file(&out);
+    let shown = super::shown(&agent.argv);
+    let mut env = env.to_vec();
+    env.push(("HOPPER_COLLECT_OUT".into(), out.display().to_string()));
+    let mut child = AgentChild::spawn(agent, &env, tail_bytes)
+        .map_err(|source| UnitsError::DiscoverSpawn { command: shown.clone(), source })?;
+    match child.wait_ready().await {
+        Ok(_) => {}
+        Err(NotReady::Died { last_line }) => {
+            let status = child.finish(std::time::Duration::from_secs(5), false).await;
+            // Collected nothing: pytest exits before the test loop.
+            if status == format!("exit code {NO_TESTS_COLLECTED}") {
+                return Err(UnitsError::Empty { source_name: "--discover pytest".into() });
+            }
+            return Err(UnitsError::DiscoverFailed { command: shown, status, detail: last_line });
+        }
+        Err(NotReady::Protocol(got)) => {
+            child.kill().await;
+            return Err(UnitsError::DiscoverParse { command: shown, detail: format!("agent protocol version {got}") });
+        }
+    }
+    let collected = std::fs::read_to_string(&out).map_err(|error| error.to_string()).and_then(|t| parse_collected(&t));
+    match collected {
+        Ok((ids, counted)) => Ok((shown, Listing { ids, counted }, child)),
+        Err(detail) => {
+            child.kill().await;
+            Err(UnitsError::DiscoverParse { command: shown, detail })
+        }
+    }
+}
+
+/// The node ids in the plugin's file, and pytest's own count.
+pub fn parse_collected(text: &str) -> Result<(Vec<String>, usize), String> {
     #[derive(serde::Deserialize)]
     struct Collected {
         tests: Vec<String>,
+        collected: usize,
     }
-    serde_json::from_str::<Collected>(text).map(|c| c.tests).map_err(|e| format!("the plugin's node id file: {e}"))
+    serde_json::from_str::<Collected>(text)
+        .map(|c| (c.tests, c.collected))
+        .map_err(|e| format!("the plugin's node id file: {e}"))
 }
 
 /// The number of selected tests in pytest's own collection summary, in any of
@@ -145,8 +193,9 @@ mod tests {
 
     #[test]
     fn node_ids_come_whole_from_the_plugin() {
-        let ids = parse_collected(r#"{"tests": ["a.py::t[x y]", "a.py::t[\\xe9 'q']"]}"#).unwrap();
+        let (ids, n) = parse_collected(r#"{"tests": ["a.py::t[x y]", "a.py::t[\\xe9 'q']"], "collected": 2}"#).unwrap();
         assert_eq!(ids, ["a.py::t[x y]", "a.py::t[\\xe9 'q']"]);
+        assert_eq!(n, 2);
         assert!(parse_collected("{}").is_err());
     }
 
