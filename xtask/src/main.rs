@@ -45,8 +45,8 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install what the tests need: redis-server, redis-tools, dovecot-imapd, postgresql, postgresql-client,
-    /// ruby-rspec (Debian), a venv with pytest (target/test-venv).
+    /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
+    /// postgresql-client, ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
 }
 
@@ -93,6 +93,8 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("redis-cli", "redis-tools"),
     // hopper's RSpec agent tests.
     ("rspec", "ruby-rspec"),
+    // hopper's rediss:// test makes its certificates with the openssl command.
+    ("openssl", "openssl"),
     // sync-worker's IMAP tests start a private Dovecot (sync_worker::testing).
     ("/usr/lib/dovecot/imap", "dovecot-imapd"),
     ("doveadm", "dovecot-core"),
@@ -270,8 +272,8 @@ fn has_nextest() -> bool {
     cargo().args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Every benchmark `leasehold-benches` knows; the binary itself is the source
-/// of truth, this list only serves `--list` without a build.
+/// Runs one benchmark of `leasehold-benches` in release mode; the binary
+/// itself names them (`--list`), so no list is kept here.
 fn bench(root: &Path, name: Option<&str>, list: bool) -> Result<()> {
     let mut cmd = cargo();
     cmd.current_dir(root).args(["run", "--release", "--quiet", "-p", "leasehold-benches", "--"]);

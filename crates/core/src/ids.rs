@@ -20,6 +20,13 @@ pub const MAX_KEY_ID_LEN: usize = 200;
 /// Longest unit id accepted, in bytes (long test names with parameters fit).
 pub const MAX_UNIT_ID_LEN: usize = 4096;
 
+/// Whether `c` may stand in a storage key: no control characters, no
+/// whitespace and no braces (a brace would break a Redis Cluster hash tag).
+/// The one rule for every key-bound id, key prefix and derived worker name.
+pub fn is_key_safe_char(c: char) -> bool {
+    !(c.is_control() || c.is_whitespace() || c == '{' || c == '}')
+}
+
 fn check(kind: &'static str, value: &str, max: usize, key_safe: bool) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::Empty { kind });
@@ -27,9 +34,7 @@ fn check(kind: &'static str, value: &str, max: usize, key_safe: bool) -> Result<
     if value.len() > max {
         return Err(IdError::TooLong { kind, len: value.len(), max });
     }
-    if let Some(c) =
-        value.chars().find(|c| c.is_control() || (key_safe && (c.is_whitespace() || *c == '{' || *c == '}')))
-    {
+    if let Some(c) = value.chars().find(|&c| c.is_control() || (key_safe && !is_key_safe_char(c))) {
         return Err(IdError::InvalidChar { kind, value: value.escape_debug().to_string(), found: c });
     }
     Ok(())
@@ -117,6 +122,27 @@ id_type!(
     /// A worker process (a queue consumer, or a lease owner).
     WorkerId, "worker id", MAX_KEY_ID_LEN, true
 );
+impl WorkerId {
+    /// An id for this process, unique among the processes of any number of
+    /// machines: `<hostname>-<pid>-<random>` (the random part tells apart
+    /// two processes of the same pid, in containers or after a pid reuse).
+    /// Characters a key may not hold are replaced by `-`, and a long
+    /// hostname is cut, so the id is always valid.
+    pub fn for_this_process() -> Self {
+        let host: String = gethostname::gethostname()
+            .to_string_lossy()
+            .trim()
+            .chars()
+            .map(|c| if is_key_safe_char(c) { c } else { '-' })
+            .take(64)
+            .collect();
+        let host = if host.is_empty() { "worker".to_owned() } else { host };
+        let id = format!("{host}-{}-{:06x}", std::process::id(), fastrand::u32(..0x100_0000));
+        // Proven valid: non-empty, key-safe characters only, at most 64 + 1 + 10 + 1 + 6 bytes.
+        Self::new(id).expect("a sanitised hostname, a pid and hex digits form a valid worker id")
+    }
+}
+
 id_type!(
     /// The key a lease is held on (for sync-worker: an account id).
     LeaseKey, "lease key", MAX_KEY_ID_LEN, true
@@ -191,6 +217,9 @@ mod tests {
         assert!(matches!(RunId::new(""), Err(IdError::Empty { .. })));
         assert!(matches!(RunId::new("x".repeat(201)), Err(IdError::TooLong { len: 201, .. })));
         assert!(matches!(RunId::new("a{b}"), Err(IdError::InvalidChar { found: '{', .. })));
+        let (a, b) = (WorkerId::for_this_process(), WorkerId::for_this_process());
+        assert_ne!(a, b, "the random part differs");
+        assert!(a.as_str().contains(&format!("-{}-", std::process::id())), "{a}");
         assert!(matches!(WorkerId::new("a b"), Err(IdError::InvalidChar { .. })));
         assert!(matches!(UnitId::new("a\nb"), Err(IdError::InvalidChar { .. })));
         assert!(UnitId::new("tests/a b {x}.rs").is_ok());

@@ -15,12 +15,15 @@
 //! every backend must pass unchanged.
 #![warn(missing_docs)]
 
+pub mod backend_url;
 pub mod clock;
+pub mod duration;
 pub mod errors;
 pub mod events;
 pub mod ids;
 pub mod lease;
 pub mod queue;
+pub mod timings;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -36,3 +39,4 @@ pub use queue::{
     RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
     WorkerRecord,
 };
+pub use timings::{NoTimings, TimingsError, TimingsStore};

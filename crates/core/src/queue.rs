@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
 
 use crate::errors::{QueueError, SpecError};
 use crate::events::{EventId, EventRecord};
@@ -194,19 +195,16 @@ impl RunSpec {
     pub fn fingerprint(&self) -> String {
         let mut units: Vec<&UnitSpec> = self.units.iter().collect();
         units.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.kind.cmp(&b.kind)));
-        // Two FNV-1a 64 lanes with different offsets: 128 bits, no dependency.
-        let mut lanes = [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142u64];
+        // Each field goes in with its length first, so no two lists hash the
+        // same input: ("ab", "") and ("a", "b") differ, whatever a kind holds.
+        let mut hash = Sha256::new();
         for unit in units {
-            for bytes in [unit.id.as_str().as_bytes(), &[0u8], unit.kind.as_bytes(), &[1u8]] {
-                for &b in bytes {
-                    for lane in lanes.iter_mut() {
-                        *lane ^= b as u64;
-                        *lane = lane.wrapping_mul(0x0000_0100_0000_01b3);
-                    }
-                }
+            for field in [unit.id.as_str(), unit.kind.as_str()] {
+                hash.update((field.len() as u64).to_le_bytes());
+                hash.update(field.as_bytes());
             }
         }
-        format!("{:016x}{:016x}", lanes[0], lanes[1])
+        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -839,6 +837,12 @@ mod tests {
         assert_eq!(spec(&["a", "b"]).fingerprint(), spec(&["b", "a"]).fingerprint());
         assert_ne!(spec(&["a", "b"]).fingerprint(), spec(&["a", "c"]).fingerprint());
         assert_ne!(spec(&["ab"]).fingerprint(), spec(&["a", "b"]).fingerprint());
+        let kinds = |a: &str, b: &str| RunSpec {
+            units: vec![UnitSpec::new(UnitId::new("u").unwrap(), a), UnitSpec::new(UnitId::new("v").unwrap(), b)],
+            ..spec(&["x"])
+        };
+        assert_ne!(kinds("ab", "").fingerprint(), kinds("a", "b").fingerprint());
+        assert_eq!(spec(&["a"]).fingerprint().len(), 64, "a SHA-256 in hex");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold_core::errors::BoxError;
 use leasehold_core::{IdError, QueueError, RunId, SpecError, UnitId};
 
 /// Exit codes of the `hopper` binary.
@@ -17,8 +18,15 @@ pub mod exit {
     pub const ERROR: i32 = 2;
     /// The run did not finish: every worker is gone or the wait timed out.
     pub const INCOMPLETE: i32 = 3;
-    /// Interrupted by SIGINT / SIGTERM (the running units were abandoned).
+    /// Interrupted by SIGINT (128 + 2, the shell's convention).
     pub const INTERRUPTED: i32 = 130;
+    /// Stopped by SIGTERM (128 + 15).
+    pub const TERMINATED: i32 = 143;
+
+    /// The exit code for a stop by `signal` (128 + its number).
+    pub fn for_signal(signal: i32) -> i32 {
+        128 + signal
+    }
 }
 
 /// Why the unit list could not be made.
@@ -77,21 +85,23 @@ pub enum UnitsError {
         detail: String,
     },
     /// The discovery tool's output could not be understood.
-    #[error("discovery with `{command}`: cannot parse its output: {detail}")]
+    #[error("discovery with `{command}`: cannot parse its output")]
     DiscoverParse {
         /// The command line.
         command: String,
         /// What was wrong.
-        detail: String,
+        #[source]
+        source: ListingError,
     },
     /// A unit name is not a valid unit id.
-    #[error("unit {value:?} from {source_name} is not a valid unit: {error}")]
+    #[error("unit \"{value}\" from {source_name} is not a valid unit")]
     BadUnit {
         /// Where it came from.
         source_name: String,
-        /// The offending name (escaped).
+        /// The offending name (escaped, cut to its first characters).
         value: String,
         /// Why.
+        #[source]
         error: IdError,
     },
     /// The sources gave no units at all.
@@ -121,28 +131,47 @@ pub enum UnitsError {
     },
 }
 
+/// Why a test tool's listing could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ListingError {
+    /// The output holds no JSON object.
+    #[error("no JSON object in the output")]
+    NoJson,
+    /// The JSON is malformed.
+    #[error("malformed JSON")]
+    Json(#[from] serde_json::Error),
+    /// The JSON is not of the shape the tool documents.
+    #[error("{0}")]
+    Shape(&'static str),
+    /// The listing contradicts itself or the tool (counts, load errors).
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
 /// Why a `--queue` URL could not be turned into a backend.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// The URL's scheme is not supported.
-    #[error("unsupported queue URL {url:?}: use mem://, redis://, rediss:// or redis+cluster://")]
+    #[error("unsupported queue URL \"{}\": use mem://, redis://host:port, rediss://host:port or redis+cluster://host:port,host:port", crate::errors::cut(url, crate::errors::NAME_SHOWN))]
     UnsupportedScheme {
         /// The URL given.
         url: String,
     },
     /// The Redis settings are invalid (URL, key prefix).
-    #[error("invalid Redis settings: {detail}")]
+    #[error("invalid Redis settings")]
     BadConfig {
         /// What is wrong.
-        detail: String,
+        #[source]
+        source: BoxError,
     },
     /// The Redis server could not be reached.
-    #[error("cannot reach Redis at {url}: {detail}")]
+    #[error("cannot reach Redis at {url}")]
     Unreachable {
         /// The URL (password removed).
         url: String,
         /// The cause.
-        detail: String,
+        #[source]
+        source: BoxError,
     },
     /// The memory queue lives inside one `hopper run` process only.
     #[error("`hopper {command}` needs a shared queue (redis://...): a mem:// run lives inside its `hopper run` process, which prints its own report")]
@@ -153,33 +182,7 @@ pub enum BackendError {
 }
 
 /// Why timings could not be read or written (never fatal to a run: logged).
-#[derive(Debug, thiserror::Error)]
-pub enum TimingsError {
-    /// The timings file could not be read or written.
-    #[error("timings file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The timings file is not valid JSON of the expected shape.
-    #[error("timings file {path} is not valid: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The backend's timings store failed.
-    #[error("timings store: {detail}")]
-    Backend {
-        /// What failed.
-        detail: String,
-    },
-}
+pub use leasehold_core::TimingsError;
 
 /// An error of a hopper command.
 #[derive(Debug, thiserror::Error)]
@@ -204,6 +207,15 @@ pub enum HopperError {
     ZeroDuration {
         /// Which option.
         what: &'static str,
+    },
+    /// A time limit is shorter than the queue can count.
+    #[error("{what} is too short")]
+    BadDuration {
+        /// Which option.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: SpecError,
     },
     /// No build id could be found for a shared queue.
     #[error("no build id: pass --build ID or set HOPPER_BUILD (all workers and the report of one build must use the same id)")]
@@ -231,15 +243,33 @@ pub enum HopperError {
         given: u64,
     },
     /// A queue call failed.
-    #[error("queue: {0}")]
+    #[error(transparent)]
     Queue(QueueError),
     /// The run's state is missing or inconsistent.
-    #[error("build {run}: the queue's state is missing or corrupt ({detail}); it may have expired: start a new build")]
+    #[error("build {run}: the queue's state is missing or corrupt (it may have expired): start a new build")]
     Corrupt {
         /// The run.
         run: RunId,
-        /// What was found.
-        detail: String,
+        /// What the queue found.
+        #[source]
+        source: QueueError,
+    },
+    /// The build's state vanished from the queue after this process had seen
+    /// it: the queue's server restarted without persistence, or the state
+    /// was deleted or expired.
+    #[error("build {run}: the queue lost this build's state while it ran (a Redis restarted without persistence, a flushed database, or an expired build): its results are gone; run the build again with a new --build id")]
+    StateLost {
+        /// The run.
+        run: RunId,
+    },
+    /// A worker slot's task panicked (a bug in hopper).
+    #[error("worker slot {slot} crashed (a bug in hopper; please report it)")]
+    SlotPanicked {
+        /// The slot.
+        slot: usize,
+        /// The panic, as tokio caught it.
+        #[source]
+        source: tokio::task::JoinError,
     },
     /// The run does not exist (yet) after waiting for it.
     #[error("build {run} not found after waiting {waited:?}: no worker has started it (check --build and --queue)")]
@@ -269,19 +299,29 @@ pub enum HopperError {
         /// The units not finalized.
         unfinished: Vec<UnitId>,
     },
-    /// The JUnit file could not be written.
-    #[error("cannot write JUnit XML to {path}: {detail}")]
-    Junit {
+    /// The JUnit report could not be serialised.
+    #[error("cannot write JUnit XML to {path}")]
+    JunitSerialize {
         /// The file.
         path: PathBuf,
         /// The cause.
-        detail: String,
+        #[source]
+        source: quick_junit::SerializeError,
+    },
+    /// The JUnit file could not be written.
+    #[error("cannot write JUnit XML to {path}")]
+    JunitWrite {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
     },
     /// An agent could not serve its slot.
     #[error(transparent)]
     Agent(#[from] crate::agent::AgentError),
     /// The worker was interrupted by a signal.
-    #[error("interrupted: stopped taking units and abandoned the running ones (with a shared queue, other workers reclaim them)")]
+    #[error("interrupted: stopped the running units and handed them back (with a shared queue, other workers take them over at once)")]
     Interrupted,
 }
 
@@ -289,7 +329,9 @@ impl HopperError {
     /// The exit code the binary uses for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. } => exit::INCOMPLETE,
+            HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. } | HopperError::StateLost { .. } => {
+                exit::INCOMPLETE
+            }
             HopperError::Interrupted => exit::INTERRUPTED,
             _ => exit::ERROR,
         }
@@ -301,16 +343,46 @@ impl From<QueueError> for HopperError {
         match error {
             QueueError::Spec(spec) => HopperError::Spec(spec),
             QueueError::UnitListMismatch { run, existing, given } => HopperError::BuildReused { run, existing, given },
-            QueueError::Corrupt { run, detail } => HopperError::Corrupt { run, detail },
+            QueueError::Corrupt { ref run, .. } => HopperError::Corrupt { run: run.clone(), source: error },
             other => HopperError::Queue(other),
         }
     }
 }
 
+/// Characters of one user-given name shown in a message.
+pub const NAME_SHOWN: usize = 120;
+
+/// `text` when it is at most `max` characters, else its first `max`
+/// characters and how long it was: messages stay one readable line whatever
+/// the input.
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}… ({} bytes in all)", &text[..end], text.len()),
+    }
+}
+
+/// The message of `error` and of each of its causes, each printed once: a
+/// cause whose text the message already holds (a `{source}` in a Display)
+/// is not repeated.
+pub fn chain_message(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = next.source();
+    }
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Names up to ten units, then how many more.
 pub fn name_units(units: &[UnitId]) -> String {
     const SHOWN: usize = 10;
-    let mut text = units.iter().take(SHOWN).map(|u| u.as_str()).collect::<Vec<_>>().join(", ");
+    let mut text = units.iter().take(SHOWN).map(|u| cut(u.as_str(), NAME_SHOWN)).collect::<Vec<_>>().join(", ");
     if units.len() > SHOWN {
         text.push_str(&format!(" and {} more", units.len() - SHOWN));
     }
@@ -335,6 +407,21 @@ mod tests {
         assert!(text.contains("and 2 more"), "{text}");
         assert!(!text.contains('\n'));
         assert_eq!(err.exit_code(), exit::INCOMPLETE);
+    }
+
+    #[test]
+    fn each_cause_is_printed_once_and_long_names_are_cut() {
+        let bad = HopperError::BadId { what: "build id", source: RunId::new("").unwrap_err() };
+        assert_eq!(chain_message(&bad), "invalid build id: run id is empty: give a non-empty run id");
+        let units = UnitsError::BadUnit {
+            source_name: "units.txt".into(),
+            value: cut(&"x".repeat(100_000), NAME_SHOWN),
+            error: UnitId::new("x".repeat(100_000)).unwrap_err(),
+        };
+        let text = chain_message(&units);
+        assert!(text.len() < 400, "{text}");
+        assert!(text.contains("(100000 bytes in all)") && text.contains("over the limit of 4096"), "{text}");
+        assert_eq!(cut("short", 10), "short");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! each other, so the CI variables used are the ones that are equal on all
 //! parallel jobs of one build (and differ on a retry of the build). The worker
 //! id only has to be unique among the build's workers; without a CI node index
-//! it is `<host>-<pid>`.
+//! it is `<host>-<pid>-<random>`.
 
+use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::{RunId, WorkerId};
 
 use crate::errors::HopperError;
@@ -76,17 +77,13 @@ pub fn ci_worker(env: EnvLookup<'_>) -> Option<String> {
 
 /// Replaces characters that may not appear in a key-safe id with `-`.
 pub fn sanitize(raw: &str) -> String {
-    raw.chars().map(|c| if c.is_control() || c.is_whitespace() || c == '{' || c == '}' { '-' } else { c }).collect()
+    raw.chars().map(|c| if is_key_safe_char(c) { c } else { '-' }).collect()
 }
 
-/// `<host>-<pid>`: unique among workers on different machines and processes.
+/// `<host>-<pid>-<random>` ([`WorkerId::for_this_process`]): unique among
+/// workers on different machines and processes.
 pub fn default_worker() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into());
-    sanitize(&format!("{host}-{}", std::process::id()))
+    WorkerId::for_this_process().to_string()
 }
 
 /// The build id: `--build`, else `HOPPER_BUILD`, else CI variables, else
@@ -150,10 +147,10 @@ mod tests {
     }
 
     #[test]
-    fn bad_ids_are_rejected_and_default_worker_is_key_safe() {
+    fn bad_ids_are_rejected() {
         let env = env_of(&[]);
         assert!(matches!(resolve_build(Some("a b"), &env, None), Err(HopperError::BadId { .. })));
         let worker = resolve_worker(None, &env).unwrap();
-        assert!(worker.as_str().ends_with(&std::process::id().to_string()));
+        assert!(worker.as_str().contains(&format!("-{}-", std::process::id())), "{worker}");
     }
 }

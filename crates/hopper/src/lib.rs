@@ -16,31 +16,36 @@
 //! * [`discover`]: the test tool's own listing, checked against its own count;
 //! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
 //! * [`launch`]: units started without a command template (Rust test binaries, directly);
-//! * [`command`]: the `{unit}` command template;
+//! * [`template`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
+//! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
+//! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
 //! * [`timings`]: earlier durations that order units slowest first;
 //! * [`backend`]: the one module that turns a `--queue` URL into a backend;
-//! * [`commands`]: the three subcommands as functions;
+//! * [`subcommands`]: `run`, `report` and `status` as functions;
 //! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod backend;
-pub mod command;
-pub mod commands;
 pub mod discover;
 pub mod errors;
 pub mod identity;
 pub mod launch;
 pub mod observer;
+mod orphans;
+pub mod outage;
 pub mod process;
 pub mod report;
 pub mod runner;
 pub mod status;
+pub mod subcommands;
+pub mod template;
 pub mod timings;
+pub mod unit_groups;
 pub mod units;
 
 pub use errors::{exit, HopperError};

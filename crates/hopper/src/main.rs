@@ -2,14 +2,16 @@
 //! structs, wires up signals and logging, and turns errors into one line on
 //! stderr and an exit code.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
-use hopper::commands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
 use hopper::identity::process_env;
+use hopper::subcommands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
 use hopper::units::{DiscoverKind, UnitSource};
 use hopper::{exit, HopperError};
 use leasehold_core::Budgets;
@@ -45,6 +47,9 @@ struct QueueArgs {
     /// Prefix of every Redis key.
     #[arg(long, env = "HOPPER_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
     key_prefix: String,
+    /// Seconds every queue call rides out an unreachable queue (a restart, a failover) before giving up.
+    #[arg(long, value_name = "SECS", env = "HOPPER_OUTAGE_GRACE", default_value = "120", value_parser = parse_secs)]
+    outage_grace: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -148,12 +153,10 @@ struct StatusArgs {
     queue: QueueArgs,
 }
 
+/// A plain number of seconds (`30`, `0.5`) or a duration with units (`90s`, `2m`, `1h 30m`).
 fn parse_secs(raw: &str) -> Result<Duration, String> {
-    let secs: f64 = raw.trim().parse().map_err(|_| format!("{raw:?} is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!("{raw:?} must be a positive number of seconds"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{raw:?}: {e}"))
+    leasehold_core::duration::parse_duration(raw, leasehold_core::duration::PlainUnit::Seconds)
+        .map_err(|e| e.to_string())
 }
 
 fn backend_options(queue: &QueueArgs, timings: TimingsChoice) -> BackendOptions {
@@ -201,32 +204,53 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             (false, true) => ExecutionChoice::PerProcess,
             (false, false) => ExecutionChoice::Default,
         },
+        outage_grace: args.queue.outage_grace,
     })
 }
 
-/// SIGINT / SIGTERM cancel `token` (the worker abandons its units and exits);
-/// a second signal exits at once.
+/// The first stop signal received (0: none), which decides the exit code.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// SIGINT / SIGTERM cancel `token` (the worker stops its units, hands them
+/// back and exits 130 / 143); a second signal kills the units' process groups
+/// and exits at once.
 fn watch_signals(token: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     tokio::spawn(async move {
-        let mut seen = 0;
         loop {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            seen += 1;
-            if seen == 1 {
-                eprintln!("hopper: stopping: abandoning running units (signal again to exit at once)");
-                token.cancel();
-            } else {
-                std::process::exit(exit::INTERRUPTED);
+            let signal = tokio::select! {
+                _ = interrupt.recv() => nix::sys::signal::Signal::SIGINT,
+                _ = terminate.recv() => nix::sys::signal::Signal::SIGTERM,
+            };
+            let first = STOP_SIGNAL.compare_exchange(0, signal as i32, Ordering::SeqCst, Ordering::SeqCst);
+            match first {
+                Ok(_) => {
+                    eprintln!("hopper: {signal}: stopping the running units and handing them back (signal again to kill them and exit at once)");
+                    token.cancel();
+                }
+                Err(first) => {
+                    eprintln!("hopper: {signal} again: killing the running units and exiting");
+                    hopper::unit_groups::kill_all();
+                    std::process::exit(exit::for_signal(first));
+                }
             }
         }
     });
     Ok(())
+}
+
+/// The exit code for `error`: a stop by a signal is 128 + its number.
+fn exit_code(error: &anyhow::Error) -> i32 {
+    match error.downcast_ref::<HopperError>() {
+        Some(HopperError::Interrupted) => match STOP_SIGNAL.load(Ordering::SeqCst) {
+            0 => exit::INTERRUPTED,
+            signal => exit::for_signal(signal),
+        },
+        Some(error) => error.exit_code(),
+        None => exit::ERROR,
+    }
 }
 
 async fn real_main(cli: Cli) -> anyhow::Result<i32> {
@@ -235,7 +259,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone())?;
-            commands::run(run_options(*args)?, &env, shutdown).await?
+            subcommands::run(run_options(*args)?, &env, shutdown).await?
         }
         Command::Report(args) => {
             let options = ReportOptions {
@@ -247,16 +271,18 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 worker_timeout: args.worker_timeout,
                 appear_timeout: args.start_timeout,
                 slowest: args.slowest,
+                outage_grace: args.queue.outage_grace,
             };
-            commands::report(options, &env).await?
+            subcommands::report(options, &env).await?
         }
         Command::Status(args) => {
             let options = StatusOptions {
                 backend: backend_options(&args.queue, TimingsChoice::Off),
                 queue: args.queue.queue,
                 build: args.queue.build,
+                outage_grace: args.queue.outage_grace,
             };
-            commands::status(options, &env).await?
+            subcommands::status(options, &env).await?
         }
     };
     Ok(code)
@@ -270,6 +296,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only where a person reads them, never into a CI log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -281,9 +309,8 @@ fn main() {
     let code = match runtime.block_on(real_main(cli)) {
         Ok(code) => code,
         Err(error) => {
-            let code = error.downcast_ref::<HopperError>().map(HopperError::exit_code).unwrap_or(exit::ERROR);
-            eprintln!("hopper: error: {error:#}");
-            code
+            eprintln!("hopper: error: {}", hopper::errors::chain_message(error.as_ref()));
+            exit_code(&error)
         }
     };
     // Do not wait for stray blocking tasks (a stdin read, a slow log write).

@@ -18,8 +18,8 @@ pub enum AttemptEnd {
     Retrying,
     /// The queue fenced the result off: another worker owns the unit now.
     Stale,
-    /// Given up on shutdown; another worker will reclaim it.
-    Abandoned,
+    /// Stopped on shutdown and handed back; another worker takes it at once.
+    Released,
     /// Finalized as failed by the queue: reclaimed too often.
     ReclaimExhausted,
 }
@@ -36,7 +36,7 @@ impl AttemptEnd {
             AttemptEnd::Failed => "FAIL ",
             AttemptEnd::Retrying => "RETRY",
             AttemptEnd::Stale => "STALE",
-            AttemptEnd::Abandoned => "ABANDON",
+            AttemptEnd::Released => "RELEASE",
             AttemptEnd::ReclaimExhausted => "LOST ",
         }
     }

@@ -5,13 +5,15 @@
 //! SIGTERM to the whole group, then SIGKILL after a grace period. When the
 //! group leader exits, whatever it left running in its group is killed, so a
 //! unit never outlives its attempt and never holds the output pipes open.
+//! Nor does it outlive its worker: the group is registered with
+//! [`crate::unit_groups`] (a second signal and the reaper kill it), and the
+//! leader gets `PR_SET_PDEATHSIG`.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -150,10 +152,27 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(reader: &mut Option<R>, buf:
 
 fn signal_group(pgid: Option<u32>, signal: Signal) {
     if let Some(pid) = pgid.and_then(|p| i32::try_from(p).ok()) {
-        match killpg(Pid::from_raw(pid), signal) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(error) => tracing::warn!(pgid = pid, ?signal, %error, "could not signal the unit's process group"),
-        }
+        crate::unit_groups::kill_group(pid, signal);
+    }
+}
+
+/// Makes the child die with SIGKILL when the thread that spawned it (a
+/// runtime worker thread, which lives as long as the worker) dies.
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::Pid::this();
+    // SAFETY: the closure runs between fork and exec, so it may only make
+    // async-signal-safe calls: prctl and getppid are plain system calls, and
+    // nothing here allocates or takes a lock.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|errno| std::io::Error::from_raw_os_error(errno as i32))?;
+            if nix::unistd::getppid() != parent {
+                // The worker died between fork and prctl: do not start the unit at all.
+                return Err(std::io::Error::from_raw_os_error(nix::errno::Errno::ESRCH as i32));
+            }
+            Ok(())
+        });
     }
 }
 
@@ -197,6 +216,7 @@ pub async fn run_process_in(
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
+    die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -210,6 +230,8 @@ pub async fn run_process_in(
         }
     };
     let pgid = child.id();
+    // Also ends the group when this future is dropped mid-run.
+    let _group = pgid.and_then(|p| i32::try_from(p).ok()).map(crate::unit_groups::GroupGuard::register);
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let mut out_buf = vec![0u8; 8192];
@@ -354,7 +376,7 @@ mod tests {
         // The grandchild was in the group: it must be gone (or a zombie being reaped by init).
         // SIGKILL is delivered asynchronously, so give the kernel a moment to finish it.
         let alive = || {
-            nix::sys::signal::kill(Pid::from_raw(child), None).is_ok()
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), None).is_ok()
                 && std::fs::read_to_string(format!("/proc/{child}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(5);

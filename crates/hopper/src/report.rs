@@ -415,15 +415,13 @@ impl RunReport {
 
     /// Writes the JUnit XML to `path`.
     pub fn write_junit(&self, path: &Path) -> Result<(), HopperError> {
-        let xml = self
-            .junit()
-            .to_string()
-            .map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })?;
+        let xml =
+            self.junit().to_string().map_err(|source| HopperError::JunitSerialize { path: path.to_owned(), source })?;
+        let write = |source| HopperError::JunitWrite { path: path.to_owned(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })?;
+            std::fs::create_dir_all(dir).map_err(write)?;
         }
-        std::fs::write(path, xml).map_err(|e| HopperError::Junit { path: path.to_owned(), detail: e.to_string() })
+        std::fs::write(path, xml).map_err(write)
     }
 }
 
@@ -452,7 +450,8 @@ pub struct WaitOptions {
 /// machines cannot make the report wrong. Fails with
 /// [`HopperError::WorkersGone`] when units remain but no worker record has
 /// moved for `worker_timeout`, [`HopperError::WaitTimeout`] after
-/// `wait_timeout`, and [`HopperError::RunNotFound`] when the run never appears.
+/// `wait_timeout`, [`HopperError::RunNotFound`] when the run never appears,
+/// and [`HopperError::StateLost`] when it disappears after it was seen.
 pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: WaitOptions) -> Result<(), HopperError> {
     let started = Instant::now();
     let mut seen: HashMap<WorkerId, u64> = HashMap::new();
@@ -460,8 +459,12 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
     let unfinished = || async {
         Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
     };
+    let mut seen_run = false;
     loop {
         match queue.progress(run).await? {
+            // It was there: a queue that restarted without persistence, or a
+            // flush, took it. Waiting longer cannot bring it back.
+            None if seen_run => return Err(HopperError::StateLost { run: run.clone() }),
             None => {
                 if started.elapsed() >= options.appear_timeout.min(options.wait_timeout) {
                     return Err(HopperError::RunNotFound { run: run.clone(), waited: started.elapsed() });
@@ -470,6 +473,7 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
             }
             Some(progress) if progress.is_complete() => return Ok(()),
             Some(_) => {
+                seen_run = true;
                 for record in queue.workers(run).await? {
                     if seen.insert(record.worker.clone(), record.last_seen_ms) != Some(record.last_seen_ms) {
                         last_sign_of_life = Instant::now();

@@ -1,7 +1,7 @@
 //! The worker: reserves batches of units from a [`UnitQueue`], runs each
 //! batch as one invocation in its own process group, heartbeats the
 //! deliveries while it runs, and reports each unit's result through the
-//! fenced transitions (finalize, requeue, abandon).
+//! fenced transitions (finalize, requeue, release).
 //!
 //! A batch is the general case: `batch_size` 1 (the default) runs one unit
 //! per invocation. A [`BatchResults`] turns an invocation into one verdict per
@@ -13,14 +13,13 @@
 //! a distributed build (Redis).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{
-    Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, QueueError, RequeueReply,
-    RequeueRequest, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, RequeueReply, RequeueRequest, RunId,
+    RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -29,11 +28,11 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::child::AgentCommand;
-use crate::command::CommandTemplate;
 use crate::errors::HopperError;
 use crate::launch::{Invocation, Launcher};
 use crate::observer::{AttemptEnd, RunObserver};
 use crate::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
+use crate::template::CommandTemplate;
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +155,10 @@ impl WorkerConfig {
         if self.reclaim_after.is_zero() {
             return Err(HopperError::ZeroDuration { what: "--timeout" });
         }
+        // The queue counts idle time in milliseconds: check it as the queue
+        // will, before anything is written.
+        leasehold_core::queue::check_reclaim_after(self.reclaim_after)
+            .map_err(|source| HopperError::BadDuration { what: "--timeout", source })?;
         if self.limits.timeout.is_some_and(|t| t.is_zero()) {
             return Err(HopperError::ZeroDuration { what: "--unit-timeout" });
         }
@@ -178,8 +181,8 @@ pub struct WorkerSummary {
     pub retried: u64,
     /// Results dropped because another worker owned the unit (STALE).
     pub stale: u64,
-    /// Deliveries given up on shutdown.
-    pub abandoned: u64,
+    /// Deliveries handed back on shutdown.
+    pub released: u64,
     /// Latest duration of each unit this worker ran (milliseconds).
     pub timings: Vec<(String, u64)>,
 }
@@ -188,7 +191,7 @@ pub(crate) struct Shared {
     pub(crate) queue: Arc<dyn UnitQueue>,
     pub(crate) config: WorkerConfig,
     pub(crate) observer: Arc<dyn RunObserver>,
-    /// Signals (SIGINT/SIGTERM): abandon and stop.
+    /// Signals (SIGINT/SIGTERM): stop, hand back, exit.
     shutdown: CancellationToken,
     /// Stops the slots (shutdown, or another slot's fatal error).
     pub(crate) stop: CancellationToken,
@@ -196,27 +199,6 @@ pub(crate) struct Shared {
     pub(crate) wake: Notify,
     pub(crate) running: Mutex<Vec<UnitId>>,
     pub(crate) summary: Mutex<WorkerSummary>,
-}
-
-/// Calls a queue operation, retrying transport errors a few times.
-pub(crate) async fn retrying<T, F, Fut>(what: &'static str, mut call: F) -> Result<T, QueueError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, QueueError>>,
-{
-    let mut delay = Duration::from_millis(100);
-    let mut attempt = 1;
-    loop {
-        match call().await {
-            Err(QueueError::Backend { op, run, source }) if attempt < 4 => {
-                tracing::warn!(what, op, %run, error = %source, attempt, "queue call failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 4;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
 }
 
 /// One worker of a build.
@@ -259,7 +241,7 @@ impl Worker {
         let spec = RunSpec { run: shared.config.run.clone(), units, budgets, ttl };
         spec.validate()?;
         let total = spec.units.len() as u64;
-        let outcome = retrying("initialize", || shared.queue.initialize(&spec)).await?;
+        let outcome = shared.queue.initialize(&spec).await?;
         let leader = match outcome {
             InitOutcome::Initialized => true,
             InitOutcome::AlreadyInitialized { budgets } => {
@@ -273,41 +255,44 @@ impl Worker {
     }
 
     /// Runs units until every unit of the run is finalized, or until shutdown.
-    /// On shutdown, running units are stopped and abandoned (another worker
+    /// On shutdown, running units are stopped and released (another worker
     /// reclaims them) and [`HopperError::Interrupted`] is returned.
     pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
         let shared = &self.shared;
         let mut slots = JoinSet::new();
+        let mut slot_of = HashMap::new();
         for slot in 0..shared.config.slots {
             let shared = Arc::clone(shared);
-            match shared.config.agent.clone() {
+            let task = match shared.config.agent.clone() {
                 Some(agent) => slots.spawn(crate::agent::slot::slot_loop(shared, slot, agent)),
                 None => slots.spawn(async move { slot_loop(shared, slot).await }),
             };
+            slot_of.insert(task.id(), slot);
         }
         let ticker = tokio::spawn(liveness_loop(Arc::clone(shared)));
         let mut first_error = None;
         while let Some(joined) = slots.join_next().await {
             let result = match joined {
                 Ok(result) => result,
-                Err(join_error) => Err(HopperError::Queue(QueueError::Corrupt {
-                    run: shared.config.run.clone(),
-                    detail: format!("a worker slot panicked: {join_error}"),
-                })),
+                Err(source) => {
+                    Err(HopperError::SlotPanicked { slot: slot_of.get(&source.id()).copied().unwrap_or(0), source })
+                }
             };
             if let Err(error) = result {
-                tracing::error!(%error, "worker slot failed; stopping the others");
+                // Returned to the caller, which reports it; here it only stops the other slots.
+                tracing::debug!(%error, "worker slot failed; stopping the others");
                 shared.stop.cancel();
                 first_error.get_or_insert(error);
             }
         }
         ticker.abort();
         shared.observer.finished();
-        if let Some(error) = first_error {
-            return Err(error);
-        }
+        // A signal explains whatever the slots ran into while stopping.
         if shared.shutdown.is_cancelled() {
             return Err(HopperError::Interrupted);
+        }
+        if let Some(error) = first_error {
+            return Err(error);
         }
         Ok(shared.summary.lock().clone())
     }
@@ -325,10 +310,12 @@ async fn liveness_loop(shared: Arc<Shared>) {
         tick.tick().await;
         let current = shared.running.lock().first().cloned();
         let (run, worker) = (&shared.config.run, &shared.config.worker);
+        // Failures here are the queue's outage, announced by the queue; the
+        // slots find out whether the run is gone.
         match shared.queue.liveness(run, worker, current.as_ref()).await {
             Ok(LivenessReply::Ok) => {}
-            Ok(LivenessReply::Corrupt) => tracing::warn!(%run, "liveness: the run is gone"),
-            Err(error) => tracing::warn!(%error, "liveness update failed"),
+            Ok(LivenessReply::Corrupt) => tracing::debug!(%run, "liveness: the run is gone"),
+            Err(error) => tracing::debug!(%error, "liveness update failed"),
         }
         if let Ok(Some(progress)) = shared.queue.progress(run).await {
             shared.observer.progress(&progress);
@@ -345,9 +332,7 @@ async fn slot_loop(shared: Arc<Shared>, slot: usize) -> Result<(), HopperError> 
         if shared.stop.is_cancelled() {
             return Ok(());
         }
-        let batch =
-            retrying("reserve", || shared.queue.reserve_batch(run, worker, config.batch_size, config.reclaim_after))
-                .await?;
+        let batch = shared.queue.reserve_batch(run, worker, config.batch_size, config.reclaim_after).await?;
         for unit in &batch.exhausted {
             shared.observer.attempt_ended(
                 unit,
@@ -363,14 +348,14 @@ async fn slot_loop(shared: Arc<Shared>, slot: usize) -> Result<(), HopperError> 
             continue;
         }
         if batch.corrupt {
-            return Err(HopperError::Corrupt { run: run.clone(), detail: "reserve replied CORRUPT".into() });
+            // The worker joined the run, so its state existed: it was lost since.
+            return Err(HopperError::StateLost { run: run.clone() });
         }
         if !batch.exhausted.is_empty() {
             continue;
         }
-        let progress = retrying("progress", || shared.queue.progress(run)).await?;
-        match progress {
-            None => return Err(HopperError::Corrupt { run: run.clone(), detail: "the run no longer exists".into() }),
+        match shared.queue.progress(run).await? {
+            None => return Err(HopperError::StateLost { run: run.clone() }),
             Some(p) if p.is_complete() => {
                 tracing::debug!(slot, "every unit is finalized");
                 shared.wake.notify_waiters();
@@ -429,7 +414,8 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
                             lost[i] = true;
                             fenced_off(shared, delivery, "heartbeat", reply).await;
                         }
-                        Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
+                        // The queue announces the outage; the next beat tries again.
+                        Err(error) => tracing::debug!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
                     }
                 }
                 if lost.iter().all(|l| *l) {
@@ -445,26 +431,10 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     }
     shared.summary.lock().invocations += 1;
 
-    let elapsed_ms = millis(result.duration);
     if shared.stop.is_cancelled() && result.termination == Termination::Stopped {
-        for (i, delivery) in deliveries.iter().enumerate() {
-            if lost[i] {
-                continue;
-            }
-            match shared.queue.abandon(run, worker, delivery, elapsed_ms).await {
-                Ok(Ack::Ok) => {
-                    shared.summary.lock().abandoned += 1;
-                    shared.observer.attempt_ended(
-                        &delivery.unit,
-                        AttemptEnd::Abandoned,
-                        result.duration,
-                        Some("shutting down"),
-                    );
-                }
-                Ok(reply) => fenced_off(shared, delivery, "abandon", reply).await,
-                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "could not mark the unit abandoned"),
-            }
-        }
+        let owned: Vec<Delivery> =
+            deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
+        hand_back(shared, &owned, result.duration).await;
         return Ok(());
     }
 
@@ -484,7 +454,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         match verdict {
             UnitVerdict::Passed => {
                 let request = FinalizeRequest::new(Outcome::Passed, per_unit_ms);
-                match retrying("finalize", || shared.queue.finalize(run, worker, delivery, &request)).await? {
+                match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;
                         shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, per_unit, None);
@@ -504,7 +474,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
                         "output": output,
                     })),
                 };
-                match retrying("requeue", || shared.queue.requeue(run, worker, delivery, &request)).await? {
+                match shared.queue.requeue(run, worker, delivery, &request).await? {
                     RequeueReply::Requeued { retry_index } => {
                         shared.summary.lock().retried += 1;
                         let note = format!("{detail}; retry {retry_index}");
@@ -524,13 +494,50 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     Ok(())
 }
 
+/// Hands deliveries this worker stopped (or never started) back to the
+/// queue at once, spending no budget, so another worker picks them up now
+/// rather than after the reclaim timeout.
+pub(crate) async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
+    if deliveries.is_empty() {
+        return;
+    }
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    match shared.queue.release_batch(run, worker, deliveries).await {
+        Ok(replies) => {
+            for (delivery, reply) in deliveries.iter().zip(replies) {
+                match reply {
+                    Ack::Ok => {
+                        shared.summary.lock().released += 1;
+                        shared.observer.attempt_ended(
+                            &delivery.unit,
+                            AttemptEnd::Released,
+                            ran,
+                            Some("stopped; handed back to the queue"),
+                        );
+                    }
+                    reply => fenced_off(shared, delivery, "release", reply).await,
+                }
+            }
+        }
+        Err(error) => {
+            let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+            shared.observer.warn(&format!(
+                "could not hand back {} ({}); another worker takes over after --timeout",
+                crate::errors::name_units(&units),
+                crate::errors::chain_message(&error)
+            ));
+        }
+    }
+}
+
 /// A transition was refused: drop the result, log it, go on.
 pub(crate) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
     let (run, worker) = (&shared.config.run, &shared.config.worker);
     match reply {
         Ack::Stale => {
             shared.summary.lock().stale += 1;
-            tracing::warn!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
+            // The observer shows it; the log need not say it again.
+            tracing::debug!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
             shared.observer.attempt_ended(
                 &delivery.unit,
                 AttemptEnd::Stale,
@@ -542,8 +549,9 @@ pub(crate) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition:
             }
         }
         Ack::Corrupt => {
-            tracing::error!(unit = %delivery.unit, transition, "CORRUPT: the run's state is missing");
-            shared.observer.warn(&format!("{transition} of {}: the run's state is missing (expired?)", delivery.unit));
+            shared
+                .observer
+                .warn(&format!("{transition} of {}: the queue no longer holds the build's state", delivery.unit));
         }
         Ack::Ok => {}
     }

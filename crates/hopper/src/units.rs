@@ -45,7 +45,7 @@ fn make_units(names: Vec<String>, kind: &str, source_name: &str, dedupe: bool) -
         }
         let id = UnitId::new(&name).map_err(|error| UnitsError::BadUnit {
             source_name: source_name.to_owned(),
-            value: name.escape_debug().to_string(),
+            value: crate::errors::cut(&name.escape_debug().to_string(), crate::errors::NAME_SHOWN),
             error,
         })?;
         units.push(UnitSpec::new(id, kind));

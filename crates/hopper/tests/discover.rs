@@ -118,17 +118,11 @@ impl Project {
     }
 
     /// `hopper run` in the project, with the project's own cargo target
-    /// directory, offline, and none of the outer test runner's nextest
-    /// variables (the inner tools must behave as they would for a user).
+    /// directory, offline, in a clean environment (the inner tools must
+    /// behave as they would for a user, not see the outer test runner).
     fn hopper(&self) -> Command {
         let mut cmd = hopper(self.path());
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().contains("NEXTEST") {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.env_remove("CARGO_BUILD_TARGET_DIR")
-            .env("CARGO_TARGET_DIR", self.path().join("target"))
+        cmd.env("CARGO_TARGET_DIR", self.path().join("target"))
             .env("CARGO_NET_OFFLINE", "true")
             .env(RAN_LOG_VAR, self.ran_log());
         cmd
@@ -400,7 +394,11 @@ fn a_count_mismatch_is_refused_and_nothing_runs() {
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
     let before = project.tree();
     // pytest counts the file's tests twice; the ids repeat, so units would be lost.
-    let output = project.run_discover(
+    // (Python's own bytecode cache is not hopper writing.)
+    let mut cmd = project.hopper();
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1");
+    let output = project.run_discover_with(
+        cmd,
         "pytest",
         &[
             &python,

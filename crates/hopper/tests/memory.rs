@@ -223,9 +223,9 @@ fn bad_input_gives_one_line_errors_and_nothing_runs() {
 }
 
 /// SIGTERM while a unit runs: the worker kills the unit's process group,
-/// abandons it and exits promptly with 130.
+/// hands it back and exits promptly with 143 (128 + SIGTERM).
 #[test]
-fn sigterm_abandons_the_running_unit_and_exits_promptly() {
+fn sigterm_releases_the_running_unit_and_exits_promptly() {
     let mut suite = Suite::new();
     let fifo = suite.path().join("started.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -260,11 +260,70 @@ fn sigterm_abandons_the_running_unit_and_exits_promptly() {
     let started = std::time::Instant::now();
     let output = child.wait_with_output().unwrap();
     let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(130), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(143), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20), "exited promptly");
-    assert!(stderr.contains("ABANDON") && stderr.contains("interrupted"), "{stderr}");
+    assert!(stderr.contains("RELEASE") && stderr.contains("interrupted"), "{stderr}");
 
     let unit_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     let alive = std::fs::read_to_string(format!("/proc/{unit_pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
     assert!(!alive, "the unit's process was killed");
+}
+
+/// What goes to a log file (stderr not a terminal): no colour codes, each
+/// cause of an error once, and a long bad input cut.
+#[test]
+fn messages_in_a_log_file_are_plain_and_say_each_cause_once() {
+    let mut suite = Suite::new();
+    suite.passing("a.sh");
+    let output = hopper(suite.path())
+        .env("HOPPER_LOG", "debug")
+        .args(["run", "-j", "1", "--no-timings", "--units-from"])
+        .arg(suite.unit_list())
+        .args(["--", "sh", "{unit}"])
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("DEBUG"), "debug logs on: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no ANSI escape codes in a log file: {stderr:?}");
+
+    let output = hopper(suite.path())
+        .args(["run", "--queue", "redis://127.0.0.1:1", "--build", "", "--units-from"])
+        .arg(suite.unit_list())
+        .args(["--", "sh", "{unit}"])
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("run id is empty").count(), 1, "{stderr}");
+
+    let long = suite.path().join("long.txt");
+    std::fs::write(&long, format!("{}\n", "x".repeat(100_000))).unwrap();
+    let output = hopper(suite.path())
+        .args(["run", "--no-timings", "--units-from"])
+        .arg(&long)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.len() < 1000 && stderr.contains("100000 bytes in all"), "the name is cut: {stderr}");
+}
+
+/// A malformed `--queue` is an error, never a quiet private queue.
+#[test]
+fn a_malformed_queue_url_is_refused() {
+    let mut suite = Suite::new();
+    suite.passing("a.sh");
+    for queue in ["", "mem://foo", "redis:/x"] {
+        let output = hopper(suite.path())
+            .args(["run", "--no-timings", "--queue", queue, "--units-from"])
+            .arg(suite.unit_list())
+            .args(["--", "sh", "{unit}"])
+            .output()
+            .unwrap();
+        let (_, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{queue:?}: {stderr}");
+        assert!(stderr.contains("unsupported queue URL"), "{queue:?}: {stderr}");
+    }
 }

@@ -223,8 +223,12 @@ fn a_reused_build_id_with_other_units_is_refused_and_nothing_changes() {
     let mut suite = Suite::new();
     suite.passing("a.sh").passing("b.sh");
     let list = suite.unit_list();
-    let first = build.worker(&suite, &list, "w1", &["--no-timings"]).wait_with_output().unwrap();
-    assert_eq!(first.status.code(), Some(0), "{:?}", texts(&first));
+    let junit = suite.path().join("ignored.xml");
+    let junit = junit.to_str().unwrap();
+    let first = build.worker(&suite, &list, "w1", &["--no-timings", "--junit", junit]).wait_with_output().unwrap();
+    let (_, stderr) = texts(&first);
+    assert_eq!(first.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("--junit is ignored").count(), 1, "warned once: {stderr}");
 
     let other: PathBuf = suite.path().join("other.txt");
     std::fs::write(&other, format!("{}\n", suite.unit_name("a.sh"))).unwrap();
@@ -297,4 +301,64 @@ fn a_paused_worker_s_late_result_is_fenced_off_as_stale() {
     assert!(stdout.contains("were dropped because another worker owned the unit (STALE)"), "{stdout}");
     assert!(stdout.contains(&format!("RECLAIMED {victim} (from paused, finished by w2)")), "{stdout}");
     assert!(!stdout.contains("ANOMALY"), "{stdout}");
+}
+
+/// SIGTERM mid-unit: the worker kills the unit, hands it back at once and
+/// exits 143; an idle worker picks it up within a second, and no budget is
+/// spent (with `--max-reclaims 0` a reclaim would fail the unit, and the
+/// reclaim timeout is far longer than the test).
+#[test]
+fn sigterm_hands_the_running_unit_back_to_another_worker_within_a_second() {
+    let build = Build::new("hopper-e2e-handback");
+    let mut suite = Suite::new();
+    let started = suite.path().join("started.log");
+    let picked = suite.path().join("picked.log");
+    suite.unit(
+        "a_long.sh",
+        &format!(
+            "if [ \"$HOPPER_WORKER\" = stopping ]; then echo started >> '{started}'; exec sleep 60; fi\ndate +%s.%N >> '{picked}'\n",
+            started = started.display(),
+            picked = picked.display()
+        ),
+    );
+    suite.passing("b_pass.sh");
+    let list = suite.unit_list();
+    let budgets = ["--no-timings", "--timeout", "60", "--max-reclaims", "0"];
+
+    let stopping = build.worker(&suite, &list, "stopping", &budgets);
+    assert!(common::wait_lines(&started, 1, Duration::from_secs(60)), "the unit started on the stopping worker");
+    let idle = build.worker(&suite, &list, "idle", &budgets);
+    // The idle worker runs b_pass and then waits for the unit in flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = hopper(suite.path()).arg("status").args(build.args()).output().unwrap();
+        if texts(&status).0.contains("1/2 finalized") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b_pass was not finalized: {:?}", texts(&status));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let signalled = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    kill(Pid::from_raw(stopping.id() as i32), Signal::SIGTERM).unwrap();
+    let output = stopping.wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(143), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("RELEASE") && stderr.contains("handed back"), "{stderr}");
+
+    let output = idle.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{:?}", texts(&output));
+    let picked_at: f64 = std::fs::read_to_string(&picked).unwrap().trim().parse().unwrap();
+    let after = picked_at - signalled;
+    assert!(after < 1.0, "picked up {after:.2}s after the signal");
+
+    let junit = suite.path().join("junit.xml");
+    let report = hopper(suite.path()).arg("report").args(build.args()).arg("--junit").arg(&junit).output().unwrap();
+    let (stdout, stderr) = texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("PASSED: 2 units, 2 passed (0 flaky), 0 failed, 0 unfinished"), "{stdout}");
+    assert!(stdout.contains("0 unit(s) requeued (0 requeue(s)), 0 reclaim(s)"), "no budget spent:\n{stdout}");
+    let cases = junit_cases(&junit);
+    assert_eq!(cases.len(), 2);
+    assert!(cases.values().all(|s| matches!(s, TestCaseStatus::Success { flaky_runs } if flaky_runs.is_empty())));
 }

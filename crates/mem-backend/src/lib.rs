@@ -11,6 +11,9 @@
 //! `parking_lot` mutexes, never held across an `.await`, so a store is safe to
 //! share between many tasks (it is `Clone`; clones share state).
 //!
+//! It also keeps unit timings ([`leasehold_core::TimingsStore`]) for as long
+//! as it lives; [`FileTimings`] keeps them in a local file across processes.
+//!
 //! Time comes from a [`leasehold_core::Clock`]: [`MemoryStore::new`] follows
 //! tokio's clock (so `tokio::time::pause` drives TTLs in tests) and
 //! [`MemoryStore::with_clock`] takes any other, such as a
@@ -19,7 +22,11 @@
 
 mod lease;
 mod queue;
+mod timings;
 
+pub use timings::FileTimings;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use leasehold_core::{Clock, TokioClock, UserId};
@@ -41,6 +48,7 @@ struct Inner {
     runs: Mutex<queue::Runs>,
     leases: Mutex<lease::LeaseState>,
     user_active: tokio::sync::broadcast::Sender<UserId>,
+    timings: Mutex<HashMap<String, u64>>,
 }
 
 impl MemoryStore {
@@ -58,6 +66,7 @@ impl MemoryStore {
                 runs: Mutex::new(queue::Runs::default()),
                 leases: Mutex::new(lease::LeaseState::default()),
                 user_active,
+                timings: Mutex::new(HashMap::new()),
             }),
         }
     }

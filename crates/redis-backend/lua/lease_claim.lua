@@ -7,7 +7,8 @@
 -- Reply: one token per triple, 0 when the key is held.
 --
 -- The lease value is "owner token", so renew and release check both. The
--- fence counter has no TTL: tokens survive release and expiry. The tier
+-- fence counter has no TTL: tokens survive release and expiry (see the
+-- key layout in src/keys.rs for why it must never expire). The tier
 -- defaults to warm on claim unless one is set.
 
 local owner, ttl_ms = ARGV[1], ARGV[2]

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use leasehold_core::backend_url::is_redis_cluster_url;
+use leasehold_core::ids::is_key_safe_char;
+
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
@@ -40,7 +43,7 @@ impl RedisConfig {
 
     /// Whether the URL names a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        self.url.starts_with("redis+cluster://") || self.url.starts_with("rediss+cluster://")
+        is_redis_cluster_url(&self.url)
     }
 
     /// The node URLs of a cluster URL (`redis+cluster://a:1,b:2` → `redis://a:1`, `redis://b:2`),
@@ -73,7 +76,7 @@ impl RedisConfig {
         if p.is_empty() {
             return Err(ConnectError::BadPrefix { prefix: p.clone(), detail: "it is empty".into() });
         }
-        if let Some(c) = p.chars().find(|c| c.is_control() || c.is_whitespace() || *c == '{' || *c == '}') {
+        if let Some(c) = p.chars().find(|&c| !is_key_safe_char(c)) {
             return Err(ConnectError::BadPrefix {
                 prefix: p.escape_debug().to_string(),
                 detail: format!("it contains {c:?}"),

@@ -31,6 +31,12 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// Connects as `config` says.
     pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, ConnectError> {
+        if config.url.starts_with("rediss") {
+            // rustls picks a provider on its own only when exactly one is
+            // compiled in; say which, so another crate's choice cannot make
+            // rediss:// panic. Already installed (by us or the app) is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let connect_err = |source| ConnectError::Connect { url: config.url.clone(), source };
         if config.is_cluster() {
             let nodes = config.node_urls()?;

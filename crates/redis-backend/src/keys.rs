@@ -10,6 +10,7 @@
 //! | its meta | `P:hopper:{run}:meta` |
 //! | per-unit state | `P:hopper:{run}:unit_state` |
 //! | worker records | `P:hopper:{run}:workers` |
+//! | unit timings of earlier runs (30-day TTL) | `P:hopper:timings` |
 //! | a lease | `{P}:sync:lease:<id>` |
 //! | its fence counter (no TTL) | `{P}:sync:fence:<id>` |
 //! | the live set | `{P}:sync:live` |
@@ -29,8 +30,25 @@
 //! (one renew per owned key per few seconds), so one node is ample; a
 //! deployment that outgrows it can run several lease spaces under different
 //! prefixes. Run keys spread over the cluster by run id.
+//!
+//! **Fence counters never expire, on purpose.** Downstream storage keeps the
+//! highest token it has seen per key and refuses lower ones. A counter that
+//! expired would start again at 1: the next owner's writes would be refused
+//! forever, or, where storage forgot the key too, a stale owner's old token
+//! could outrank a new one. So a counter lives as long as the key may be
+//! leased again: one small string per key that was ever claimed (about 60
+//! bytes with its name), which grows with the number of distinct keys, not
+//! with claims. To retire a key for good, delete its counter together with
+//! the token storage keeps for it (never one without the other). Everything
+//! else expires: leases and registrations by their TTL, run keys by the run's
+//! inactivity TTL, timings after 30 days.
 
 use leasehold_core::{LeaseKey, RunId, UserId, WorkerId};
+
+/// The hash of unit timings under `prefix` (see [`leasehold_core::TimingsStore`]).
+pub fn timings(prefix: &str) -> String {
+    format!("{prefix}:hopper:timings")
+}
 
 /// The six keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]

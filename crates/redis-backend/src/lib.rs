@@ -10,8 +10,9 @@
 //! ## How it works
 //!
 //! * Every unit-queue transition is one Lua script call
-//!   (`lua/transition.lua`, modelled on the seed's `transition.lua`: the same
-//!   modes, replies and events). `reserve` reads the priority stream, then the
+//!   (`lua/transition/`, one file per part, joined at build time; modelled on
+//!   rspec-hopper's `transition.lua`: the same modes, replies and events, plus
+//!   `release`). `reserve` reads the priority stream, then the
 //!   main stream, then reclaims, for a whole batch in one call.
 //! * Leases are Lua too (`lua/lease_*.lua`): a claim is `SET NX PX` plus an
 //!   `INCR` of a per-key fence counter (the fencing token) in one script;
@@ -26,6 +27,8 @@
 //!   / [`leasehold_core::LeaseError::Backend`]; they succeed again once it is back.
 //! * `user.active` events use Redis pub/sub on a connection of their own,
 //!   forwarded into a `tokio::sync::broadcast` channel.
+//!
+//! * Unit timings ([`leasehold_core::TimingsStore`]) are one hash per prefix.
 //!
 //! ## Keys
 //!
@@ -50,6 +53,7 @@ mod queue;
 mod reply;
 mod scripts;
 mod store;
+mod timings;
 
 #[cfg(feature = "test-support")]
 pub mod test_support;

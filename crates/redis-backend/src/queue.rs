@@ -1,4 +1,5 @@
-//! [`UnitQueue`] on Redis: every transition is one call of `transition.lua`.
+//! [`UnitQueue`] on Redis: every transition is one call of the transition
+//! script (`lua/transition/`, joined in `scripts.rs`).
 
 use std::time::Duration;
 

@@ -4,8 +4,25 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Unit-queue transitions (the seed's `transition.lua`, extended).
-pub(crate) static TRANSITION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/transition.lua")));
+/// Unit-queue transitions: one script (rspec-hopper's `transition.lua`,
+/// extended), kept as one file per part (helpers, one per mode, the
+/// dispatch) and joined here in order: later parts use what earlier ones define.
+pub(crate) static TRANSITION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/transition/prelude.lua"),
+        include_str!("../lua/transition/helpers.lua"),
+        include_str!("../lua/transition/events.lua"),
+        include_str!("../lua/transition/reserve.lua"),
+        include_str!("../lua/transition/heartbeat.lua"),
+        include_str!("../lua/transition/finalize.lua"),
+        include_str!("../lua/transition/requeue.lua"),
+        include_str!("../lua/transition/abandon.lua"),
+        include_str!("../lua/transition/release.lua"),
+        include_str!("../lua/transition/liveness.lua"),
+        include_str!("../lua/transition/append_event.lua"),
+        include_str!("../lua/transition/dispatch.lua"),
+    ))
+});
 /// Run initialisation (leader election).
 pub(crate) static INITIALIZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/initialize.lua")));
 /// A run's counters.

@@ -11,12 +11,13 @@
 //! | `HOT_BUDGET_PER_WORKER` | most hot accounts one worker keeps; beyond it the least recently active session-less hot accounts are demoted to warm | `500` |
 //! | `LEASE_TTL` | lease and worker-registration time-to-live; leases are renewed every third of it | `30s` |
 //! | `IDLE_REISSUE` | a hot account's INBOX watch (IMAP IDLE) is re-issued after this, whatever keepalives the server sends; must stay under 29 minutes | `25m` |
+//! | `RECONCILE_INTERVAL` | how often the live set is reconciled with the accounts table | `30s` |
 //! | `REDIS_URL` | the Redis backend (`redis://...`); absent: the in-memory backend (one process) | absent |
 //! | `REDIS_KEY_PREFIX` | prefix of every Redis key | `leasehold` |
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
 //!
 //! Durations in seconds accept a plain number (`60`, `1.5`) or a suffix
-//! (`500ms`, `60s`, `2m`, `1h`); the `_H` and `_MIN` variables take a plain
+//! (`500ms`, `60s`, `2m`, `1h 30m`: humantime's syntax, as hopper's options); the `_H` and `_MIN` variables take a plain
 //! number of hours or minutes (or a suffixed duration).
 //!
 //! **The cold window.** `TIER_COLD_AFTER_H` (7 days by default) is the choice
@@ -26,6 +27,10 @@
 
 use std::time::Duration;
 
+pub use leasehold_core::backend_url::redact_url;
+use leasehold_core::backend_url::{is_redis_url, REDIS_SCHEMES_HELP};
+use leasehold_core::duration::{parse_duration, DurationError, PlainUnit};
+use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::WorkerId;
 
 use crate::errors::ConfigError;
@@ -53,6 +58,8 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// `IDLE_REISSUE`.
     pub idle_reissue: Duration,
+    /// `RECONCILE_INTERVAL`.
+    pub reconcile_interval: Duration,
     /// `REDIS_URL`; `None` selects the in-memory backend.
     pub redis_url: Option<String>,
     /// `REDIS_KEY_PREFIX`; empty means the backend's default (`leasehold`).
@@ -73,6 +80,7 @@ impl Default for Config {
             hot_budget_per_worker: 500,
             lease_ttl: Duration::from_secs(30),
             idle_reissue: Duration::from_secs(25 * 60),
+            reconcile_interval: Duration::from_secs(30),
             redis_url: None,
             redis_key_prefix: String::new(),
             worker_id: None,
@@ -83,69 +91,12 @@ impl Default for Config {
 /// The longest an IMAP IDLE may run before servers drop it (RFC 2177: 29 minutes).
 pub const IDLE_LIMIT: Duration = Duration::from_secs(29 * 60);
 
-#[derive(Clone, Copy)]
-enum Unit {
-    Seconds,
-    Minutes,
-    Hours,
-}
-
-impl Unit {
-    fn factor(self) -> f64 {
-        match self {
-            Unit::Seconds => 1.0,
-            Unit::Minutes => 60.0,
-            Unit::Hours => 3600.0,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Unit::Seconds => "seconds",
-            Unit::Minutes => "minutes",
-            Unit::Hours => "hours",
-        }
-    }
-}
-
-fn parse_duration(var: &'static str, value: &str, unit: Unit) -> Result<Duration, ConfigError> {
-    let invalid = || ConfigError::Invalid {
-        var,
-        value: value.to_string(),
-        expected: format!(
-            "a duration: a plain number of {} (e.g. 60 or 1.5) or a number with a unit (500ms, 60s, 2m, 1h)",
-            unit.name()
-        ),
-    };
-    let v = value.trim();
-    let (number, factor) = if let Some(n) = v.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = v.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = v.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = v.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (v, unit.factor())
-    };
-    let n: f64 = number.trim().parse().map_err(|_| invalid())?;
-    if !n.is_finite() || n < 0.0 {
-        return Err(invalid());
-    }
-    let secs = n * factor;
-    if secs > 10.0 * 365.0 * 86400.0 {
-        return Err(ConfigError::Invalid {
-            var,
-            value: value.to_string(),
-            expected: "a duration of at most 10 years".into(),
-        });
-    }
-    let d = Duration::from_secs_f64(secs);
-    if d.as_millis() == 0 {
-        return Err(ConfigError::Zero { var, value: d });
-    }
-    Ok(d)
+/// Reads one duration setting (see [`parse_duration`] for the syntax).
+fn read_duration(var: &'static str, value: &str, unit: PlainUnit) -> Result<Duration, ConfigError> {
+    parse_duration(value, unit).map_err(|e| match e {
+        DurationError::Zero { value, .. } => ConfigError::Zero { var, value },
+        other => ConfigError::Invalid { var, value: value.to_string(), expected: other.to_string() },
+    })
 }
 
 impl Config {
@@ -155,24 +106,26 @@ impl Config {
     }
 
     /// Reads settings through `lookup` (a variable name to its value, `None`
-    /// when unset; empty values count as unset) and validates them.
+    /// when unset; empty values count as unset, except an empty `REDIS_URL`,
+    /// which is an error) and validates them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
         let mut c = Config::default();
-        let dur = |var: &'static str, unit: Unit, slot: &mut Duration| -> Result<(), ConfigError> {
+        let dur = |var: &'static str, unit: PlainUnit, slot: &mut Duration| -> Result<(), ConfigError> {
             if let Some(v) = get(var) {
-                *slot = parse_duration(var, &v, unit)?;
+                *slot = read_duration(var, &v, unit)?;
             }
             Ok(())
         };
-        dur("POLL_WARM", Unit::Seconds, &mut c.poll_warm)?;
-        dur("POLL_COLD", Unit::Seconds, &mut c.poll_cold)?;
-        dur("TIER_EVAL_INTERVAL", Unit::Seconds, &mut c.tier_eval_interval)?;
-        dur("TIER_HOT_ACTIVITY_H", Unit::Hours, &mut c.tier_hot_activity)?;
-        dur("TIER_COLD_AFTER_H", Unit::Hours, &mut c.tier_cold_after)?;
-        dur("TIER_SESSION_GRACE_MIN", Unit::Minutes, &mut c.tier_session_grace)?;
-        dur("LEASE_TTL", Unit::Seconds, &mut c.lease_ttl)?;
-        dur("IDLE_REISSUE", Unit::Seconds, &mut c.idle_reissue)?;
+        dur("POLL_WARM", PlainUnit::Seconds, &mut c.poll_warm)?;
+        dur("POLL_COLD", PlainUnit::Seconds, &mut c.poll_cold)?;
+        dur("TIER_EVAL_INTERVAL", PlainUnit::Seconds, &mut c.tier_eval_interval)?;
+        dur("TIER_HOT_ACTIVITY_H", PlainUnit::Hours, &mut c.tier_hot_activity)?;
+        dur("TIER_COLD_AFTER_H", PlainUnit::Hours, &mut c.tier_cold_after)?;
+        dur("TIER_SESSION_GRACE_MIN", PlainUnit::Minutes, &mut c.tier_session_grace)?;
+        dur("LEASE_TTL", PlainUnit::Seconds, &mut c.lease_ttl)?;
+        dur("IDLE_REISSUE", PlainUnit::Seconds, &mut c.idle_reissue)?;
+        dur("RECONCILE_INTERVAL", PlainUnit::Seconds, &mut c.reconcile_interval)?;
         if let Some(v) = get("HOT_BUDGET_PER_WORKER") {
             c.hot_budget_per_worker = v.trim().parse().map_err(|_| ConfigError::Invalid {
                 var: "HOT_BUDGET_PER_WORKER",
@@ -180,21 +133,28 @@ impl Config {
                 expected: "a whole number of accounts, 0 or more (e.g. 500)".into(),
             })?;
         }
+        // Set but empty is a mistake (a CI secret that did not expand), not
+        // a request for one process's private memory backend.
+        if lookup("REDIS_URL").is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_URL",
+                value: String::new(),
+                expected: "a redis:// URL: it is set but empty (unset it to use the in-memory backend)".into(),
+            });
+        }
         if let Some(v) = get("REDIS_URL") {
             let v = v.trim().to_string();
-            let schemes = ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"];
-            if !schemes.iter().any(|s| v.starts_with(s)) {
+            if !is_redis_url(&v) {
                 return Err(ConfigError::Invalid {
                     var: "REDIS_URL",
                     value: redact_url(&v),
-                    expected: "a redis://, rediss:// or redis+cluster:// URL (unset it to use the in-memory backend)"
-                        .into(),
+                    expected: format!("{REDIS_SCHEMES_HELP} (unset it to use the in-memory backend)"),
                 });
             }
             c.redis_url = Some(v);
         }
         if let Some(v) = get("REDIS_KEY_PREFIX") {
-            if v.chars().any(|ch| ch.is_control() || ch.is_whitespace() || ch == '{' || ch == '}') {
+            if !v.chars().all(is_key_safe_char) {
                 return Err(ConfigError::Invalid {
                     var: "REDIS_KEY_PREFIX",
                     value: v,
@@ -224,6 +184,7 @@ impl Config {
             ("TIER_COLD_AFTER_H", self.tier_cold_after),
             ("TIER_SESSION_GRACE_MIN", self.tier_session_grace),
             ("IDLE_REISSUE", self.idle_reissue),
+            ("RECONCILE_INTERVAL", self.reconcile_interval),
         ] {
             if d.as_millis() == 0 {
                 return Err(ConfigError::Zero { var, value: d });
@@ -266,20 +227,6 @@ impl Config {
     /// How often leases are renewed (and the worker re-registered): a third of the TTL.
     pub fn renew_interval(&self) -> Duration {
         self.lease_ttl / 3
-    }
-}
-
-/// `url` with any password replaced by `***`, for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
     }
 }
 
@@ -339,6 +286,8 @@ mod tests {
         assert!(e.contains("HOT_BUDGET_PER_WORKER"), "{e}");
         let e = from(&[("REDIS_URL", "http://user:secret@x")]).unwrap_err().to_string();
         assert!(e.contains("REDIS_URL") && !e.contains("secret"), "{e}");
+        let e = from(&[("REDIS_URL", " ")]).unwrap_err().to_string();
+        assert!(e.contains("REDIS_URL") && e.contains("set but empty"), "{e}");
         let e = from(&[("IDLE_REISSUE", "30m")]).unwrap_err().to_string();
         assert!(e.contains("29 minutes"), "{e}");
         let e = from(&[("WORKER_ID", "a b")]).unwrap_err().to_string();

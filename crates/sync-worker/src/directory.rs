@@ -1,12 +1,15 @@
 //! Which user owns which account. The SQL storage implements
-//! [`AccountDirectory`] in a later issue; [`MemoryDirectory`] serves tests,
-//! benchmarks and the in-memory deployment.
+//! [`AccountDirectory`] ([`crate::storage::Storage`]); with the `test-support`
+//! feature, `MemoryDirectory` serves tests and benchmarks.
 
+#[cfg(feature = "test-support")]
 use std::collections::HashMap;
+#[cfg(feature = "test-support")]
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use leasehold_core::{LeaseKey, UserId};
+#[cfg(feature = "test-support")]
 use parking_lot::RwLock;
 
 use crate::errors::DirectoryError;
@@ -29,11 +32,13 @@ pub trait AccountDirectory: Send + Sync + 'static {
 }
 
 /// An in-memory directory. Cheap to clone; clones share state.
+#[cfg(feature = "test-support")]
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDirectory {
     map: Arc<RwLock<HashMap<LeaseKey, UserId>>>,
 }
 
+#[cfg(feature = "test-support")]
 impl MemoryDirectory {
     /// An empty directory.
     pub fn new() -> Self {
@@ -51,6 +56,7 @@ impl MemoryDirectory {
     }
 }
 
+#[cfg(feature = "test-support")]
 #[async_trait]
 impl AccountDirectory for MemoryDirectory {
     async fn user_of(&self, account: &LeaseKey) -> Result<Option<UserId>, DirectoryError> {

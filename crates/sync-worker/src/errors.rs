@@ -34,26 +34,52 @@ pub enum ConfigError {
     },
 }
 
+/// A boxed cause, kept whole so callers can tell a transport error from a
+/// refusal (`#[source]`, never flattened into a string).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// The mail source (the IMAP engine, or a scripted stand-in) failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// Could not connect to (or log in to) the account's server.
-    #[error("account {account}: connect failed: {detail}")]
+    /// Could not reach the account's server (TCP, TLS or the greeting).
+    #[error("account {account}: could not connect to {server}")]
     Connect {
         /// The account.
         account: LeaseKey,
-        /// What went wrong.
-        detail: String,
+        /// `host:port`.
+        server: String,
+        /// Why.
+        #[source]
+        source: BoxError,
     },
-    /// A poll or watch on an open connection failed; reconnect.
-    #[error("account {account}: {op} failed: {detail}")]
+    /// The server refused the login. Retrying soon will not help: the
+    /// password or the username must change.
+    #[error("account {account}: authentication failed: {answer}")]
+    Auth {
+        /// The account.
+        account: LeaseKey,
+        /// The server's answer.
+        answer: String,
+    },
+    /// A command on an open connection failed; reconnect.
+    #[error("account {account}: {op} failed")]
     Io {
         /// The account.
         account: LeaseKey,
-        /// The operation (`poll`, `watch`, ...).
-        op: &'static str,
-        /// What went wrong.
-        detail: String,
+        /// The operation (`poll`, `watch`, `SELECT INBOX`, ...).
+        op: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// Storage failed (not a fencing rejection: that is [`SourceError::Fenced`]).
+    #[error("account {account}: storage failed")]
+    Storage {
+        /// The account.
+        account: LeaseKey,
+        /// Why.
+        #[source]
+        source: crate::storage::StorageError,
     },
     /// Storage rejected a write because a newer owner (higher fencing token) has written.
     #[error("account {account}: write with fencing token {token} rejected: a newer owner holds token {current}; this worker has lost the account")]
@@ -67,14 +93,23 @@ pub enum SourceError {
     },
 }
 
+impl SourceError {
+    /// Whether retrying soon is pointless (a refused login): the runner then
+    /// waits a whole poll interval instead of backing off from one second.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, SourceError::Auth { .. })
+    }
+}
+
 /// Looking up which user owns an account failed.
 #[derive(Debug, thiserror::Error)]
-#[error("account directory: {op} failed: {detail}")]
+#[error("account directory: {op} failed")]
 pub struct DirectoryError {
     /// The operation.
     pub op: &'static str,
-    /// What went wrong.
-    pub detail: String,
+    /// Why.
+    #[source]
+    pub source: BoxError,
 }
 
 /// Anything the coordinator or the binary can fail with.
@@ -96,19 +131,24 @@ pub enum SyncError {
     #[error(transparent)]
     Directory(#[from] DirectoryError),
     /// The backend named by `REDIS_URL` could not be set up.
-    #[error("backend {url}: {detail}")]
+    #[error("backend {url}: check REDIS_URL and that Redis is reachable")]
     Backend {
         /// The URL (password removed).
         url: String,
-        /// What went wrong and what to do.
-        detail: String,
+        /// Why.
+        #[source]
+        source: BoxError,
     },
+    /// The SQL storage failed.
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
     /// The coordinator task ended abnormally (panicked or was aborted).
-    #[error("coordinator of worker {worker} ended abnormally: {detail}")]
+    #[error("coordinator of worker {worker} ended abnormally")]
     Coordinator {
         /// The worker.
         worker: String,
-        /// What happened.
-        detail: String,
+        /// The panic or the abort.
+        #[source]
+        source: tokio::task::JoinError,
     },
 }

@@ -271,9 +271,15 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                         break RunnerExit::Fenced;
                     }
                     Err(e) => {
-                        let backoff = retry.map_or(ctx.settings.retry_base, |(_, b)| b);
-                        tracing::warn!(%account, %scope, error = %e, retry_in = ?backoff, "periodic poll failed");
-                        ctx.status.lock().last_error = Some(e.to_string());
+                        // A refused login will not heal in a second: wait a whole interval.
+                        let backoff = if e.is_permanent() {
+                            ctx.settings.interval(tier)
+                        } else {
+                            retry.map_or(ctx.settings.retry_base, |(_, b)| b)
+                        };
+                        let backoff = jitter(backoff);
+                        tracing::warn!(%account, %scope, error = %error_chain(&e), retry_in = ?backoff, "periodic poll failed");
+                        ctx.status.lock().last_error = Some(error_chain(&e));
                         let next = (backoff * 2).min(ctx.settings.interval(tier));
                         retry = Some((Instant::now() + backoff, next));
                     }
@@ -292,8 +298,8 @@ async fn transient_poll(ctx: &Ctx, scope: Scope) -> Result<(), SourceError> {
     if ctx.deadline.passed() {
         return Err(SourceError::Io {
             account: ctx.fence.account.clone(),
-            op: "poll",
-            detail: "lease deadline passed before the poll".into(),
+            op: "poll".into(),
+            source: "lease deadline passed before the poll".into(),
         });
     }
     let report = conn.poll(scope).await?;
@@ -353,10 +359,36 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
                 status.lock().last_error = Some(err.to_string());
                 return;
             }
-            tracing::warn!(account = %fence.account, error = %err, retry_in = ?backoff, "INBOX watch failed; reconnecting");
-            status.lock().last_error = Some(err.to_string());
-            tokio::time::sleep(backoff).await;
+            let wait = jitter(if err.is_permanent() { settings.poll_warm } else { backoff });
+            tracing::warn!(account = %fence.account, error = %error_chain(&err), retry_in = ?wait, "INBOX watch failed; reconnecting");
+            status.lock().last_error = Some(error_chain(&err));
+            tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(settings.poll_warm.max(settings.retry_base));
         }
     }))
+}
+
+/// `d` less up to a fifth at random, so that accounts failing together do
+/// not retry in step.
+fn jitter(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    let fraction = (h.finish() % 1000) as u32;
+    d - d / 5 * fraction / 1000
+}
+
+/// An error with its causes, `a: b: c`, for `last_error` and logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }

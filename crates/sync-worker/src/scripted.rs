@@ -234,7 +234,11 @@ impl MailSource for ScriptedSource {
         let account = state.accounts.entry(fence.account.clone()).or_insert_with(Account::new);
         if account.fail_connects > 0 {
             account.fail_connects -= 1;
-            return Err(SourceError::Connect { account: fence.account.clone(), detail: "scripted failure".into() });
+            return Err(SourceError::Connect {
+                account: fence.account.clone(),
+                server: "scripted".into(),
+                source: "scripted failure".into(),
+            });
         }
         let mail = account.mail_seq.subscribe();
         self.record(&mut state, fence, Activity::Connect, true);
@@ -281,8 +285,8 @@ impl MailConnection for ScriptedConnection {
         }
         self.mail.changed().await.map_err(|_| SourceError::Io {
             account: self.fence.account.clone(),
-            op: "watch",
-            detail: "scripted source dropped".into(),
+            op: "watch".into(),
+            source: "scripted source dropped".into(),
         })
     }
 }

@@ -32,10 +32,7 @@ pub async fn connect_store(config: &Config) -> Result<Arc<dyn LeaseStore>, SyncE
                 leasehold_redis::RedisConfig::new(url.clone()).with_prefix(prefix),
             )
             .await
-            .map_err(|e| SyncError::Backend {
-                url: redact_url(url),
-                detail: format!("{e}: check REDIS_URL and that Redis is reachable"),
-            })?;
+            .map_err(|e| SyncError::Backend { url: redact_url(url), source: Box::new(e) })?;
             Ok(Arc::new(store))
         }
     }

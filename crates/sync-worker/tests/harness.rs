@@ -2,8 +2,12 @@
 //! what a real IMAP client sees of a private Dovecot, and fresh Postgres
 //! databases. These fail, never skip, when Dovecot or Postgres is missing.
 
+use std::time::{Duration, Instant};
+
 use sync_worker::testing::mail_gen::{self, MailGen};
-use sync_worker::testing::{unique_name, Dovecot, ImapSession, Postgres, PostgresServer};
+use sync_worker::testing::{
+    unique_name, Dovecot, DovecotOptions, ImapProxy, ImapSession, Postgres, PostgresServer, SPECIAL_FOLDERS,
+};
 
 fn dovecot_with(user: &str) -> Dovecot {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("start Dovecot: {e}"));
@@ -221,7 +225,192 @@ fn a_private_postgres_survives_a_kill_and_restart_with_committed_data() {
 
 #[test]
 fn unique_names_are_unique_and_plain() {
+    if std::env::var_os("HARNESS_CHILD_USES_POSTGRES").is_some() {
+        // Run as a child of the leftover test: a new process's first database.
+        drop(Postgres::fresh("child").unwrap_or_else(|e| panic!("{e}")));
+    }
     let (a, b) = (unique_name("Some Test::name"), unique_name("Some Test::name"));
     assert_ne!(a, b);
     assert!(a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{a}");
+}
+
+#[test]
+fn an_idling_client_hears_of_new_mail_at_once() {
+    let dovecot = dovecot_with("jack");
+    let mut idler = dovecot.imap("jack").expect("login");
+    idler.ok("SELECT INBOX").expect("select");
+    assert_eq!(dovecot.idle_sessions().expect("count"), 0);
+    idler.idle_start().expect("idle");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dovecot.idle_sessions().expect("count") != 1 {
+        assert!(Instant::now() < deadline, "the idling session is never seen as IDLE");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(idler.idle_wait(Duration::from_millis(200)).expect("quiet"), None, "nothing happened yet");
+
+    let appended_at = Instant::now();
+    dovecot.append("jack", "INBOX", &mail_gen::message(6, 0).raw).expect("append from another client");
+    let heard = idler.idle_wait(Duration::from_secs(2)).expect("wait");
+    assert_eq!(heard.as_deref(), Some("* 1 EXISTS"), "after {:?}", appended_at.elapsed());
+
+    dovecot.expunge("jack", "INBOX", &["all"]).expect("doveadm expunge");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut heard = Vec::new();
+    // "* 1 RECENT" may still trail the EXISTS.
+    while !heard.iter().any(|l| l == "* 1 EXPUNGE") {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match idler.idle_wait(wait).expect("wait") {
+            Some(line) => heard.push(line),
+            None => panic!("no EXPUNGE within 2 s of doveadm expunge: {heard:?}"),
+        }
+    }
+    assert!(idler.idle_done().expect("done").is_ok());
+}
+
+#[test]
+fn flags_internal_dates_and_many_folders_are_set_as_asked() {
+    let dovecot = dovecot_with("kim");
+    let folders: Vec<String> = (0..20).map(|i| format!("Projects/p{i:02}")).collect();
+    dovecot.create_folders("kim", &folders.iter().map(String::as_str).collect::<Vec<_>>()).expect("create");
+    let at = 1_718_454_645; // 2024-06-15 12:30:45 UTC
+    dovecot
+        .append_with("kim", "Projects/p07", &["\\Seen", "$Important"], Some(at), &mail_gen::message(7, 0).raw)
+        .expect("append with flags and date");
+
+    let mut imap = dovecot.imap("kim").expect("login");
+    let list = imap.ok(r#"LIST "" "Projects/*""#).expect("list");
+    assert_eq!(list.untagged.len(), 20, "{:?}", list.untagged);
+    imap.ok("SELECT Projects/p07").expect("select");
+    let fetch = imap.ok("UID FETCH 1 (FLAGS INTERNALDATE)").expect("fetch");
+    let line = fetch.lines_of("1 FETCH").next().expect("a FETCH line");
+    assert!(line.contains("\\Seen") && line.contains("$Important"), "{line}");
+    assert!(line.contains(r#"INTERNALDATE "15-Jun-2024 12:30:45 +0000""#), "{line}");
+}
+
+#[test]
+fn a_restart_drops_every_connection_and_keeps_the_mail() {
+    let dovecot = dovecot_with("lee");
+    dovecot.append("lee", "INBOX", &mail_gen::message(8, 0).raw).expect("append");
+    let mut before = dovecot.imap("lee").expect("login");
+    before.ok("SELECT INBOX").expect("select");
+
+    // anvil, behind doveadm who, learns of a login a moment after it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let old_imap = loop {
+        let pids = imap_pids(&dovecot, "lee");
+        if !pids.is_empty() || Instant::now() > deadline {
+            break pids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(old_imap.len(), 1, "one imap process serves the connection");
+
+    dovecot.restart().expect("restart");
+
+    assert!(imap_pids(&dovecot, "lee").is_empty(), "no imap process survives the restart");
+    let noop = before.command("NOOP");
+    assert!(noop.is_err(), "the old connection is gone: {noop:?}");
+    assert!(!std::path::Path::new(&format!("/proc/{}", old_imap[0])).exists(), "the old imap process is gone");
+    let mut after = dovecot.imap("lee").expect("login after the restart");
+    let select = after.ok("SELECT INBOX").expect("select");
+    assert!(select.untagged.iter().any(|l| l == "* 1 EXISTS"), "{:?}", select.untagged);
+    assert!(dovecot.log_tail().contains("starting up"), "the log is kept: {}", dovecot.log_tail());
+}
+
+/// The pids of `user`'s imap processes, from `doveadm who` (the tool's own view).
+fn imap_pids(dovecot: &Dovecot, user: &str) -> Vec<u32> {
+    let who = dovecot.doveadm(&["who", "-1"]).expect("doveadm who");
+    who.lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|fields| fields.first() == Some(&user))
+        .filter_map(|fields| fields.get(2)?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn the_proxy_records_every_command_and_can_cut_connections() {
+    let dovecot = dovecot_with("mia");
+    let proxy = ImapProxy::start(dovecot.port()).expect("proxy");
+    let mut imap = ImapSession::login(proxy.port(), "mia", "secret").expect("login through the proxy");
+    imap.append("INBOX", &["\\Seen"], &mail_gen::message(10, 0).raw).expect("append a literal through it");
+    imap.ok("SELECT INBOX").expect("select");
+    imap.ok("UID FETCH 1 (FLAGS)").expect("fetch");
+    imap.idle_start().expect("idle");
+    imap.idle_done().expect("done");
+
+    let verbs: Vec<String> = proxy.commands().into_iter().map(|c| c.verb).collect();
+    assert_eq!(verbs, ["LOGIN", "APPEND", "SELECT", "UID FETCH", "IDLE", "DONE"]);
+    assert!(!proxy.commands()[0].line.contains("secret"), "no password is recorded");
+    assert_eq!((proxy.count("UID FETCH"), proxy.count("FETCH"), proxy.connections()), (1, 0, 1));
+
+    proxy.clear();
+    proxy.cut_all();
+    assert!(imap.command("NOOP").is_err(), "the cut connection is gone");
+    assert!(proxy.commands().iter().all(|c| c.verb == "NOOP"));
+    ImapSession::login(proxy.port(), "mia", "secret").expect("a new connection goes through").ok("NOOP").expect("noop");
+    assert_eq!(proxy.connections(), 2);
+}
+
+#[test]
+fn a_database_left_by_a_killed_process_is_dropped_by_the_next() {
+    // A process that dies without running Drop: its database stays behind.
+    let leftover = format!("lh_harness_leftover_{}_0_0", dead_pid());
+    let server = Postgres::fresh("harness_probe").unwrap_or_else(|e| panic!("{e}"));
+    server.execute(&format!("CREATE DATABASE \"{leftover}\"")).expect("create the leftover");
+    let exists = format!("SELECT count(*) FROM pg_database WHERE datname = '{leftover}'");
+    assert_eq!(server.query_one(&exists).expect("catalog"), "1");
+
+    // The cleanup runs once per process and server: this test's private server is new to it.
+    let own = PostgresServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let probe = own.fresh_database("probe").expect("fresh");
+    probe.execute(&format!("CREATE DATABASE \"{leftover}\"")).expect("create the leftover on it");
+    let live = format!("lh_harness_live_{}_0_0", std::process::id());
+    probe.execute(&format!("CREATE DATABASE \"{live}\"")).expect("a live process's database");
+    drop(probe);
+    let next = own.fresh_database("next").expect("fresh again");
+    assert_eq!(next.query_one(&exists).expect("catalog"), "1", "the cleanup ran only once for this server");
+
+    // A new process (the harness itself, run in a child) cleans up on first use.
+    let status = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "unique_names_are_unique_and_plain", "--quiet"])
+        .env("TEST_POSTGRES_URL", own.url())
+        .env("HARNESS_CHILD_USES_POSTGRES", "1")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run a child test process");
+    assert!(status.success());
+    assert_eq!(next.query_one(&exists).expect("catalog"), "0", "the dead process's database is dropped");
+    let live_exists = format!("SELECT count(*) FROM pg_database WHERE datname = '{live}'");
+    assert_eq!(next.query_one(&live_exists).expect("catalog"), "1", "a live process's database is kept");
+    next.execute(&format!("DROP DATABASE \"{live}\"")).expect("clean up");
+    server.execute(&format!("DROP DATABASE \"{leftover}\"")).expect("clean up the machine's server");
+}
+
+/// A pid no process has: one past the kernel's limit.
+fn dead_pid() -> u64 {
+    let max: u64 =
+        std::fs::read_to_string("/proc/sys/kernel/pid_max").expect("pid_max").trim().parse().expect("a number");
+    max + 1
+}
+
+#[test]
+fn a_plainer_dovecot_hides_idle_condstore_qresync_and_special_use() {
+    let mut options = DovecotOptions::without(&["IDLE", "CONDSTORE", "QRESYNC"]);
+    options.special_use = false;
+    let dovecot = Dovecot::start_with(&options).unwrap_or_else(|e| panic!("{e}"));
+    dovecot.add_user("old", "secret").expect("add a user");
+    let mut imap = dovecot.imap("old").expect("login");
+    let reply = imap.ok("CAPABILITY").expect("capability");
+    let caps: Vec<&str> = reply.lines_of("CAPABILITY").next().expect("a CAPABILITY line").split(' ').collect();
+    for hidden in ["IDLE", "CONDSTORE", "QRESYNC"] {
+        assert!(!caps.contains(&hidden), "{hidden} is still offered: {caps:?}");
+    }
+    assert!(caps.contains(&"UIDPLUS") && caps.contains(&"SPECIAL-USE"), "the rest is kept: {caps:?}");
+
+    let list = imap.ok(r#"LIST "" "*""#).expect("list");
+    for (name, flag) in SPECIAL_FOLDERS {
+        let line = list.untagged.iter().find(|l| l.ends_with(&format!("\"/\" {name}"))).expect("the folder exists");
+        assert!(!line.contains(flag), "{name} carries no special-use flag: {line}");
+    }
 }

@@ -17,7 +17,7 @@ use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use super::AgentError;
 use crate::errors::HopperError;
 use crate::observer::AttemptEnd;
-use crate::runner::{fenced_off, millis, retrying, Shared};
+use crate::runner::{fenced_off, hand_back, millis, Shared};
 
 /// Requests in the agent's pipe at once: the running test and the next, so
 /// the agent starts the next without waiting for hopper.
@@ -98,14 +98,9 @@ impl Slot {
             }
             if self.buffer.is_empty() && self.sent.is_empty() {
                 self.flush().await?;
-                let progress = retrying("progress", || shared.queue.progress(&config.run)).await?;
+                let progress = shared.queue.progress(&config.run).await?;
                 match progress {
-                    None => {
-                        return Err(HopperError::Corrupt {
-                            run: config.run.clone(),
-                            detail: "the run no longer exists".into(),
-                        })
-                    }
+                    None => return Err(HopperError::StateLost { run: config.run.clone() }),
                     Some(p) if p.is_complete() => {
                         shared.wake.notify_waiters();
                         if let Some(mut agent) = self.agent.take() {
@@ -158,9 +153,7 @@ impl Slot {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         let want = self.prefetch();
-        let batch =
-            retrying("reserve", || shared.queue.reserve_batch(&config.run, &config.worker, want, config.reclaim_after))
-                .await?;
+        let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, config.reclaim_after).await?;
         for unit in &batch.exhausted {
             shared.observer.attempt_ended(
                 unit,
@@ -171,7 +164,8 @@ impl Slot {
             shared.wake.notify_waiters();
         }
         if batch.corrupt && batch.deliveries.is_empty() {
-            return Err(HopperError::Corrupt { run: config.run.clone(), detail: "reserve replied CORRUPT".into() });
+            // The worker joined the run, so its state existed: it was lost since.
+            return Err(HopperError::StateLost { run: config.run.clone() });
         }
         let got = !batch.deliveries.is_empty() || !batch.exhausted.is_empty();
         shared.running.lock().extend(batch.deliveries.iter().map(|d| d.unit.clone()));
@@ -367,7 +361,7 @@ impl Slot {
                 "output": output,
             })),
         };
-        match retrying("requeue", || shared.queue.requeue(run, worker, delivery, &request)).await? {
+        match shared.queue.requeue(run, worker, delivery, &request).await? {
             RequeueReply::Requeued { retry_index } => {
                 shared.summary.lock().retried += 1;
                 let note = format!("{detail}; retry {retry_index}");
@@ -394,7 +388,7 @@ impl Slot {
         let (run, worker) = (&shared.config.run, &shared.config.worker);
         let done = std::mem::take(&mut self.done);
         let items: Vec<(Delivery, FinalizeRequest)> = done.iter().map(|(d, r, _)| (d.clone(), r.clone())).collect();
-        let replies = retrying("finalize", || shared.queue.finalize_batch(run, worker, &items)).await?;
+        let replies = shared.queue.finalize_batch(run, worker, &items).await?;
         for ((delivery, _, duration), reply) in done.iter().zip(replies) {
             match reply {
                 Ack::Ok => {
@@ -446,32 +440,10 @@ impl Slot {
         if held.is_empty() {
             return;
         }
-        let shared = Arc::clone(&self.shared);
-        let (run, worker) = (&shared.config.run, &shared.config.worker);
         for delivery in &held {
             self.untrack(delivery);
         }
-        match shared.queue.release_batch(run, worker, &held).await {
-            Ok(replies) => {
-                for (delivery, reply) in held.iter().zip(replies) {
-                    match reply {
-                        Ack::Ok => {
-                            shared.summary.lock().abandoned += 1;
-                            shared.observer.attempt_ended(
-                                &delivery.unit,
-                                AttemptEnd::Abandoned,
-                                Duration::ZERO,
-                                Some("handed back on the way out"),
-                            );
-                        }
-                        reply => fenced_off(&shared, delivery, "release", reply).await,
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, units = held.len(), "could not hand the units back; they are reclaimed after --timeout")
-            }
-        }
+        hand_back(&self.shared, &held, Duration::ZERO).await;
     }
 }
 

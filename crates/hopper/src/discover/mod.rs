@@ -24,8 +24,8 @@ use std::str::FromStr;
 use leasehold_core::{UnitId, UnitSpec};
 
 use crate::agent::plugins::Plugins;
-use crate::command::PLACEHOLDER;
 use crate::errors::UnitsError;
+use crate::template::PLACEHOLDER;
 
 /// A tool that can list its own tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use leasehold_core::UnitId;
 
-use crate::errors::UnitsError;
+use crate::errors::{ListingError, UnitsError};
 
 use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -66,8 +66,10 @@ pub async fn list(command: &[String]) -> Result<(String, Listing, NextestTests),
         return Err(failed(shown, &output));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let (listing, tests) =
-        parse(&stdout).map_err(|detail| UnitsError::DiscoverParse { command: shown.clone(), detail })?;
+    let (listing, tests) = parse(&stdout).map_err(|detail| UnitsError::DiscoverParse {
+        command: shown.clone(),
+        source: ListingError::Inconsistent(detail),
+    })?;
     Ok((shown, listing, tests))
 }
 

@@ -5,7 +5,7 @@
 
 use crate::agent::child::{AgentChild, AgentCommand, NotReady};
 use crate::agent::plugins::Plugins;
-use crate::errors::UnitsError;
+use crate::errors::{ListingError, UnitsError};
 
 use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -53,18 +53,20 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     }
     let counted = collected_count(&stdout).ok_or_else(|| UnitsError::DiscoverParse {
         command: shown.clone(),
-        detail: "pytest printed no \"N tests collected\" line".into(),
+        source: ListingError::Inconsistent("pytest printed no \"N tests collected\" line".into()),
     })?;
     let text = std::fs::read_to_string(&out).map_err(|error| UnitsError::DiscoverParse {
         command: shown.clone(),
-        detail: format!(
+        source: ListingError::Inconsistent(format!(
             "hopper's plugin wrote no node ids to {} ({error}): was `-p {}` disabled?",
             out.display(),
             Plugins::PYTEST_MODULE
-        ),
+        )),
     })?;
-    let (ids, _) =
-        parse_collected(&text).map_err(|detail| UnitsError::DiscoverParse { command: shown.clone(), detail })?;
+    let (ids, _) = parse_collected(&text).map_err(|detail| UnitsError::DiscoverParse {
+        command: shown.clone(),
+        source: ListingError::Inconsistent(detail),
+    })?;
     Ok((shown, Listing { ids, counted }))
 }
 
@@ -97,7 +99,10 @@ pub async fn list_with_agent(
         }
         Err(NotReady::Protocol(got)) => {
             child.kill().await;
-            return Err(UnitsError::DiscoverParse { command: shown, detail: format!("agent protocol version {got}") });
+            return Err(UnitsError::DiscoverParse {
+                command: shown,
+                source: ListingError::Inconsistent(format!("agent protocol version {got}")),
+            });
         }
     }
     let collected = std::fs::read_to_string(&out).map_err(|error| error.to_string()).and_then(|t| parse_collected(&t));
@@ -105,7 +110,7 @@ pub async fn list_with_agent(
         Ok((ids, counted)) => Ok((shown, Listing { ids, counted }, child)),
         Err(detail) => {
             child.kill().await;
-            Err(UnitsError::DiscoverParse { command: shown, detail })
+            Err(UnitsError::DiscoverParse { command: shown, source: ListingError::Inconsistent(detail) })
         }
     }
 }

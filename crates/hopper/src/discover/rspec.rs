@@ -3,7 +3,7 @@
 //! mix into it); `summary.example_count` gives the count.
 
 use crate::agent::plugins::Plugins;
-use crate::errors::UnitsError;
+use crate::errors::{ListingError, UnitsError};
 
 use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -29,9 +29,12 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     }
     let text = std::fs::read_to_string(&out).map_err(|error| UnitsError::DiscoverParse {
         command: shown.clone(),
-        detail: format!("rspec wrote no JSON to {} ({error})", out.display()),
+        source: ListingError::Inconsistent(format!("rspec wrote no JSON to {} ({error})", out.display())),
     })?;
-    let listing = parse(&text).map_err(|detail| UnitsError::DiscoverParse { command: shown.clone(), detail })?;
+    let listing = parse(&text).map_err(|detail| UnitsError::DiscoverParse {
+        command: shown.clone(),
+        source: ListingError::Inconsistent(detail),
+    })?;
     Ok((shown, listing))
 }
 

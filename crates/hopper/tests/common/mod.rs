@@ -10,21 +10,19 @@ pub fn hopper_bin() -> &'static str {
     env!("CARGO_BIN_EXE_hopper")
 }
 
-/// A `hopper` command run in `dir`, with no CI variables leaking in.
+/// What a child needs to find its programs and toolchains; nothing else of
+/// the test's own environment (CI variables, HOPPER_*, the outer test
+/// runner's variables) reaches hopper.
+const KEPT_VARS: [&str; 5] = ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"];
+
+/// A `hopper` command run in `dir`, in a clean environment (see [`KEPT_VARS`]).
 pub fn hopper(dir: &Path) -> Command {
     let mut cmd = Command::new(hopper_bin());
-    cmd.current_dir(dir).stdin(Stdio::null());
-    for var in [
-        "HOPPER_BUILD",
-        "HOPPER_WORKER",
-        "HOPPER_QUEUE",
-        "HOPPER_TIMINGS",
-        "GITHUB_RUN_ID",
-        "BUILDKITE_BUILD_ID",
-        "CIRCLE_WORKFLOW_ID",
-        "CI_PIPELINE_ID",
-    ] {
-        cmd.env_remove(var);
+    cmd.current_dir(dir).stdin(Stdio::null()).env_clear();
+    for name in KEPT_VARS {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
     }
     cmd
 }
@@ -108,4 +106,43 @@ pub fn junit_cases(path: &Path) -> std::collections::BTreeMap<String, quick_juni
         assert!(cases.insert(case.name.to_string(), case.status.clone()).is_none(), "{:?} listed twice", case.name);
     }
     cases
+}
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+}
+
+/// Waits up to `within` for every process of `pids` to be gone; returns those still running.
+pub fn still_running(pids: &[i32], within: std::time::Duration) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let running: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if running.is_empty() || std::time::Instant::now() >= deadline {
+            return running;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The pids written, one per line, into the files of `dir`.
+pub fn pids_in(dir: &Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("pid dir") {
+        let text = std::fs::read_to_string(entry.expect("pid file").path()).unwrap_or_default();
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+    }
+    pids
+}
+
+/// Waits up to `within` until `path` holds at least `n` lines.
+pub fn wait_lines(path: &Path, n: usize, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_to_string(path).map(|t| t.lines().count() >= n).unwrap_or(false) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
 }

@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::{chown, Pid, User};
 
 use super::{find_binary, free_port, output, spawn, tail, HarnessError, ImapSession, Result};
@@ -29,6 +30,38 @@ const INSTALL: &str = "install Debian's dovecot-imapd package (`cargo xtask setu
 /// The special-use folders every user gets (RFC 6154), created and subscribed at login.
 pub const SPECIAL_FOLDERS: [(&str, &str); 5] =
     [("Drafts", "\\Drafts"), ("Sent", "\\Sent"), ("Trash", "\\Trash"), ("Junk", "\\Junk"), ("Archive", "\\Archive")];
+
+/// What Dovecot 2.3 offers after login, by default.
+const FULL_CAPABILITY: &str = "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT SORT=DISPLAY THREAD=REFERENCES \
+     THREAD=REFS THREAD=ORDEREDSUBJECT MULTIAPPEND URL-PARTIAL CATENATE UNSELECT CHILDREN NAMESPACE UIDPLUS \
+     LIST-EXTENDED I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES WITHIN CONTEXT=SEARCH LIST-STATUS BINARY \
+     MOVE SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW STATUS=SIZE SAVEDATE LITERAL+ NOTIFY SPECIAL-USE";
+
+/// How a [`Dovecot`] differs from the full-featured default, to test the
+/// engine's fallbacks (NOOP polling, flag rescans, folders found by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DovecotOptions {
+    /// Capabilities not to advertise after login (e.g. `IDLE`, `CONDSTORE`,
+    /// `QRESYNC`). Dovecot still answers such commands if a client sends
+    /// them anyway: a well-behaved client reads CAPABILITY first.
+    pub hidden_capabilities: Vec<String>,
+    /// Whether Sent, Drafts, Trash, Junk and Archive carry their RFC 6154
+    /// special-use flags (they exist and are subscribed either way).
+    pub special_use: bool,
+}
+
+impl Default for DovecotOptions {
+    fn default() -> Self {
+        Self { hidden_capabilities: Vec::new(), special_use: true }
+    }
+}
+
+impl DovecotOptions {
+    /// The default, minus these capabilities.
+    pub fn without(capabilities: &[&str]) -> Self {
+        Self { hidden_capabilities: capabilities.iter().map(|c| (*c).to_owned()).collect(), ..Self::default() }
+    }
+}
 
 /// Where an APPEND put a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +90,7 @@ pub struct MailboxStatus {
 pub struct Dovecot {
     dir: tempfile::TempDir,
     port: u16,
+    dovecot: PathBuf,
     doveadm: PathBuf,
     child: Mutex<Option<Child>>,
     /// name -> password, for the harness's own logins.
@@ -67,6 +101,11 @@ impl Dovecot {
     /// Starts Dovecot (IMAP only, no TLS, plaintext LOGIN allowed) with IDLE,
     /// CONDSTORE, QRESYNC and SPECIAL-USE folders, and no users yet.
     pub fn start() -> Result<Self> {
+        Self::start_with(&DovecotOptions::default())
+    }
+
+    /// Starts Dovecot with fewer features (see [`DovecotOptions`]).
+    pub fn start_with(options: &DovecotOptions) -> Result<Self> {
         let dovecot = find_binary("dovecot", &["/usr/sbin/dovecot"])
             .ok_or(HarnessError::Missing { program: "dovecot".into(), install: INSTALL })?;
         let doveadm = find_binary("doveadm", &["/usr/bin/doveadm"])
@@ -93,16 +132,17 @@ impl Dovecot {
                 .map_err(HarnessError::io("make a temp dir for Dovecot"))?;
             let port = free_port()?;
             prepare_dir(dir.path(), &mail_user)?;
-            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port))
+            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port, options))
                 .map_err(HarnessError::io("write dovecot.conf"))?;
             let server = Self {
                 dir,
                 port,
+                dovecot: dovecot.clone(),
                 doveadm: doveadm.clone(),
                 child: Mutex::new(None),
                 users: Mutex::new(HashMap::new()),
             };
-            match server.launch(&dovecot) {
+            match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
                     server.stop();
@@ -113,11 +153,15 @@ impl Dovecot {
         Err(last_err.unwrap_or_else(|| HarnessError::Invalid("Dovecot did not start".into())))
     }
 
-    fn launch(&self, dovecot: &Path) -> Result<()> {
+    fn launch(&self) -> Result<()> {
+        let dovecot = &self.dovecot;
         let stderr = std::fs::File::create(self.dir.path().join("dovecot.stderr"))
             .map_err(HarnessError::io("create dovecot.stderr"))?;
         let mut cmd = Command::new(dovecot);
         cmd.arg("-F").arg("-c").arg(self.config_path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+        // Its own process group: imap processes outlive a stopped master
+        // while their clients stay connected, and stop() must reach them.
+        cmd.process_group(0);
         let child = spawn(cmd).map_err(HarnessError::io(format!("start {}", dovecot.display())))?;
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
@@ -238,6 +282,32 @@ impl Dovecot {
         Ok(appended)
     }
 
+    /// APPENDs one message with flags (e.g. `["\\Seen"]`) and, when given, an
+    /// INTERNALDATE (seconds since the Unix epoch) instead of now.
+    pub fn append_with(
+        &self,
+        user: &str,
+        folder: &str,
+        flags: &[&str],
+        internal_date: Option<i64>,
+        raw_message: &[u8],
+    ) -> Result<Appended> {
+        let mut session = self.imap(user)?;
+        let appended = match internal_date {
+            Some(date) => session.append_at(folder, flags, date, raw_message)?,
+            None => session.append(folder, flags, raw_message)?,
+        };
+        session.logout();
+        Ok(appended)
+    }
+
+    /// Creates folders of `user` (`/` separates levels: `Projects/2024`).
+    pub fn create_folders(&self, user: &str, folders: &[&str]) -> Result<()> {
+        let mut args = vec!["mailbox", "create", "-u", user];
+        args.extend_from_slice(folders);
+        self.doveadm(&args).map(drop)
+    }
+
     /// Runs `doveadm -c <config> <args>` (acting as another client) and
     /// returns its stdout.
     pub fn doveadm(&self, args: &[&str]) -> Result<String> {
@@ -284,17 +354,27 @@ impl Dovecot {
         self.doveadm(&["mailbox", "update", "-u", user, "--uid-validity", &uid_validity.to_string(), folder]).map(drop)
     }
 
-    /// SIGKILLs the server-side imap processes of `user` (their clients see
-    /// the connection drop) and waits until they are gone; returns how many.
-    pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
-        let master = self
-            .child
+    /// How many imap sessions are in IDLE right now (their process title
+    /// says so), e.g. to know that hot accounts have settled.
+    pub fn idle_sessions(&self) -> Result<usize> {
+        let master = self.master_pid()?;
+        Ok(imap_processes(master, "")?.into_iter().filter(|(_, title)| title.ends_with(" IDLE]")).count())
+    }
+
+    fn master_pid(&self) -> Result<u32> {
+        self.child
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|c| c.id())
-            .ok_or_else(|| HarnessError::Invalid("Dovecot is stopped".into()))?;
-        let pids = imap_processes(master, user)?;
+            .ok_or_else(|| HarnessError::Invalid("Dovecot is stopped".into()))
+    }
+
+    /// SIGKILLs the server-side imap processes of `user` (their clients see
+    /// the connection drop) and waits until they are gone; returns how many.
+    pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
+        let master = self.master_pid()?;
+        let pids: Vec<i32> = imap_processes(master, &format!("{user} "))?.into_iter().map(|(pid, _)| pid).collect();
         for pid in &pids {
             // A process that already exited is fine: it is gone either way.
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
@@ -309,21 +389,43 @@ impl Dovecot {
         Ok(pids.len())
     }
 
-    /// Stops Dovecot (SIGTERM, then SIGKILL after a grace period). Idempotent.
+    /// Starts Dovecot again on the same port with the same users and mail
+    /// (after [`stop`](Self::stop), or to drop every connection at once).
+    pub fn restart(&self) -> Result<()> {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "dovecot restart: port not free yet");
+                    self.stop();
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Stops Dovecot and every process of it, imap processes with clients
+    /// included (SIGTERM to its process group, SIGKILL to what is left after
+    /// a grace period). Idempotent.
     pub fn stop(&self) {
         let Some(mut child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let group = Pid::from_raw(child.id() as i32);
+        let _ = killpg(group, Signal::SIGTERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
+        while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = child.kill();
+        // ESRCH once the whole group is gone: nothing left to kill.
+        let _ = killpg(group, Signal::SIGKILL);
         let _ = child.wait();
+        while killpg(group, None).is_ok() && Instant::now() < deadline + STOP_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 
@@ -374,12 +476,22 @@ fn check_user(name: &str, password: &str) -> Result<()> {
 }
 
 /// The config: everything in `dir`, one listener on `127.0.0.1:port`.
-fn config(dir: &Path, port: u16) -> String {
+fn config(dir: &Path, port: u16, options: &DovecotOptions) -> String {
     let dir = dir.display();
     let mut folders = String::new();
     for (name, use_) in SPECIAL_FOLDERS {
-        let _ = write!(folders, "  mailbox {name} {{\n    special_use = {use_}\n    auto = subscribe\n  }}\n");
+        let special = if options.special_use { format!("\n    special_use = {use_}") } else { String::new() };
+        let _ = write!(folders, "  mailbox {name} {{{special}\n    auto = subscribe\n  }}\n");
     }
+    let capability = if options.hidden_capabilities.is_empty() {
+        String::new()
+    } else {
+        let kept: Vec<&str> = FULL_CAPABILITY
+            .split_whitespace()
+            .filter(|c| !options.hidden_capabilities.iter().any(|h| h.eq_ignore_ascii_case(c)))
+            .collect();
+        format!("  imap_capability = {}\n", kept.join(" "))
+    };
     format!(
         r#"# A private Dovecot for leasehold's tests (sync_worker::testing::Dovecot).
 protocols = imap
@@ -424,7 +536,7 @@ service anvil {{
 }}
 protocol imap {{
   mail_max_userip_connections = 1000
-}}
+{capability}}}
 namespace inbox {{
   inbox = yes
   separator = /
@@ -447,10 +559,11 @@ fn parse_status(out: &str) -> Option<MailboxStatus> {
     })
 }
 
-/// The imap processes of `user` under this Dovecot's master: their process
-/// title (`verbose_proctitle`) is `dovecot/imap [<user> <ip> ...]`.
-fn imap_processes(master: u32, user: &str) -> Result<Vec<i32>> {
-    let title = format!("dovecot/imap [{user} ");
+/// The imap processes (pid, title) under this Dovecot's master whose title
+/// (`verbose_proctitle`: `dovecot/imap [<user> <ip> <state>]`) continues
+/// with `user_prefix` after the bracket (`"alice "`: alice's; `""`: all).
+fn imap_processes(master: u32, user_prefix: &str) -> Result<Vec<(i32, String)>> {
+    let title = format!("dovecot/imap [{user_prefix}");
     let mut pids = Vec::new();
     let proc_dir = std::fs::read_dir("/proc").map_err(HarnessError::io("list /proc"))?;
     for entry in proc_dir.flatten() {
@@ -464,8 +577,9 @@ fn imap_processes(master: u32, user: &str) -> Result<Vec<i32>> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline);
+        let cmdline = cmdline.trim_end_matches('\0');
         if parent_of(&stat) == Some(master) && cmdline.starts_with(&title) {
-            pids.push(pid);
+            pids.push((pid, cmdline.to_owned()));
         }
     }
     Ok(pids)

@@ -48,6 +48,7 @@ pub struct ImapSession {
     writer: TcpStream,
     next_tag: u64,
     greeting: String,
+    idle_tag: Option<String>,
 }
 
 impl ImapSession {
@@ -58,7 +59,8 @@ impl ImapSession {
         stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(HarnessError::io(what.clone()))?;
         stream.set_nodelay(true).map_err(HarnessError::io(what.clone()))?;
         let writer = stream.try_clone().map_err(HarnessError::io(what))?;
-        let mut session = Self { reader: BufReader::new(stream), writer, next_tag: 1, greeting: String::new() };
+        let mut session =
+            Self { reader: BufReader::new(stream), writer, next_tag: 1, greeting: String::new(), idle_tag: None };
         // Dovecot says "* OK Waiting for authentication process to respond.."
         // first when its auth process is still starting, then greets.
         loop {
@@ -107,6 +109,22 @@ impl ImapSession {
         done.pop().ok_or_else(|| HarnessError::Unexpected { what: "APPEND".into(), answer: "no answer".into() })
     }
 
+    /// APPENDs one message with an INTERNALDATE of `internal_date` (seconds
+    /// since the Unix epoch, UTC) instead of now.
+    pub fn append_at(&mut self, folder: &str, flags: &[&str], internal_date: i64, message: &[u8]) -> Result<Appended> {
+        let command = format!(
+            "APPEND {} ({}) \"{}\" {{{}+}}\r\n",
+            quote(folder)?,
+            flags.join(" "),
+            imap_date_time(internal_date),
+            message.len()
+        );
+        let tag = self.send(command.as_bytes(), message)?;
+        let reply = self.read_reply(&tag)?;
+        parse_appenduid(&reply)
+            .ok_or_else(|| HarnessError::Unexpected { what: format!("APPEND to {folder}"), answer: reply.status })
+    }
+
     /// APPENDs many messages to `folder`, pipelined (LITERAL+), in order.
     pub fn append_many<'m>(
         &mut self,
@@ -132,6 +150,43 @@ impl ImapSession {
             }
         }
         Ok(appended)
+    }
+
+    /// Enters IDLE and waits for the server's `+ idling`.
+    pub fn idle_start(&mut self) -> Result<()> {
+        let tag = self.send(b"IDLE", &[])?;
+        let line = self.read_line()?;
+        if !line.starts_with('+') {
+            return Err(HarnessError::Unexpected { what: "IDLE".into(), answer: line });
+        }
+        self.idle_tag = Some(tag);
+        Ok(())
+    }
+
+    /// While idling: the next untagged line, or `None` when nothing came within `wait`.
+    pub fn idle_wait(&mut self, wait: Duration) -> Result<Option<String>> {
+        let set = |stream: &TcpStream, timeout| {
+            stream.set_read_timeout(Some(timeout)).map_err(HarnessError::io("set an IMAP read timeout"))
+        };
+        set(self.reader.get_ref(), wait.max(Duration::from_millis(1)))?;
+        let line = self.read_line();
+        set(self.reader.get_ref(), READ_TIMEOUT)?;
+        match line {
+            Ok(line) => Ok(Some(line)),
+            Err(HarnessError::Io { source, .. })
+                if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends IDLE (`DONE`) and returns what came before its completion.
+    pub fn idle_done(&mut self) -> Result<ImapReply> {
+        let tag = self.idle_tag.take().ok_or_else(|| HarnessError::Invalid("idle_done without idle_start".into()))?;
+        self.writer.write_all(b"DONE\r\n").map_err(HarnessError::io("end IDLE"))?;
+        self.read_reply(&tag)
     }
 
     /// Logs out (best effort: the connection closes either way).
@@ -211,6 +266,17 @@ fn parse_appenduid(reply: &ImapReply) -> Option<Appended> {
     Some(Appended { uid_validity, uid })
 }
 
+/// An IMAP `date-time` (RFC 3501): `01-Jan-2024 10:00:00 +0000`.
+fn imap_date_time(unix_seconds: i64) -> String {
+    // mail-builder's RFC 5322 form is `Mon, 1 Jan 2024 10:00:00 +0000`.
+    let rfc822 = mail_builder::headers::date::Date::new(unix_seconds).to_rfc822();
+    let parts: Vec<&str> = rfc822.split_whitespace().collect();
+    match parts.as_slice() {
+        [_, day, month, year, time, zone] => format!("{:0>2}-{month}-{year} {time} {zone}", day),
+        _ => rfc822,
+    }
+}
+
 /// An IMAP quoted string; folder and user names here are ASCII.
 pub(crate) fn quote(s: &str) -> Result<String> {
     if !s.is_ascii() || s.contains(['\r', '\n']) {
@@ -251,6 +317,12 @@ mod tests {
         assert_eq!(parse_appenduid(&reply), Some(Appended { uid_validity: 1796113302, uid: 17 }));
         let no = ImapReply { untagged: vec![], status: "NO [TRYCREATE] Mailbox doesn't exist".into() };
         assert_eq!(parse_appenduid(&no), None);
+    }
+
+    #[test]
+    fn internal_dates_use_the_imap_form() {
+        assert_eq!(imap_date_time(1_704_067_200), "01-Jan-2024 00:00:00 +0000");
+        assert_eq!(imap_date_time(1_718_454_645), "15-Jun-2024 12:30:45 +0000");
     }
 
     #[test]

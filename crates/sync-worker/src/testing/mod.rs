@@ -2,12 +2,18 @@
 //!
 //! * [`Dovecot`]: a private Dovecot IMAP server on a free loopback port, with
 //!   its own config, users, mail and log in a temp dir. [`ImapSession`] is a
-//!   small raw IMAP client for checking what a real client sees.
+//!   small raw IMAP client for checking what a real client sees;
+//!   [`ImapProxy`] records every command a client sends through it (and can
+//!   cut its connections).
 //! * [`Postgres`]: a fresh, uniquely named database per test on the machine's
 //!   server (`TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432`),
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
 //!   server of a test's own, for tests that kill or restart it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
+//!
+//! The API is blocking (each call is a short command or a few IMAP round
+//! trips): async tests call it directly, or through `spawn_blocking` when
+//! the engine under test must run on the same thread meanwhile.
 //!
 //! A missing server binary is an error that says what to install, never a
 //! skip. Servers die with the test process: they are spawned from one
@@ -16,6 +22,7 @@
 
 mod dovecot;
 mod imap;
+mod imap_proxy;
 pub mod mail_gen;
 mod postgres;
 
@@ -26,8 +33,9 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
-pub use dovecot::{Appended, Dovecot, MailboxStatus};
+pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
 pub use imap::{ImapReply, ImapSession};
+pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use postgres::{Postgres, PostgresServer};
 
 /// What went wrong while starting or driving a test server.

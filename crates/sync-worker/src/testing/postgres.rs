@@ -24,6 +24,8 @@ pub const DEFAULT_SERVER_URL: &str = "postgres://postgres@127.0.0.1:5432/postgre
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a stopping server may take before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Every test database's name starts with this.
+const PREFIX: &str = "lh_";
 /// Separates the fields of `psql` output (ASCII unit separator).
 const FIELD_SEP: char = '\u{1f}';
 
@@ -56,7 +58,8 @@ impl Postgres {
     /// URL of that server: the harness connects to it to create the new one).
     pub fn fresh_on(server_url: &str, tag: &str) -> Result<Self> {
         let psql = psql()?;
-        let name = unique_name(&format!("lh_{tag}"));
+        drop_leftovers_once(&psql, server_url);
+        let name = unique_name(&format!("{PREFIX}{tag}"));
         let url = with_database(server_url, &name)?;
         run_psql(&psql, server_url, &format!("CREATE DATABASE \"{name}\""), "create a test database").map_err(|e| {
             match e {
@@ -119,6 +122,46 @@ impl Drop for Postgres {
             tracing::warn!(database = %self.name, error = %e, "could not drop a test database");
         }
     }
+}
+
+/// Drops, once per process and server, the test databases that killed test
+/// processes left behind (a killed process runs no `Drop`): those whose
+/// name's pid (`lh_<tag>_<pid>_<n>_<nanos>`) no longer runs. Only on a
+/// loopback server: pids mean nothing across machines.
+fn drop_leftovers_once(psql: &Path, server_url: &str) {
+    static CLEANED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut cleaned = CLEANED.lock().unwrap_or_else(|p| p.into_inner());
+    if cleaned.iter().any(|u| u == server_url) {
+        return;
+    }
+    cleaned.push(server_url.to_owned());
+    let host = server_url.split("://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_default();
+    let host = host.rsplit('@').next().unwrap_or_default();
+    if !(host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")) {
+        return;
+    }
+    let listing = format!("SELECT datname FROM pg_database WHERE starts_with(datname, '{PREFIX}')");
+    let Ok(names) = run_psql(psql, server_url, &listing, "list test databases") else {
+        return;
+    };
+    for name in names.split('\0').map(str::trim).filter(|n| !n.is_empty()) {
+        let Some(pid) = pid_of(name) else { continue };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+        match run_psql(psql, server_url, &sql, "drop a leftover test database") {
+            Ok(_) => tracing::info!(database = %name, "dropped a test database left by a dead process"),
+            Err(e) => tracing::debug!(database = %name, error = %e, "could not drop a leftover test database"),
+        }
+    }
+}
+
+/// The creating pid in a test database's name: the third field from the end.
+fn pid_of(name: &str) -> Option<u32> {
+    let mut fields = name.rsplit('_');
+    let (_nanos, _n) = (fields.next()?, fields.next()?);
+    fields.next()?.parse().ok()
 }
 
 fn psql() -> Result<PathBuf> {
@@ -425,6 +468,14 @@ mod tests {
         );
         assert!(with_database("mysql://x/y", "t1").is_err());
         assert!(with_database("postgres:///db", "t1").is_err());
+    }
+
+    #[test]
+    fn the_creating_pid_is_read_from_a_database_name() {
+        assert_eq!(pid_of("lh_some_test_4242_7_123456"), Some(4242));
+        assert_eq!(pid_of("lh_x"), None);
+        assert!(unique_name("lh_a_b").starts_with("lh_a_b_"));
+        assert_eq!(pid_of(&unique_name("lh_a_b")), Some(std::process::id()));
     }
 
     #[test]

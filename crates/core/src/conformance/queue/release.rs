@@ -1,13 +1,10 @@
 //! Conformance cases for [`UnitQueue::release`](crate::UnitQueue::release):
 //! handing a delivery back at once, with no budget spent.
 
-use super::support::*;
-use super::Fixture;
-use crate::events::Event;
-use crate::queue::{Ack, DeliveryOrigin, RequeueReply, StreamName};
+use super::*;
 
 /// The new priority entry of a `released` event.
-fn released_entry(event: &Event) -> crate::ids::EntryId {
+fn released_entry(event: &Event) -> EntryId {
     match event {
         Event::Released { new_entry_id, .. } => *new_entry_id,
         other => panic!("expected a released event, got {other:?}"),

@@ -14,17 +14,18 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::agent::tools;
-use crate::backend::{connect, parse_queue_url, BackendOptions, QueueKind};
-use crate::command::CommandTemplate;
+use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
 use crate::discover::{checked_units, discover, pytest, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::launch::NextestLauncher;
 use crate::observer::{default_observer, QuietObserver, RunObserver};
+use crate::outage::{OutageNotice, OutageNotify, OutageQueue};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
 use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
+use crate::template::CommandTemplate;
 use crate::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
 
@@ -68,6 +69,8 @@ pub struct RunOptions {
     pub slowest: usize,
     /// No progress output.
     pub quiet: bool,
+    /// How long queue calls ride out an outage of the queue.
+    pub outage_grace: Duration,
     /// How units run: agents, one process each, or the tool's default.
     pub mode: ExecutionChoice,
 }
@@ -104,6 +107,8 @@ pub struct ReportOptions {
     pub appear_timeout: Duration,
     /// How many slowest units to list.
     pub slowest: usize,
+    /// How long queue calls ride out an outage of the queue.
+    pub outage_grace: Duration,
 }
 
 /// Options of `hopper status`.
@@ -115,6 +120,23 @@ pub struct StatusOptions {
     pub backend: BackendOptions,
     /// `--build`.
     pub build: Option<String>,
+    /// How long queue calls ride out an outage of the queue.
+    pub outage_grace: Duration,
+}
+
+/// A shared queue whose calls ride out an outage for `grace`, announcing it
+/// through `notify`; a memory queue as it is (it has no outages).
+fn riding_out(backend: &Backend, grace: Duration, notify: OutageNotify, stop: CancellationToken) -> Arc<dyn UnitQueue> {
+    if backend.shared {
+        OutageQueue::wrap(Arc::clone(&backend.queue), grace, notify, stop)
+    } else {
+        Arc::clone(&backend.queue)
+    }
+}
+
+/// Outage announcements on stderr, for the commands without a progress line.
+fn notify_on_stderr() -> OutageNotify {
+    Arc::new(|notice: &OutageNotice<'_>| eprintln!("hopper: {notice}"))
 }
 
 fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperError> {
@@ -242,10 +264,14 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     // Check the whole spec before anything touches the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 
+    let observer: Arc<dyn RunObserver> =
+        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
     let backend = connect(&kind, &options.backend).await?;
+    let announce = Arc::clone(&observer);
+    let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
+    let queue = riding_out(&backend, options.outage_grace, notify, shutdown.clone());
     if backend.shared && options.junit.is_some() {
-        tracing::warn!("--junit is ignored by `hopper run` with a shared queue: use `hopper report --junit`");
-        eprintln!("hopper: warning: --junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
+        observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
     }
     let units = match backend.timings.load().await {
         Ok(timings) => order_slowest_first(units, &timings),
@@ -254,9 +280,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
             units
         }
     };
-    let observer: Arc<dyn RunObserver> =
-        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
-    let worker = Worker::new(Arc::clone(&backend.queue), config, observer, shutdown)?;
+    let worker = Worker::new(Arc::clone(&queue), config, observer, shutdown)?;
     worker.join(units, options.budgets, options.run_ttl).await?;
     let outcome = worker.run().await;
     let timings = worker.summary().timings;
@@ -271,9 +295,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         );
         return Ok(exit::PASSED);
     }
-    let report = RunReport::load(&backend.queue, &run_id)
-        .await?
-        .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
+    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
     finish_report(&report, options.junit.as_deref(), options.slowest)
 }
 
@@ -292,16 +314,17 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     let kind = shared_kind(&options.queue, "report")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
     let backend = connect(&kind, &options.backend).await?;
+    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
     let wait = WaitOptions {
         wait_timeout: options.wait_timeout,
         worker_timeout: options.worker_timeout,
         appear_timeout: options.appear_timeout,
         poll: Duration::from_millis(250).min(options.worker_timeout / 4).max(Duration::from_millis(10)),
     };
-    let waited = wait_for_end(&backend.queue, &run_id, wait).await;
+    let waited = wait_for_end(&queue, &run_id, wait).await;
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
-        if let Some(report) = RunReport::load(&backend.queue, &run_id).await? {
+        if let Some(report) = RunReport::load(&queue, &run_id).await? {
             print!("{}", report.render(options.slowest));
             if let Some(path) = options.junit.as_deref() {
                 report.write_junit(path)?;
@@ -310,9 +333,7 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         return Err(error);
     }
     waited?;
-    let report = RunReport::load(&backend.queue, &run_id)
-        .await?
-        .ok_or_else(|| HopperError::Corrupt { run: run_id.clone(), detail: "the run vanished".into() })?;
+    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
     finish_report(&report, options.junit.as_deref(), options.slowest)
 }
 
@@ -321,7 +342,8 @@ pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, H
     let kind = shared_kind(&options.queue, "status")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
     let backend = connect(&kind, &options.backend).await?;
-    print!("{}", status_text(&backend.queue, &run_id).await?);
+    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
+    print!("{}", status_text(&queue, &run_id).await?);
     Ok(exit::PASSED)
 }
 

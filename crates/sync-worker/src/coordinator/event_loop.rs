@@ -1,45 +1,5 @@
-//! The coordinator: which accounts this worker owns, and how hot each is.
-//!
-//! One task per worker loops over four events:
-//!
-//! * **the tick**, every `LEASE_TTL / 3`: re-register the worker (TTL
-//!   `LEASE_TTL`); stop the runners of leases whose local deadline passed
-//!   (renews kept failing); renew every owned lease in one
-//!   [`LeaseStore::renew_many`] call and stop *at once* the runner of every
-//!   lease the store answers is lost (taken over, expired, or dropped by
-//!   `mark_not_live`); read the live set and the live workers; stop accounts
-//!   that left the live set; then balance against the **fair share**
-//!   `ceil(live / workers)`: above `share + slack` (slack = 1 % of the share,
-//!   rounded down, so small shares get none) it sheds the excess gracefully
-//!   (cold accounts first, then warm, then hot: runners finish the poll in
-//!   progress, then the leases are released so the new owner starts at once);
-//!   below the share it claims free accounts with [`LeaseStore::claim_many`].
-//! * **the claim retry**: for `LEASE_TTL + 2 ticks` after the live workers or
-//!   the live set changed (a worker joined, left or died; accounts came or
-//!   went), a worker short of its share retries claims every `LEASE_TTL / 10`,
-//!   so a dead worker's accounts are taken about as soon as its leases
-//!   expire. Outside that window a worker short of its share (the rounding of
-//!   `ceil` leaves one short when the live count does not divide evenly)
-//!   re-checks with backoff (every 1, 2, 4 ticks) and a bounded sweep.
-//! * **tier evaluation**, every `TIER_EVAL_INTERVAL`: see [`crate::tiers`].
-//!   Tiers are written to the store (`sync:tier:{id}`) and the runners are
-//!   reshaped in place. A newly claimed account starts in the tier the store
-//!   holds (warm by default on claim; a previous owner's evaluation carries
-//!   over).
-//! * **`user.active` events**: the user's owned accounts are promoted to hot
-//!   at once.
-//!
-//! Claims are spread: each worker starts its sweep of the (sorted) live set at
-//! `index_of_worker * live / workers`, so workers that start together claim
-//! disjoint ranges on the first try.
-//!
-//! On [`CoordinatorHandle::shutdown`] (SIGTERM in the binary) every runner is
-//! stopped, every lease released and the worker deregistered, so the others
-//! take over at their next tick. [`CoordinatorHandle::kill`] drops everything
-//! without a word to the store, as a crash would.
-//!
-//! The coordinator depends only on the core traits: it runs on any
-//! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
+//! The coordinator's loop: ticks (register, renew, balance), claim retries,
+//! tier evaluations and `user.active` events (see the [module docs](super)).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -48,19 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{
-    Clock, FencingToken, Lease, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
-};
-use parking_lot::Mutex;
+use leasehold_core::{Lease, LeaseKey, Tier, UserActiveSubscription, UserId, WorkerId};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
+use super::handle::{CoordinatorStats, Shared, SharedEntry};
+use super::Deps;
 use crate::config::Config;
-use crate::directory::AccountDirectory;
 use crate::errors::SyncError;
-use crate::runner::{RunnerHandle, RunnerSettings, RunnerStatus};
-use crate::source::{Fence, MailSource};
+use crate::runner::{RunnerHandle, RunnerSettings};
+use crate::source::Fence;
 use crate::tiers::{TierInputs, TierPolicy};
 
 /// Concurrent store or source calls in flight at once for per-key reads.
@@ -72,289 +29,6 @@ const BACKOFF_SWEEP_CAP: usize = 1024;
 /// Longest backoff between sweeps of a worker short of its share, in ticks.
 const MAX_SWEEP_BACKOFF: u32 = 4;
 
-/// What the coordinator needs from the outside world.
-#[derive(Clone)]
-pub struct Deps {
-    /// Leases, live set, workers, tiers and presence.
-    pub store: Arc<dyn LeaseStore>,
-    /// The mail engine.
-    pub source: Arc<dyn MailSource>,
-    /// Account -> user.
-    pub directory: Arc<dyn AccountDirectory>,
-    /// Wall-clock time, for mail ages (tokio's clock follows paused time in tests).
-    pub clock: Arc<dyn Clock>,
-}
-
-impl std::fmt::Debug for Deps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Deps").field("clock", &self.clock).finish_non_exhaustive()
-    }
-}
-
-/// One owned account, as seen from outside the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccountView {
-    /// The account.
-    pub account: LeaseKey,
-    /// The lease's fencing token.
-    pub token: FencingToken,
-    /// Its tier.
-    pub tier: Tier,
-    /// Its user, when known.
-    pub user: Option<UserId>,
-    /// What its runner last did.
-    pub status: RunnerStatus,
-}
-
-/// Counters of one coordinator.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoordinatorStats {
-    /// Full ticks (register, renew, balance) done.
-    pub ticks: u64,
-    /// Claim-only retries done.
-    pub claim_retries: u64,
-    /// Accounts claimed.
-    pub claimed: u64,
-    /// Accounts lost (renew said lost, or the lease deadline passed).
-    pub lost: u64,
-    /// Accounts shed to other workers.
-    pub shed: u64,
-    /// Accounts released at shutdown.
-    pub released: u64,
-    /// Tier evaluations done.
-    pub tier_evaluations: u64,
-    /// Accounts promoted by `user.active` events.
-    pub promoted_by_event: u64,
-}
-
-struct SharedEntry {
-    token: FencingToken,
-    tier: Tier,
-    user: Option<UserId>,
-    status: Arc<Mutex<RunnerStatus>>,
-}
-
-#[derive(Default)]
-struct Shared {
-    owned: Mutex<HashMap<LeaseKey, SharedEntry>>,
-    stats: Mutex<CoordinatorStats>,
-}
-
-/// A running coordinator. Dropping it without [`CoordinatorHandle::shutdown`]
-/// leaves the coordinator running in the background.
-pub struct CoordinatorHandle {
-    worker: WorkerId,
-    shutdown: watch::Sender<bool>,
-    task: JoinHandle<Result<(), SyncError>>,
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for CoordinatorHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CoordinatorHandle").field("worker", &self.worker).finish_non_exhaustive()
-    }
-}
-
-impl CoordinatorHandle {
-    /// This coordinator's worker id.
-    pub fn worker(&self) -> &WorkerId {
-        &self.worker
-    }
-
-    /// How many accounts it owns.
-    pub fn owned_count(&self) -> usize {
-        self.shared.owned.lock().len()
-    }
-
-    /// The accounts it owns, sorted.
-    pub fn owned_keys(&self) -> Vec<LeaseKey> {
-        let mut keys: Vec<LeaseKey> = self.shared.owned.lock().keys().cloned().collect();
-        keys.sort();
-        keys
-    }
-
-    /// Every owned account with its token, tier, user and runner status, sorted.
-    pub fn owned(&self) -> Vec<AccountView> {
-        let mut views: Vec<AccountView> = self
-            .shared
-            .owned
-            .lock()
-            .iter()
-            .map(|(k, e)| AccountView {
-                account: k.clone(),
-                token: e.token,
-                tier: e.tier,
-                user: e.user.clone(),
-                status: e.status.lock().clone(),
-            })
-            .collect();
-        views.sort_by(|a, b| a.account.cmp(&b.account));
-        views
-    }
-
-    /// Whether it owns `account`.
-    pub fn owns(&self, account: &LeaseKey) -> bool {
-        self.shared.owned.lock().contains_key(account)
-    }
-
-    /// The tier of `account`, when owned.
-    pub fn tier_of(&self, account: &LeaseKey) -> Option<Tier> {
-        self.shared.owned.lock().get(account).map(|e| e.tier)
-    }
-
-    /// Its counters.
-    pub fn stats(&self) -> CoordinatorStats {
-        *self.shared.stats.lock()
-    }
-
-    /// A cloneable read-only view, usable from any thread.
-    pub fn observer(&self) -> CoordinatorObserver {
-        CoordinatorObserver { worker: self.worker.clone(), shared: self.shared.clone() }
-    }
-
-    /// Whether the coordinator task has ended (it only ends on shutdown or a panic).
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
-    /// Waits for the coordinator task to end by itself (it does not, unless it panics).
-    pub async fn finished(&mut self) -> Result<(), SyncError> {
-        match (&mut self.task).await {
-            Ok(r) => r,
-            Err(e) => Err(SyncError::Coordinator { worker: self.worker.to_string(), detail: e.to_string() }),
-        }
-    }
-
-    /// Graceful shutdown: stops every runner (after its poll in progress),
-    /// releases every lease so other workers take over at once, deregisters
-    /// the worker.
-    pub async fn shutdown(self) -> Result<(), SyncError> {
-        self.shutdown.send_replace(true);
-        match self.task.await {
-            Ok(r) => r,
-            Err(e) => Err(SyncError::Coordinator { worker: self.worker.to_string(), detail: e.to_string() }),
-        }
-    }
-
-    /// Ends the coordinator and all its runners at once *without* releasing
-    /// anything, as a crash would: its leases lapse after their TTL.
-    pub async fn kill(self) {
-        self.task.abort();
-        let _ = self.task.await;
-        self.shared.owned.lock().clear();
-    }
-}
-
-/// A read-only, cloneable view of a running coordinator (for status pages,
-/// benchmarks and tests), usable from any thread.
-#[derive(Clone)]
-pub struct CoordinatorObserver {
-    worker: WorkerId,
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for CoordinatorObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CoordinatorObserver").field("worker", &self.worker).finish_non_exhaustive()
-    }
-}
-
-impl CoordinatorObserver {
-    /// The worker id.
-    pub fn worker(&self) -> &WorkerId {
-        &self.worker
-    }
-
-    /// How many accounts it owns.
-    pub fn owned_count(&self) -> usize {
-        self.shared.owned.lock().len()
-    }
-
-    /// Whether it owns `account`.
-    pub fn owns(&self, account: &LeaseKey) -> bool {
-        self.shared.owned.lock().contains_key(account)
-    }
-
-    /// The accounts it owns, sorted.
-    pub fn owned_keys(&self) -> Vec<LeaseKey> {
-        let mut keys: Vec<LeaseKey> = self.shared.owned.lock().keys().cloned().collect();
-        keys.sort();
-        keys
-    }
-
-    /// Its counters.
-    pub fn stats(&self) -> CoordinatorStats {
-        *self.shared.stats.lock()
-    }
-}
-
-/// Starts coordinators.
-#[derive(Debug)]
-pub struct Coordinator;
-
-/// A coordinator whose worker is registered but whose loop has not started
-/// (see [`Coordinator::prepare`]).
-pub struct PreparedCoordinator {
-    worker: WorkerId,
-    config: Config,
-    deps: Deps,
-    sub: UserActiveSubscription,
-}
-
-impl std::fmt::Debug for PreparedCoordinator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedCoordinator").field("worker", &self.worker).finish_non_exhaustive()
-    }
-}
-
-impl Coordinator {
-    /// Validates `config`, registers `worker`, subscribes to `user.active`
-    /// and starts the coordinator task. The first tick runs at once.
-    pub async fn start(worker: WorkerId, config: Config, deps: Deps) -> Result<CoordinatorHandle, SyncError> {
-        Ok(Self::prepare(worker, config, deps).await?.spawn())
-    }
-
-    /// The first half of [`Coordinator::start`]: validates, registers the
-    /// worker and subscribes, without claiming anything yet. Workers that
-    /// start together can all register first, so their first ticks already
-    /// see each other and split the accounts without shedding.
-    pub async fn prepare(worker: WorkerId, config: Config, deps: Deps) -> Result<PreparedCoordinator, SyncError> {
-        config.validate()?;
-        deps.store.register_worker(&worker, config.lease_ttl).await?;
-        let sub = deps.store.subscribe_user_active().await?;
-        Ok(PreparedCoordinator { worker, config, deps, sub })
-    }
-}
-
-impl PreparedCoordinator {
-    /// Starts the coordinator task; the first tick runs at once.
-    pub fn spawn(self) -> CoordinatorHandle {
-        let PreparedCoordinator { worker, config, deps, sub } = self;
-        let shared = Arc::new(Shared::default());
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let now = Instant::now();
-        let coord = Coord {
-            worker: worker.clone(),
-            settings: RunnerSettings::from(&config),
-            policy: TierPolicy::from(&config),
-            config,
-            deps,
-            owned: HashMap::new(),
-            shared: shared.clone(),
-            last_workers: Vec::new(),
-            last_live_sig: (0, 0),
-            eager_until: now,
-            sweep_backoff: 1,
-            ticks_since_sweep: 0,
-            sweep_cursor: 0,
-            retry_claim_at: None,
-        };
-        tracing::info!(%worker, "coordinator started");
-        let task = tokio::spawn(coord.run(shutdown_rx, sub));
-        CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }
-    }
-}
-
 struct Owned {
     lease: Lease,
     deadline: Instant,
@@ -363,7 +37,7 @@ struct Owned {
     runner: RunnerHandle,
 }
 
-struct Coord {
+pub(super) struct Coord {
     worker: WorkerId,
     config: Config,
     settings: RunnerSettings,
@@ -389,6 +63,25 @@ fn tier_rank(t: Tier) -> u8 {
 }
 
 impl Coord {
+    pub(super) fn new(worker: WorkerId, config: Config, deps: Deps, shared: Arc<Shared>) -> Self {
+        Coord {
+            worker,
+            settings: RunnerSettings::from(&config),
+            policy: TierPolicy::from(&config),
+            config,
+            deps,
+            owned: HashMap::new(),
+            shared,
+            last_workers: Vec::new(),
+            last_live_sig: (0, 0),
+            eager_until: Instant::now(),
+            sweep_backoff: 1,
+            ticks_since_sweep: 0,
+            sweep_cursor: 0,
+            retry_claim_at: None,
+        }
+    }
+
     fn ttl(&self) -> Duration {
         self.config.lease_ttl
     }
@@ -403,7 +96,11 @@ impl Coord {
         f(&mut self.shared.stats.lock());
     }
 
-    async fn run(mut self, mut shutdown: watch::Receiver<bool>, sub: UserActiveSubscription) -> Result<(), SyncError> {
+    pub(super) async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        sub: UserActiveSubscription,
+    ) -> Result<(), SyncError> {
         let mut sub = Some(sub);
         let every = self.config.renew_interval();
         let mut next_tick = Instant::now();

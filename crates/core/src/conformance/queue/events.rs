@@ -1,0 +1,88 @@
+//! The event log: paging and order.
+
+use super::*;
+
+/// The log pages with `after` and `limit`: consecutive pages concatenate to
+/// the whole log, and the page after the last event is empty.
+pub async fn events_page_with_after_and_limit(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c", "d"], lenient()).await;
+    for _ in 0..4 {
+        let d = reserve(&fx, &r, "w1").await;
+        finalize_ok(&fx, &r, "w1", &d).await;
+    }
+    let all = event_records(&fx, &r).await;
+    assert_eq!(all.len(), 8);
+    assert_log_invariants(&all);
+    let mut paged = Vec::new();
+    let mut after = None;
+    let mut sizes = Vec::new();
+    for _ in 0..10 {
+        let page = fx.queue.events(&r, after, 3).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        sizes.push(page.len());
+        after = Some(page.last().unwrap().id);
+        paged.extend(page);
+    }
+    assert_eq!(sizes, [3, 3, 2]);
+    assert_eq!(paged, all);
+    assert_eq!(fx.queue.events(&r, Some(all[0].id), 1).await.unwrap(), vec![all[1].clone()]);
+    assert_eq!(fx.queue.events(&r, Some(all[3].id), 100).await.unwrap(), all[4..].to_vec());
+    assert!(fx.queue.events(&r, Some(all[7].id), 100).await.unwrap().is_empty());
+}
+
+/// A lifecycle that produces every event type logs them in order, with ids
+/// increasing, `at_ms` non-decreasing and the right ownership generations.
+pub async fn events_cover_every_type_in_order(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c"], budgets(1, 1.0, 1)).await;
+    let a = reserve(&fx, &r, "w1").await;
+    assert_eq!(requeue_as(&fx, &r, "w1", &a, "f").await, RequeueReply::Requeued { retry_index: 1 });
+    let a2 = reserve(&fx, &r, "w1").await;
+    finalize_ok(&fx, &r, "w1", &a2).await;
+    let b = reserve(&fx, &r, "w1").await;
+    assert_eq!(fx.queue.abandon(&r, &worker("w1"), &b, 7).await.unwrap(), Ack::Ok);
+    let c = reserve(&fx, &r, "w1").await;
+    fx.time.advance(ms(300)).await;
+    let b2 = delivered(reserve_with(&fx, &r, "w2", ms(100)).await);
+    assert_eq!(b2.unit, unit("b"));
+    assert_eq!(fx.queue.finalize(&r, &worker("w1"), &b, &passed(1)).await.unwrap(), Ack::Stale);
+    fx.queue.record_stale_rejected(&r, &worker("w1"), &b, "finalize").await.unwrap();
+    fx.queue.record_worker_error(&r, &worker("w1"), Some(&c.unit), "crash").await.unwrap();
+
+    let records = event_records(&fx, &r).await;
+    assert_log_invariants(&records);
+    let events: Vec<Event> = records.into_iter().map(|e| e.event).collect();
+    assert_eq!(
+        type_names(&events),
+        [
+            "delivered",
+            "requeued",
+            "delivered",
+            "finalized",
+            "delivered",
+            "abandoned",
+            "delivered",
+            "reclaimed",
+            "stale_rejected",
+            "worker_error"
+        ]
+    );
+    let generations: Vec<(Option<&str>, Option<u32>)> =
+        events.iter().map(|e| (e.unit_id().map(UnitId::as_str), e.header().map(|h| h.ownership_generation))).collect();
+    assert_eq!(
+        generations,
+        [
+            (Some("a"), Some(1)),
+            (Some("a"), Some(2)),
+            (Some("a"), Some(2)),
+            (Some("a"), Some(2)),
+            (Some("b"), Some(1)),
+            (Some("b"), Some(1)),
+            (Some("c"), Some(1)),
+            (Some("b"), Some(2)),
+            (Some("b"), None),
+            (Some("c"), None),
+        ]
+    );
+}

@@ -1,0 +1,194 @@
+-- transition.lua, part: small helpers: JSON, meta, TTLs, the fence, unit state
+-- (The parts are joined in order in src/scripts.rs.)
+
+-- ---------------------------------------------------------------------------
+-- Small helpers
+-- ---------------------------------------------------------------------------
+
+local function escape_char(c)
+  if c == '"' then
+    return '\\"'
+  elseif c == "\\" then
+    return "\\\\"
+  end
+  return string.format("\\u%04x", string.byte(c))
+end
+
+-- A Lua string as a JSON string literal.
+local function jstr(s)
+  if string.find(s, '[%c"\\]') then
+    s = string.gsub(s, '[%c"\\]', escape_char)
+  end
+  return '"' .. s .. '"'
+end
+
+-- Raw JSON from the client, or null when empty.
+local function raw_or_null(json)
+  if json == nil or json == "" then
+    return "null"
+  end
+  return json
+end
+
+local worker_json = jstr(worker_id)
+
+local function stream_key(short)
+  if short == "units" then
+    return units
+  elseif short == "units:priority" then
+    return priority
+  end
+  return nil
+end
+
+local function stream_short(key)
+  if key == units then
+    return "units"
+  end
+  return "units:priority"
+end
+
+-- Meta fields every transition needs, in one call. nil when the run is gone.
+local function read_meta()
+  local m = redis.call("HMGET", meta, "ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims",
+    "total_units", "requeued_units_count")
+  local ttl = tonumber(m[1])
+  if not ttl then
+    return nil
+  end
+  return {
+    ttl_ms = ttl,
+    max_requeues = tonumber(m[2]) or 0,
+    requeue_tolerance = tonumber(m[3]) or 0,
+    max_reclaims = tonumber(m[4]) or 0,
+    total_units = tonumber(m[5]) or 0,
+    requeued_units = tonumber(m[6]) or 0,
+  }
+end
+
+-- Renews the inactivity TTL of every key of the run (PEXPIRE skips absent keys).
+-- Appends the call's events (defined with the event helpers below).
+local flush_events
+
+-- Appends the call's events first, so a newly created attempts stream gets
+-- its TTL too.
+local function renew_ttls(ttl_ms)
+  flush_events()
+  redis.call("PEXPIRE", units, ttl_ms)
+  redis.call("PEXPIRE", priority, ttl_ms)
+  redis.call("PEXPIRE", attempts, ttl_ms)
+  redis.call("PEXPIRE", meta, ttl_ms)
+  redis.call("PEXPIRE", unit_state, ttl_ms)
+  redis.call("PEXPIRE", workers, ttl_ms)
+end
+
+-- The pending row of one entry: {consumer, delivery_count} or nil.
+local function pending_row(stream, entry_id)
+  local rows = redis.call("XPENDING", stream, GROUP, entry_id, entry_id, 1)
+  local row = rows[1]
+  if type(row) ~= "table" then
+    return nil
+  end
+  return { consumer = row[2], delivery_count = tonumber(row[4]) }
+end
+
+-- Stream entry fields ({"id", unit, "type", kind}) as unit, kind.
+local function entry_unit(fields)
+  if fields[1] == "id" and fields[3] == "type" then
+    return fields[2], fields[4]
+  end
+  local unit, kind
+  for i = 1, #fields, 2 do
+    if fields[i] == "id" then
+      unit = fields[i + 1]
+    elseif fields[i] == "type" then
+      kind = fields[i + 1]
+    end
+  end
+  return unit, kind or ""
+end
+
+-- The fence: the entry is still pending on worker_id at delivery_count, and
+-- it is the caller's unit (a handle naming another unit is not the caller's).
+local function fence(stream, entry_id, delivery_count, unit_id)
+  local row = pending_row(stream, entry_id)
+  if not row or row.consumer ~= worker_id or row.delivery_count ~= tonumber(delivery_count) then
+    return nil
+  end
+  local range = redis.call("XRANGE", stream, entry_id, entry_id)
+  if type(range[1]) ~= "table" then
+    return nil
+  end
+  local unit, kind = entry_unit(range[1][2])
+  if unit ~= unit_id then
+    return nil
+  end
+  row.kind = kind
+  return row
+end
+
+-- The unit's state, or nil when it is missing or unreadable (CORRUPT).
+local function read_state(unit_id)
+  local raw = redis.call("HGET", unit_state, unit_id)
+  if not raw then
+    return nil
+  end
+  local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
+  if not r or (e ~= "true" and e ~= "false") then
+    return nil
+  end
+  return { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
+end
+
+local FRESH_RAW = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
+local FRESH_STATE = { retry_index = 0, reclaim_count = 0, entered_retry = false }
+
+-- States of many units in one call: a list parallel to `unit_ids` (false
+-- where missing or unreadable).
+local function read_states(unit_ids)
+  local out = {}
+  local CHUNK = 512
+  for first = 1, #unit_ids, CHUNK do
+    local last = math.min(first + CHUNK - 1, #unit_ids)
+    local raws = redis.call("HMGET", unit_state, unpack(unit_ids, first, last))
+    for i = 1, #raws do
+      local raw = raws[i]
+      local state = false
+      if raw == FRESH_RAW then
+        -- Shared, read-only: batch paths never change a state.
+        state = FRESH_STATE
+      elseif raw then
+        local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
+        if r and (e == "true" or e == "false") then
+          state = { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
+        end
+      end
+      out[first + i - 1] = state
+    end
+  end
+  return out
+end
+
+local function write_state(unit_id, state)
+  redis.call("HSET", unit_state, unit_id, string.format(
+    '{"retry_index":%d,"reclaim_count":%d,"entered_retry":%s}',
+    state.retry_index, state.reclaim_count, tostring(state.entered_retry == true)))
+end
+
+-- The opening of a unit event (no closing brace): type and header fields.
+
+-- The stream key and unit state of a fenced delivery; or nil and the reply
+-- to return: STALE when the fence fails, CORRUPT when the unit's state is gone.
+-- The third result is the fence's pending row (with the entry's kind).
+local function fenced_state(short, entry_id, delivery_count, unit_id)
+  local stream = stream_key(short)
+  local row = stream and fence(stream, entry_id, delivery_count, unit_id)
+  if not row then
+    return nil, STALE
+  end
+  local state = read_state(unit_id)
+  if not state then
+    return nil, CORRUPT
+  end
+  return stream, state, row
+end

@@ -1,0 +1,39 @@
+-- transition.lua, part: the header, the keys and arguments, the clock
+-- (The parts are joined in order in src/scripts.rs.)
+
+-- State transitions of one run of the fenced unit queue. One dispatcher, one
+-- function per mode; modelled on rspec-hopper's transition.lua (the seed).
+--
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers
+--       (all share the run's hash tag)
+-- ARGV: mode, worker_id, then mode-specific arguments (see dispatch).
+--
+-- Replies are arrays whose first element is a status string: "OK", "NONE",
+-- "FINALIZED", "REQUEUED", "STALE" (fence failed) or "CORRUPT" (meta or the
+-- unit's unit_state entry is missing or unreadable). STALE and CORRUPT are
+-- status replies, not Lua errors, so the caller can tell them from Redis errors.
+--
+-- Differences from the seed, all for speed or exactness:
+-- * `reserve` reads the priority stream, then the main stream, then reclaims,
+--   all in one call, for up to `max` units (a batch), with the delivery
+--   accounting (events, worker record) of every unit included.
+-- * Reclaim takes the OLDEST pending entry idle for at least the timeout
+--   (XPENDING ... IDLE, then XCLAIM), however many busy entries precede it;
+--   the seed's XAUTOCLAIM ... COUNT 1 only looked at 10 PEL entries.
+-- * No cjson in the hot path: unit state and worker records keep the seed's
+--   JSON shape but are read with anchored patterns and written with
+--   string.format; free text (summaries, errors) arrives pre-encoded as JSON.
+-- * Budgets and the inactivity TTL come from meta (frozen at initialisation).
+-- * `release_batch` is new: a worker hands deliveries back (shutting down,
+--   prefetched units) without spending a retry or reclaim budget; the seed
+--   could only abandon them to the reclaim timeout, which costs a reclaim.
+
+local units, priority, attempts, meta, unit_state, workers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mode, worker_id = ARGV[1], ARGV[2]
+
+local GROUP = "workers"
+local STALE, CORRUPT = { "STALE" }, { "CORRUPT" }
+
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

@@ -1,0 +1,159 @@
+-- transition.lua, part: mode reserve (fresh entries, then reclaim)
+-- (The parts are joined in order in src/scripts.rs.)
+
+-- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
+-- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and the
+-- items follow flat (no table per item, cheaper to reply): "OK", stream,
+-- entry_id, unit, kind, delivery_count, retry_index, reclaim_count, reclaimed
+-- (0/1), previous_worker or false; or "FINALIZED", unit (reclaim budget
+-- exhausted).
+local function reserve(m, max, reclaim_after_ms, single)
+  max = tonumber(max)
+  reclaim_after_ms = tonumber(reclaim_after_ms)
+  local reply = { "NONE" }
+  local delivered = 0
+  local changed = false
+  local current = nil
+  -- Entries handed out by this call, per stream. A long-running call must not
+  -- reclaim what it has just delivered: their idle time starts now, as in the
+  -- memory backend, even when the script itself runs past the timeout.
+  local touched, touched_count = { [priority] = {}, [units] = {} }, { [priority] = 0, [units] = 0 }
+  local function touch(stream, entry_id)
+    touched[stream][entry_id] = true
+    touched_count[stream] = touched_count[stream] + 1
+  end
+
+  -- Fresh entries: priority stream first, then main.
+  for _, stream in ipairs({ priority, units }) do
+    if delivered >= max then
+      break
+    end
+    local read = redis.call("XREADGROUP", "GROUP", GROUP, worker_id, "COUNT", max - delivered, "STREAMS", stream, ">")
+    if type(read) == "table" and type(read[1]) == "table" then
+      local short = stream_short(stream)
+      local entries = read[1][2]
+      local ids, unit_list, kinds = {}, {}, {}
+      for i, entry in ipairs(entries) do
+        ids[i] = entry[1]
+        unit_list[i], kinds[i] = entry_unit(entry[2])
+        if not unit_list[i] then
+          unit_list[i] = ""
+        end
+      end
+      local states = read_states(unit_list)
+      local seen_here = touched[stream]
+      local mid = ',"stream":"' .. short .. '","entry_id":"'
+      for i = 1, #entries do
+        local unit, state = unit_list[i], states[i]
+        if not state then
+          reply[1] = "CORRUPT"
+          if changed then
+            touch_worker(current and jstr(current))
+            renew_ttls(m.ttl_ms)
+          end
+          return reply
+        end
+        local prefix, suffix = event_head_parts("delivered", state)
+        event_begin()
+        local n = ev_n + 1
+        ev_parts[n] = prefix
+        n = put_unit_json(n, unit)
+        ev_parts[n + 1] = suffix
+        ev_parts[n + 2] = mid
+        ev_parts[n + 3] = ids[i]
+        ev_parts[n + 4] = '","delivery_count":1}'
+        ev_n = n + 4
+        local r = #reply
+        reply[r + 1] = "OK"
+        reply[r + 2] = short
+        reply[r + 3] = ids[i]
+        reply[r + 4] = unit
+        reply[r + 5] = kinds[i]
+        reply[r + 6] = 1
+        reply[r + 7] = state.retry_index
+        reply[r + 8] = state.reclaim_count
+        reply[r + 9] = 0
+        reply[r + 10] = false
+        seen_here[ids[i]] = true
+        delivered = delivered + 1
+        changed = true
+        current = unit
+      end
+      touched_count[stream] = touched_count[stream] + #entries
+    end
+  end
+
+  -- Reclaim: the oldest entry idle for at least the timeout, priority first.
+  local tail = "NONE"
+  if delivered >= max then
+    tail = "FULL"
+  end
+  while delivered < max do
+    local stream, row
+    for _, s in ipairs({ priority, units }) do
+      local rows = redis.call("XPENDING", s, GROUP, "IDLE", reclaim_after_ms, "-", "+", touched_count[s] + 1)
+      for _, candidate in ipairs(rows) do
+        if type(candidate) == "table" and not touched[s][candidate[1]] then
+          stream, row = s, candidate
+          break
+        end
+      end
+      if stream then
+        break
+      end
+    end
+    if not stream then
+      tail = "NONE"
+      break
+    end
+    local entry_id, previous = row[1], row[2]
+    local range = redis.call("XRANGE", stream, entry_id, entry_id)
+    local unit, kind
+    if type(range[1]) == "table" then
+      unit, kind = entry_unit(range[1][2])
+    end
+    -- Refuse before moving ownership when the unit's state is gone.
+    local state = unit and read_state(unit)
+    if not state then
+      tail = "CORRUPT"
+      break
+    end
+    redis.call("XCLAIM", stream, GROUP, worker_id, 0, entry_id)
+    touch(stream, entry_id)
+    local delivery_count = tonumber(row[4]) + 1
+    local short = stream_short(stream)
+    local unit_json = jstr(unit)
+    changed = true
+    if state.reclaim_count + 1 > m.max_reclaims then
+      finalize_entry(stream, entry_id, unit_json, state, "failed", 0, '"reclaim_budget_exhausted"', "",
+        string.format(',"previous_worker_id":%s,"delivery_count":%d', jstr(previous), delivery_count))
+      reply[#reply + 1] = "FINALIZED"
+      reply[#reply + 1] = unit
+      if single == "1" then
+        tail = "FULL"
+        break
+      end
+    else
+      state.reclaim_count = state.reclaim_count + 1
+      write_state(unit, state)
+      append_json(event_head("reclaimed", unit_json, state) .. string.format(
+        ',"previous_worker_id":%s,"stream":"%s","entry_id":"%s","delivery_count":%d}',
+        jstr(previous), short, entry_id, delivery_count))
+      for _, v in ipairs({ "OK", short, entry_id, unit, kind, delivery_count, state.retry_index, state.reclaim_count, 1,
+        previous or false }) do
+        reply[#reply + 1] = v
+      end
+      delivered = delivered + 1
+      current = unit
+      if delivered >= max then
+        tail = "FULL"
+      end
+    end
+  end
+  reply[1] = tail
+  if changed then
+    touch_worker(current and jstr(current))
+    renew_ttls(m.ttl_ms)
+  end
+  return reply
+end

@@ -1,0 +1,302 @@
+//! The `sync-worker` command line: the worker, and the operator commands
+//! (`user add`, `account add | list | status | remove`). The binary is a
+//! few lines over [`run`].
+//!
+//! Storage comes from `DATABASE_URL` (absent: `sqlite://sync-worker.db`),
+//! the password key from `SECRET_KEY` or `SECRET_KEY_FILE` (absent: the file
+//! `sync-worker.key`, generated with mode 0600). An IMAP password is read
+//! from `IMAP_PASSWORD` or, when that is unset, from the first line of
+//! stdin: never from an argument, where `ps` would show it.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use leasehold_core::{LeaseKey, LeaseStore, TokioClock, WorkerId};
+
+use crate::imap::{ImapSettings, ImapSource, LoginError};
+use crate::secret::SecretKey;
+use crate::storage::{Credentials, Email, NewAccount, Security, Storage, DEFAULT_DATABASE_URL};
+use crate::{reconcile, wiring, Config, Coordinator, Deps};
+
+/// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
+#[derive(Parser, Debug)]
+#[command(name = "sync-worker", version, about = "Owns a fair share of the live IMAP accounts and keeps them synced")]
+pub struct Cli {
+    /// This worker's id (default: <hostname>-<pid>-<random>).
+    #[arg(long, env = "WORKER_ID", global = true)]
+    worker_id: Option<String>,
+    /// Log filter (tracing-subscriber syntax).
+    #[arg(long, env = "RUST_LOG", default_value = "info", global = true)]
+    log: String,
+    /// What to do (default: `worker`).
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the sync engine: own a fair share of the accounts and sync them.
+    Worker,
+    /// Manage users.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Manage IMAP accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCommand {
+    /// Add a user.
+    Add {
+        /// The user's e-mail address.
+        #[arg(long)]
+        email: Email,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AccountCommand {
+    /// Add an IMAP account (after checking that its login works). The
+    /// password comes from IMAP_PASSWORD or the first line of stdin.
+    Add {
+        /// The owning user's e-mail address.
+        #[arg(long)]
+        user: Email,
+        /// The IMAP server's host name.
+        #[arg(long)]
+        host: String,
+        /// Its port (993 for tls, 143 for starttls).
+        #[arg(long)]
+        port: u16,
+        /// How to reach it; `plain` sends the password unencrypted (loopback and tests only).
+        #[arg(long, value_enum)]
+        security: Security,
+        /// The IMAP login.
+        #[arg(long)]
+        username: String,
+    },
+    /// List the accounts.
+    List {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an account's tier, owner, last sync, last error and message counts.
+    Status {
+        /// The account id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an account and all its mail.
+    Remove {
+        /// The account id.
+        id: String,
+    },
+}
+
+/// Parses the command line and runs it.
+pub async fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("invalid --log / RUST_LOG filter")?)
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::from_env().context("invalid configuration")?;
+    match cli.command.unwrap_or(Command::Worker) {
+        Command::Worker => worker(cli.worker_id, config).await,
+        Command::User(UserCommand::Add { email }) => {
+            let storage = open_storage().await?;
+            let user = storage.add_user(&email).await?;
+            println!("{}", user.id);
+            Ok(())
+        }
+        Command::Account(cmd) => account(cmd, config).await,
+    }
+}
+
+/// Opens the storage that `DATABASE_URL` and `SECRET_KEY` / `SECRET_KEY_FILE` name.
+pub async fn open_storage() -> anyhow::Result<Storage> {
+    let key_file = std::env::var_os("SECRET_KEY_FILE").map_or_else(|| PathBuf::from("sync-worker.key"), PathBuf::from);
+    let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
+    let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
+    Ok(Storage::open(url, secret).await?)
+}
+
+async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()> {
+    let worker = match worker_id.as_deref().or(config.worker_id.as_ref().map(WorkerId::as_str)) {
+        Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID")?,
+        None => leasehold_core::WorkerId::for_this_process(),
+    };
+    let storage = open_storage().await?;
+    let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
+    if config.redis_url.is_none() {
+        // The in-memory lease store restarts its fencing tokens at 1 with the
+        // process, and no other process can share it: start the stored tokens over.
+        storage.reset_fences().await?;
+    }
+    reconcile::reconcile(&storage, store.as_ref()).await.context("could not reconcile the live set")?;
+    let _reconciler = reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval);
+    tracing::info!(%worker, backend = %wiring::backend_name(&config), database = ?storage.kind(), "starting");
+    let deps = Deps {
+        store,
+        source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(&config))),
+        directory: Arc::new(storage.clone()),
+        clock: Arc::new(TokioClock::new()),
+    };
+    let mut handle = Coordinator::start(worker, config, deps).await.context("could not start the coordinator")?;
+    let ended = tokio::select! {
+        r = shutdown_signal() => { r?; None }
+        r = handle.finished() => Some(r),
+    };
+    match ended {
+        None => {
+            tracing::info!("shutdown signal: releasing leases");
+            handle.shutdown().await.context("shutdown failed")?;
+            storage.close().await;
+            Ok(())
+        }
+        Some(r) => r.context("the coordinator ended unexpectedly"),
+    }
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("could not install the SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r.context("could not listen for Ctrl-C")?,
+    }
+    Ok(())
+}
+
+fn read_password() -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("IMAP_PASSWORD") {
+        if !p.is_empty() {
+            return Ok(p);
+        }
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("IMAP password: ");
+        std::io::stderr().flush().ok();
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line).context("could not read the IMAP password from stdin")?;
+    let password = line.trim_end_matches(['\r', '\n']).to_string();
+    if password.is_empty() {
+        bail!("no IMAP password: set IMAP_PASSWORD or pass it on stdin (never as an argument)");
+    }
+    Ok(password)
+}
+
+/// The lease store, when one outside this process is configured (Redis):
+/// tiers and owners live there. The in-memory store of a CLI process knows nothing.
+async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseStore>>> {
+    if config.redis_url.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(wiring::connect_store(config).await.context("could not connect the lease store")?))
+}
+
+async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
+    let storage = open_storage().await?;
+    match cmd {
+        AccountCommand::Add { user, host, port, security, username } => {
+            let Some(user) = storage.user_by_email(&user).await? else {
+                bail!("no user {user}: add it first with `sync-worker user add --email {user}`");
+            };
+            if storage.account_exists(&host, port, &username).await? {
+                bail!("account {username}@{host}:{port} already exists: nothing changed");
+            }
+            let password = read_password()?;
+            let creds = Credentials { host: host.clone(), port, security, username: username.clone(), password };
+            match ImapSource::verify_login(&creds, ImapSettings::from(&config)).await {
+                Ok(()) => {}
+                Err(e @ LoginError::Refused { .. }) => bail!("{e}: nothing saved"),
+                Err(e) => return Err(anyhow::Error::new(e).context("the login check failed: nothing saved")),
+            }
+            let id = storage
+                .add_account(&NewAccount { user: user.id, host, port, security, username, password: creds.password })
+                .await?;
+            if let Some(store) = shared_store(&config).await? {
+                store
+                    .mark_live(&id)
+                    .await
+                    .context("saved, but could not mark it live (workers will at their next reconcile)")?;
+            }
+            println!("{id}");
+            Ok(())
+        }
+        AccountCommand::List { json } => {
+            let accounts = storage.list_accounts().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&accounts)?);
+            } else {
+                for a in accounts {
+                    println!(
+                        "{}  {}  {}@{}:{} ({})  last sync: {}  last error: {}",
+                        a.id,
+                        a.user,
+                        a.username,
+                        a.host,
+                        a.port,
+                        a.security,
+                        a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()),
+                        a.last_error.as_deref().unwrap_or("none")
+                    );
+                }
+            }
+            Ok(())
+        }
+        AccountCommand::Status { id, json } => {
+            let Some(a) = storage.account(&id).await? else {
+                bail!("no account {id} (see `sync-worker account list`)")
+            };
+            let folders = storage.folder_counts(&id).await?;
+            let (mut tier, mut owner) = (None, a.owner.clone());
+            if let Some(store) = shared_store(&config).await? {
+                let key = LeaseKey::new(&id)?;
+                tier = store.tier(&key).await?.map(|t| t.to_string());
+                owner = store.holder(&key).await?.map(|l| l.owner.to_string());
+            }
+            if json {
+                let v = serde_json::json!({
+                    "id": a.id,
+                    "tier": tier,
+                    "owner": owner,
+                    "last_sync_at": a.last_sync_at,
+                    "last_error": a.last_error,
+                    "folders": folders,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("account {}: {}@{}:{} of {}", a.id, a.username, a.host, a.port, a.user);
+                println!("tier: {}", tier.as_deref().unwrap_or("unknown (no shared lease store)"));
+                println!("owner: {}", owner.as_deref().unwrap_or("none"));
+                println!("last sync: {}", a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()));
+                println!("last error: {}", a.last_error.as_deref().unwrap_or("none"));
+                for f in folders {
+                    println!("  {}: {} messages", f.name, f.messages);
+                }
+            }
+            Ok(())
+        }
+        AccountCommand::Remove { id } => {
+            if !storage.remove_account(&id).await? {
+                bail!("no account {id}: nothing removed");
+            }
+            if let Some(store) = shared_store(&config).await? {
+                store.mark_not_live(&LeaseKey::new(&id)?).await?;
+            }
+            println!("removed {id}");
+            Ok(())
+        }
+    }
+}

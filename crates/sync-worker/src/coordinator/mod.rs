@@ -1,0 +1,126 @@
+//! The coordinator: which accounts this worker owns, and how hot each is.
+//!
+//! One task per worker loops over four events:
+//!
+//! * **the tick**, every `LEASE_TTL / 3`: re-register the worker (TTL
+//!   `LEASE_TTL`); stop the runners of leases whose local deadline passed
+//!   (renews kept failing); renew every owned lease in one
+//!   [`LeaseStore::renew_many`] call and stop *at once* the runner of every
+//!   lease the store answers is lost (taken over, expired, or dropped by
+//!   `mark_not_live`); read the live set and the live workers; stop accounts
+//!   that left the live set; then balance against the **fair share**
+//!   `ceil(live / workers)`: above `share + slack` (slack = 1 % of the share,
+//!   rounded down, so small shares get none) it sheds the excess gracefully
+//!   (cold accounts first, then warm, then hot: runners finish the poll in
+//!   progress, then the leases are released so the new owner starts at once);
+//!   below the share it claims free accounts with [`LeaseStore::claim_many`].
+//! * **the claim retry**: for `LEASE_TTL + 2 ticks` after the live workers or
+//!   the live set changed (a worker joined, left or died; accounts came or
+//!   went), a worker short of its share retries claims every `LEASE_TTL / 10`,
+//!   so a dead worker's accounts are taken about as soon as its leases
+//!   expire. Outside that window a worker short of its share (the rounding of
+//!   `ceil` leaves one short when the live count does not divide evenly)
+//!   re-checks with backoff (every 1, 2, 4 ticks) and a bounded sweep.
+//! * **tier evaluation**, every `TIER_EVAL_INTERVAL`: see [`crate::tiers`].
+//!   Tiers are written to the store (`sync:tier:{id}`) and the runners are
+//!   reshaped in place. A newly claimed account starts in the tier the store
+//!   holds (warm by default on claim; a previous owner's evaluation carries
+//!   over).
+//! * **`user.active` events**: the user's owned accounts are promoted to hot
+//!   at once.
+//!
+//! Claims are spread: each worker starts its sweep of the (sorted) live set at
+//! `index_of_worker * live / workers`, so workers that start together claim
+//! disjoint ranges on the first try.
+//!
+//! On [`CoordinatorHandle::shutdown`] (SIGTERM in the binary) every runner is
+//! stopped, every lease released and the worker deregistered, so the others
+//! take over at their next tick. [`CoordinatorHandle::kill`] drops everything
+//! without a word to the store, as a crash would.
+//!
+//! The coordinator depends only on the core traits: it runs on any
+//! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
+
+mod event_loop;
+mod handle;
+
+use std::sync::Arc;
+
+use leasehold_core::{Clock, LeaseStore, UserActiveSubscription, WorkerId};
+
+use crate::config::Config;
+use crate::directory::AccountDirectory;
+use crate::errors::SyncError;
+use crate::source::MailSource;
+
+pub use handle::{AccountView, CoordinatorHandle, CoordinatorObserver, CoordinatorStats};
+
+/// What the coordinator needs from the outside world.
+#[derive(Clone)]
+pub struct Deps {
+    /// Leases, live set, workers, tiers and presence.
+    pub store: Arc<dyn LeaseStore>,
+    /// The mail engine.
+    pub source: Arc<dyn MailSource>,
+    /// Account -> user.
+    pub directory: Arc<dyn AccountDirectory>,
+    /// Wall-clock time, for mail ages (tokio's clock follows paused time in tests).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Deps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deps").field("clock", &self.clock).finish_non_exhaustive()
+    }
+}
+
+/// Starts coordinators.
+#[derive(Debug)]
+pub struct Coordinator;
+
+/// A coordinator whose worker is registered but whose loop has not started
+/// (see [`Coordinator::prepare`]).
+pub struct PreparedCoordinator {
+    worker: WorkerId,
+    config: Config,
+    deps: Deps,
+    sub: UserActiveSubscription,
+}
+
+impl std::fmt::Debug for PreparedCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCoordinator").field("worker", &self.worker).finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// Validates `config`, registers `worker`, subscribes to `user.active`
+    /// and starts the coordinator task. The first tick runs at once.
+    pub async fn start(worker: WorkerId, config: Config, deps: Deps) -> Result<CoordinatorHandle, SyncError> {
+        Ok(Self::prepare(worker, config, deps).await?.spawn())
+    }
+
+    /// The first half of [`Coordinator::start`]: validates, registers the
+    /// worker and subscribes, without claiming anything yet. Workers that
+    /// start together can all register first, so their first ticks already
+    /// see each other and split the accounts without shedding.
+    pub async fn prepare(worker: WorkerId, config: Config, deps: Deps) -> Result<PreparedCoordinator, SyncError> {
+        config.validate()?;
+        deps.store.register_worker(&worker, config.lease_ttl).await?;
+        let sub = deps.store.subscribe_user_active().await?;
+        Ok(PreparedCoordinator { worker, config, deps, sub })
+    }
+}
+
+impl PreparedCoordinator {
+    /// Starts the coordinator task; the first tick runs at once.
+    pub fn spawn(self) -> CoordinatorHandle {
+        let PreparedCoordinator { worker, config, deps, sub } = self;
+        let shared = Arc::new(handle::Shared::default());
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let coord = event_loop::Coord::new(worker.clone(), config, deps, shared.clone());
+        tracing::info!(%worker, "coordinator started");
+        let task = tokio::spawn(coord.run(shutdown_rx, sub));
+        CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }
+    }
+}

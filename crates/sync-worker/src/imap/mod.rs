@@ -1,0 +1,223 @@
+//! The IMAP engine: [`ImapSource`] implements [`MailSource`] for real
+//! servers, on async-imap (tokio) with tokio-rustls, writing into
+//! [`Storage`] under the lease's fence.
+//!
+//! **Per folder, incrementally** ([`sync`]): a STATUS first; when UIDNEXT,
+//! UIDVALIDITY and HIGHESTMODSEQ (CONDSTORE servers) are what storage holds,
+//! nothing else is sent, no FETCH at all. Otherwise SELECT, then:
+//! * a changed UIDVALIDITY deletes the folder's rows and starts it over;
+//! * new mail (UIDs above the stored `last_uid`) is fetched in batches of at
+//!   most [`BATCH`] UIDs, each batch committed with its `last_uid`, so a
+//!   crash resumes after the last committed batch, and a batch fetched twice
+//!   only updates flags (the key is account + folder + UIDVALIDITY + UID);
+//! * flag changes: `CHANGEDSINCE` the stored HIGHESTMODSEQ on CONDSTORE
+//!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages;
+//! * expunges: when storage holds more messages below the SELECT's UIDNEXT
+//!   than the server's EXISTS, a `UID SEARCH ALL` diff deletes the missing
+//!   ones (QRESYNC `VANISHED` is not used yet);
+//! * HIGHESTMODSEQ and UIDNEXT are stored last, once everything they cover is
+//!   committed.
+//!
+//! **Watching** ([`MailConnection::wait_new_mail`]): INBOX is selected, a
+//! STATUS UIDNEXT right before IDLE catches mail that arrived since the last
+//! FETCH, then IDLE until the server says anything but a keepalive, with a
+//! hard deadline of our own (async-imap's timer is reset by keepalives) and a
+//! silence bound after which the connection must prove itself alive (DONE
+//! answered in time) or is dropped. A notification's content is never used:
+//! every wake-up is followed by a normal incremental INBOX poll. Servers
+//! without IDLE are polled with NOOP.
+//!
+//! **Failures**: every command has a timeout; a folder the server refuses
+//! (NO/BAD) is skipped and reported while the others sync; a refused login
+//! is [`SourceError::Auth`] (the runner then waits a whole interval). Each
+//! poll's outcome is written to the account's `last_sync_at` / `last_error`.
+
+mod folders;
+mod message;
+mod session;
+mod transport;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::LeaseKey;
+
+pub use folders::{special_folders, Folder, Role};
+
+use crate::config::Config;
+use crate::errors::SourceError;
+use crate::source::{Fence, MailConnection, MailSource};
+use crate::storage::{Credentials, Storage, StorageError};
+
+/// Most UIDs one new-mail FETCH asks for (one commit each).
+pub const BATCH: usize = 500;
+/// Newest messages whose flags are re-read on servers without CONDSTORE.
+pub const FLAG_RESCAN: u32 = 500;
+
+/// The engine's timing settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImapSettings {
+    /// Bound of the TCP connect, the TLS handshake, the greeting and LOGIN each.
+    pub connect_timeout: Duration,
+    /// Bound of one command (a FETCH batch included).
+    pub command_timeout: Duration,
+    /// Hard deadline of one IDLE, whatever keepalives the server sends.
+    pub idle_deadline: Duration,
+    /// Silence inside IDLE after which the connection must prove it is alive.
+    pub idle_silence: Duration,
+    /// NOOP poll interval on servers without IDLE.
+    pub noop_interval: Duration,
+}
+
+impl Default for ImapSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(20),
+            command_timeout: Duration::from_secs(120),
+            idle_deadline: Duration::from_secs(24 * 60),
+            idle_silence: Duration::from_secs(5 * 60),
+            noop_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+impl From<&Config> for ImapSettings {
+    /// The IDLE deadline a little under `IDLE_REISSUE`, so the engine ends
+    /// its IDLE cleanly before the runner's own bound would cut it.
+    fn from(c: &Config) -> Self {
+        let margin = (c.idle_reissue / 10).min(Duration::from_secs(60));
+        Self { idle_deadline: c.idle_reissue - margin, ..Self::default() }
+    }
+}
+
+/// How many IMAP commands of each kind the engine sent (LOGIN aside), for
+/// benchmarks and tests: `SELECT`, `STATUS`, `UID FETCH`, `IDLE`, ...
+#[derive(Debug, Default)]
+pub struct CommandCounts(parking_lot::Mutex<BTreeMap<String, u64>>);
+
+impl CommandCounts {
+    fn count(&self, op: &str) {
+        let mut words = op.split(' ');
+        let verb = match words.next() {
+            Some("UID") => format!("UID {}", words.next().unwrap_or_default()),
+            Some(v) => v.to_string(),
+            None => return,
+        };
+        *self.0.lock().entry(verb).or_default() += 1;
+    }
+
+    /// A snapshot: command -> how many were sent.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().clone()
+    }
+}
+
+/// The IMAP [`MailSource`]. Cheap to clone; clones share the command counts.
+#[derive(Debug, Clone)]
+pub struct ImapSource {
+    storage: Storage,
+    settings: ImapSettings,
+    commands: Arc<CommandCounts>,
+}
+
+impl ImapSource {
+    /// An engine writing into `storage`.
+    pub fn new(storage: Storage, settings: ImapSettings) -> Self {
+        Self { storage, settings, commands: Arc::default() }
+    }
+
+    /// The commands sent so far by every connection of this source.
+    pub fn commands(&self) -> BTreeMap<String, u64> {
+        self.commands.snapshot()
+    }
+
+    /// Logs in with `creds` and out again: what `account add` checks before
+    /// saving. The error carries the server's answer.
+    pub async fn verify_login(creds: &Credentials, settings: ImapSettings) -> Result<(), LoginError> {
+        match transport::open(creds, settings.connect_timeout).await {
+            Ok(mut session) => {
+                let _ = tokio::time::timeout(settings.command_timeout, session.logout()).await;
+                Ok(())
+            }
+            Err(transport::ConnectFailure::Refused(answer)) => Err(LoginError::Refused { answer }),
+            Err(transport::ConnectFailure::Unreachable(source)) => {
+                Err(LoginError::Unreachable { server: format!("{}:{}", creds.host, creds.port), source })
+            }
+        }
+    }
+
+    async fn record_failure(&self, fence: &Fence, error: &SourceError) -> Result<(), SourceError> {
+        let text = crate::runner::error_chain(error);
+        let write = async {
+            let mut tx = self.storage.write(fence).await?;
+            tx.record_poll(Some(&text)).await?;
+            tx.commit().await
+        };
+        write.await.map_err(|e| storage_error(&fence.account, e))
+    }
+}
+
+/// Why a login check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The server refused the login.
+    #[error("the server refused the login: {answer}")]
+    Refused {
+        /// The server's answer.
+        answer: String,
+    },
+    /// The server could not be reached.
+    #[error("could not reach {server}")]
+    Unreachable {
+        /// `host:port`.
+        server: String,
+        /// Why.
+        #[source]
+        source: crate::errors::BoxError,
+    },
+}
+
+/// A storage error as the source reports it: fencing rejections stay
+/// [`SourceError::Fenced`], so the runner stops.
+pub(crate) fn storage_error(account: &LeaseKey, e: StorageError) -> SourceError {
+    match e {
+        StorageError::Fenced { account, token, current } => SourceError::Fenced { account, token, current },
+        source => SourceError::Storage { account: account.clone(), source },
+    }
+}
+
+#[async_trait]
+impl MailSource for ImapSource {
+    async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError> {
+        let account = &fence.account;
+        let creds = self.storage.credentials(account).await.map_err(|e| storage_error(account, e))?;
+        let failure = match transport::open(&creds, self.settings.connect_timeout).await {
+            Ok(session) => {
+                return session::Connection::start(
+                    session,
+                    self.storage.clone(),
+                    fence.clone(),
+                    self.settings,
+                    self.commands.clone(),
+                )
+                .await
+                .map(|c| Box::new(c) as Box<dyn MailConnection>)
+            }
+            Err(transport::ConnectFailure::Refused(answer)) => SourceError::Auth { account: account.clone(), answer },
+            Err(transport::ConnectFailure::Unreachable(source)) => SourceError::Connect {
+                account: account.clone(),
+                server: format!("{}:{}", creds.host, creds.port),
+                source,
+            },
+        };
+        self.record_failure(fence, &failure).await?;
+        Err(failure)
+    }
+
+    async fn latest_internal_date(&self, account: &LeaseKey) -> Result<Option<u64>, SourceError> {
+        let ms = self.storage.latest_internal_date(account).await.map_err(|e| storage_error(account, e))?;
+        Ok(ms.map(|m| m.max(0) as u64))
+    }
+}

@@ -1,0 +1,482 @@
+//! One open connection of an owned account: the per-folder incremental sync
+//! and the INBOX watch (see the [module docs](super)).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_imap::extensions::idle::IdleResponse;
+use async_imap::types::{Fetch, Mailbox};
+use async_trait::async_trait;
+use futures::TryStreamExt;
+
+use super::folders::{special_folders, Folder};
+use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
+use super::transport::ImapSession;
+use super::{storage_error, CommandCounts, ImapSettings, BATCH, FLAG_RESCAN};
+use crate::errors::{BoxError, SourceError};
+use crate::source::{Fence, MailConnection, PollReport, Scope};
+use crate::storage::{FolderState, Storage, StorageError};
+
+const INBOX: &str = "INBOX";
+
+/// What the server offers, read once per connection.
+#[derive(Debug, Clone, Copy, Default)]
+struct Caps {
+    condstore: bool,
+    idle: bool,
+}
+
+/// A failure inside one folder's sync.
+enum FolderFailure {
+    /// The server refused a command for this folder (NO / BAD): skip it.
+    Refused(SourceError),
+    /// The connection or storage failed: end the poll.
+    Fatal(SourceError),
+}
+
+impl FolderFailure {
+    fn into_error(self) -> SourceError {
+        match self {
+            FolderFailure::Refused(e) | FolderFailure::Fatal(e) => e,
+        }
+    }
+}
+
+/// Runs one command on the connection's session, bounded by the command
+/// timeout: `imap!(conn, "op", |s| s.noop())`.
+macro_rules! imap {
+    ($conn:expr, $op:expr, |$s:ident| $call:expr) => {{
+        let op: String = $op.into();
+        $conn.commands.count(&op);
+        match $conn.session.take() {
+            None => Err(FolderFailure::Fatal($conn.io(op, "the connection was lost earlier".into()))),
+            Some(mut $s) => {
+                // async-imap queues unsolicited answers in a channel of 100 that drops
+                // the rest; nothing here relies on them, so keep it empty.
+                while $s.unsolicited_responses.try_recv().is_ok() {}
+                let r = tokio::time::timeout($conn.settings.command_timeout, $call).await;
+                $conn.finish(op, $s, r)
+            }
+        }
+    }};
+}
+
+pub(super) struct Connection {
+    commands: Arc<CommandCounts>,
+    session: Option<ImapSession>,
+    storage: Storage,
+    fence: Fence,
+    settings: ImapSettings,
+    caps: Caps,
+    specials: Option<Vec<Folder>>,
+    selected: Option<String>,
+}
+
+fn is_refusal(e: &async_imap::error::Error) -> bool {
+    matches!(e, async_imap::error::Error::No(_) | async_imap::error::Error::Bad(_))
+}
+
+/// What one folder's sync did.
+#[derive(Debug, Default, Clone, Copy)]
+struct FolderReport {
+    new_messages: u64,
+}
+
+impl Connection {
+    pub(super) async fn start(
+        session: ImapSession,
+        storage: Storage,
+        fence: Fence,
+        settings: ImapSettings,
+        commands: Arc<CommandCounts>,
+    ) -> Result<Self, SourceError> {
+        let mut conn = Self {
+            commands,
+            session: Some(session),
+            storage,
+            fence,
+            settings,
+            caps: Caps::default(),
+            specials: None,
+            selected: None,
+        };
+        let caps = imap!(conn, "CAPABILITY", |s| s.capabilities()).map_err(FolderFailure::into_error)?;
+        conn.caps = Caps { condstore: caps.has_str("CONDSTORE"), idle: caps.has_str("IDLE") };
+        Ok(conn)
+    }
+
+    fn io(&self, op: impl Into<String>, source: BoxError) -> SourceError {
+        SourceError::Io { account: self.fence.account.clone(), op: op.into(), source }
+    }
+
+    fn store_err(&self, e: StorageError) -> FolderFailure {
+        FolderFailure::Fatal(storage_error(&self.fence.account, e))
+    }
+
+    /// Puts the session back after a command, or drops it: a timeout or a
+    /// transport error loses the session (the next call fails at once and the
+    /// runner reconnects); a refusal (NO / BAD) keeps it.
+    fn finish<T>(
+        &mut self,
+        op: String,
+        session: ImapSession,
+        r: Result<async_imap::error::Result<T>, tokio::time::error::Elapsed>,
+    ) -> Result<T, FolderFailure> {
+        match r {
+            Ok(Ok(v)) => {
+                self.session = Some(session);
+                Ok(v)
+            }
+            Ok(Err(e)) if is_refusal(&e) => {
+                self.session = Some(session);
+                Err(FolderFailure::Refused(self.io(op, Box::new(e))))
+            }
+            Ok(Err(e)) => {
+                self.selected = None;
+                Err(FolderFailure::Fatal(self.io(op, Box::new(e))))
+            }
+            Err(_) => {
+                self.selected = None;
+                let t = self.settings.command_timeout;
+                Err(FolderFailure::Fatal(self.io(op, format!("no answer within {t:?}").into())))
+            }
+        }
+    }
+
+    /// The special folders (LIST once per connection).
+    async fn specials(&mut self) -> Result<Vec<Folder>, FolderFailure> {
+        if let Some(f) = &self.specials {
+            return Ok(f.clone());
+        }
+        let names = imap!(self, "LIST", |s| async {
+            let stream = s.list(Some(""), Some("*")).await?;
+            stream.try_collect::<Vec<_>>().await
+        })?;
+        let found = special_folders(&names);
+        tracing::debug!(account = %self.fence.account, folders = ?found, "special folders");
+        self.specials = Some(found.clone());
+        Ok(found)
+    }
+
+    async fn select(&mut self, name: &str) -> Result<Mailbox, FolderFailure> {
+        let condstore = self.caps.condstore;
+        // async-imap quotes mailbox names itself.
+        let mbox = imap!(self, format!("SELECT {name}"), |s| async {
+            if condstore {
+                s.select_condstore(name).await
+            } else {
+                s.select(name).await
+            }
+        })?;
+        self.selected = Some(name.to_string());
+        Ok(mbox)
+    }
+
+    /// Whether the folder is exactly as storage holds it (STATUS only).
+    async fn unchanged(&mut self, name: &str, state: &FolderState) -> Result<bool, FolderFailure> {
+        if !self.caps.condstore {
+            // Without CONDSTORE a flag change shows in no counter: always look.
+            return Ok(false);
+        }
+        if self.selected.as_deref() == Some(name) {
+            // A server answers STATUS of the selected folder from this
+            // session's view, which only a command like NOOP brings up to date.
+            imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
+        }
+        let status = imap!(self, format!("STATUS {name}"), |s| s.status(name, "(UIDNEXT UIDVALIDITY HIGHESTMODSEQ)"))?;
+        Ok(status.uid_validity == Some(state.uidvalidity)
+            && status.uid_next.is_some()
+            && status.uid_next == state.uidnext
+            && status.highest_modseq.is_some()
+            && status.highest_modseq == state.highestmodseq)
+    }
+
+    async fn write(&self) -> Result<crate::storage::FencedTx, FolderFailure> {
+        self.storage.write(&self.fence).await.map_err(|e| self.store_err(e))
+    }
+
+    /// One folder's incremental sync.
+    async fn sync_folder(&mut self, folder: &Folder) -> Result<FolderReport, FolderFailure> {
+        let name = folder.name.as_str();
+        let account = self.fence.account.clone();
+        let stored = self.storage.folder_state(&account, name).await.map_err(|e| self.store_err(e))?;
+        if let Some(st) = &stored {
+            if self.unchanged(name, st).await? {
+                return Ok(FolderReport::default());
+            }
+        }
+        let mbox = self.select(name).await?;
+        let Some(uidvalidity) = mbox.uid_validity else {
+            return Err(FolderFailure::Refused(
+                self.io(format!("SELECT {name}"), "the server sent no UIDVALIDITY".into()),
+            ));
+        };
+        let mut state = match stored {
+            Some(st) if st.uidvalidity == uidvalidity => st,
+            previous => {
+                let mut tx = self.write().await?;
+                tx.ensure_folder(name, folder.role.map(|r| r.as_str())).await.map_err(|e| self.store_err(e))?;
+                tx.reset_folder(name, uidvalidity).await.map_err(|e| self.store_err(e))?;
+                tx.commit().await.map_err(|e| self.store_err(e))?;
+                if let Some(p) = previous {
+                    tracing::info!(%account, folder = name, old = p.uidvalidity, new = uidvalidity, "UIDVALIDITY changed: folder resynced from scratch");
+                }
+                FolderState { uidvalidity, last_uid: 0, uidnext: None, highestmodseq: None }
+            }
+        };
+        let old_last = state.last_uid;
+        let new_messages = self.fetch_new(name, &mut state).await?;
+        self.sync_flags(name, &state, old_last, &mbox).await?;
+        self.sync_expunges(name, &state, &mbox).await?;
+        // A connection cut mid-answer can end a FETCH stream early without an
+        // error; a NOOP answered proves the answers above were whole.
+        imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
+        // Last: the marks that say everything they cover is stored.
+        let uidnext = mbox.uid_next.map(|n| n.max(state.last_uid.saturating_add(1)));
+        let mut tx = self.write().await?;
+        tx.set_marks(name, uidnext, mbox.highest_modseq).await.map_err(|e| self.store_err(e))?;
+        tx.commit().await.map_err(|e| self.store_err(e))?;
+        Ok(FolderReport { new_messages })
+    }
+
+    /// New mail above `state.last_uid`, in batches, one commit each.
+    async fn fetch_new(&mut self, name: &str, state: &mut FolderState) -> Result<u64, FolderFailure> {
+        let from = state.last_uid.saturating_add(1);
+        let found = imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {from}:*")))?;
+        // `n:*` also matches the highest UID when it is below n: keep only new ones.
+        let mut uids: Vec<u32> = found.into_iter().filter(|u| *u >= from).collect();
+        uids.sort_unstable();
+        let mut total = 0;
+        for batch in uids.chunks(BATCH) {
+            let set = uid_set(batch);
+            let fetched: Vec<Fetch> = imap!(self, format!("UID FETCH new mail in {name}"), |s| async {
+                let stream = s.uid_fetch(&set, NEW_MAIL_QUERY).await?;
+                stream.try_collect::<Vec<_>>().await
+            })?;
+            let rows: Vec<_> = fetched.iter().filter_map(row_of).filter(|r| r.uid >= from).collect();
+            // `last_uid` only moves past UIDs that were answered: a connection
+            // that dies mid-stream can end the answer early without an error.
+            let got: HashSet<u32> = rows.iter().map(|r| r.uid).collect();
+            let complete = batch.iter().take_while(|u| got.contains(u)).count();
+            let last = if complete == 0 { state.last_uid } else { batch[complete - 1] };
+            let mut tx = self.write().await?;
+            tx.insert_messages(name, state.uidvalidity, &rows).await.map_err(|e| self.store_err(e))?;
+            tx.set_last_uid(name, last).await.map_err(|e| self.store_err(e))?;
+            tx.commit().await.map_err(|e| self.store_err(e))?;
+            state.last_uid = last;
+            total += rows.len() as u64;
+            if complete < batch.len() {
+                // Expunged since the SEARCH, or a cut connection: the next poll
+                // searches again from `last_uid` (an expunged UID is not found).
+                self.session = None;
+                return Err(FolderFailure::Fatal(self.io(
+                    format!("UID FETCH new mail in {name}"),
+                    format!("the server answered {} of {} messages", rows.len(), batch.len()).into(),
+                )));
+            }
+        }
+        Ok(total)
+    }
+
+    /// Flag changes of messages stored before this poll (`..= old_last`).
+    async fn sync_flags(
+        &mut self,
+        name: &str,
+        state: &FolderState,
+        old_last: u32,
+        mbox: &Mailbox,
+    ) -> Result<(), FolderFailure> {
+        if old_last == 0 {
+            return Ok(());
+        }
+        let query = match (self.caps.condstore, state.highestmodseq) {
+            (true, Some(modseq)) => Some(format!("(UID FLAGS) (CHANGEDSINCE {modseq})")),
+            // A first sync that was interrupted: its flags may have moved since.
+            (true, None) => None,
+            (false, _) => None,
+        };
+        let fetched: Vec<Fetch> = match query {
+            Some(q) => {
+                let set = format!("1:{old_last}");
+                imap!(self, format!("UID FETCH CHANGEDSINCE in {name}"), |s| async {
+                    s.uid_fetch(&set, &q).await?.try_collect::<Vec<_>>().await
+                })?
+            }
+            None if self.caps.condstore => {
+                let set = format!("1:{old_last}");
+                imap!(self, format!("UID FETCH flags in {name}"), |s| async {
+                    s.uid_fetch(&set, "(UID FLAGS)").await?.try_collect::<Vec<_>>().await
+                })?
+            }
+            None => {
+                if mbox.exists == 0 {
+                    return Ok(());
+                }
+                let first = mbox.exists.saturating_sub(FLAG_RESCAN - 1).max(1);
+                let set = format!("{first}:{}", mbox.exists);
+                imap!(self, format!("FETCH flags rescan in {name}"), |s| async {
+                    s.fetch(&set, "(UID FLAGS)").await?.try_collect::<Vec<_>>().await
+                })?
+            }
+        };
+        let changes: Vec<(u32, String)> =
+            fetched.iter().filter_map(|f| f.uid.filter(|u| *u <= old_last).map(|u| (u, flags_of(f)))).collect();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write().await?;
+        let n = tx.set_flags(name, state.uidvalidity, &changes).await.map_err(|e| self.store_err(e))?;
+        tx.commit().await.map_err(|e| self.store_err(e))?;
+        tracing::debug!(account = %self.fence.account, folder = name, changed = n, "flags updated");
+        Ok(())
+    }
+
+    /// Deletes stored messages the server no longer has. Storage holding no
+    /// more messages below the SELECT's UIDNEXT than its EXISTS proves there
+    /// is nothing to do (storage holds every one of them).
+    async fn sync_expunges(&mut self, name: &str, state: &FolderState, mbox: &Mailbox) -> Result<(), FolderFailure> {
+        let account = self.fence.account.clone();
+        let below = mbox.uid_next.unwrap_or(u32::MAX);
+        let stored: Vec<u32> = self
+            .storage
+            .stored_uids(&account, name, state.uidvalidity)
+            .await
+            .map_err(|e| self.store_err(e))?
+            .into_iter()
+            .filter(|u| *u < below)
+            .collect();
+        if stored.len() as u64 <= u64::from(mbox.exists) {
+            return Ok(());
+        }
+        let on_server: HashSet<u32> = imap!(self, format!("UID SEARCH ALL in {name}"), |s| s.uid_search("ALL"))?;
+        let gone: Vec<u32> = stored.into_iter().filter(|u| !on_server.contains(u)).collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write().await?;
+        let n = tx.delete_uids(name, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
+        tx.commit().await.map_err(|e| self.store_err(e))?;
+        tracing::debug!(%account, folder = name, expunged = n, "expunges applied");
+        Ok(())
+    }
+
+    async fn record(&self, error: Option<&str>) -> Result<(), SourceError> {
+        let write = async {
+            let mut tx = self.storage.write(&self.fence).await?;
+            tx.record_poll(error).await?;
+            tx.commit().await
+        };
+        write.await.map_err(|e| storage_error(&self.fence.account, e))
+    }
+
+    /// Makes sure INBOX is the selected folder (IDLE watches the selected one).
+    async fn select_inbox(&mut self) -> Result<(), FolderFailure> {
+        if self.selected.as_deref() != Some(INBOX) {
+            self.select(INBOX).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether INBOX has mail storage does not hold yet (STATUS UIDNEXT).
+    async fn inbox_has_new_mail(&mut self) -> Result<bool, FolderFailure> {
+        let account = self.fence.account.clone();
+        let stored = self.storage.folder_state(&account, INBOX).await.map_err(|e| self.store_err(e))?;
+        let status = imap!(self, "STATUS INBOX", |s| s.status(INBOX, "(UIDNEXT)"))?;
+        Ok(stored.and_then(|s| s.uidnext) != status.uid_next)
+    }
+
+    async fn idle_once(&mut self) -> Result<(), SourceError> {
+        let Some(session) = self.session.take() else {
+            return Err(self.io("IDLE", "the connection was lost earlier".into()));
+        };
+        self.commands.count("IDLE");
+        let mut handle = session.idle();
+        let t = self.settings.command_timeout;
+        match tokio::time::timeout(t, handle.init()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(self.io("IDLE", Box::new(e))),
+            Err(_) => return Err(self.io("IDLE", format!("no answer within {t:?}").into())),
+        }
+        let outcome = {
+            let (wait, _stop) = handle.wait_with_timeout(self.settings.idle_silence);
+            // Our own hard deadline: async-imap's timer restarts at every keepalive.
+            tokio::time::timeout(self.settings.idle_deadline, wait).await
+        };
+        let silent = matches!(outcome, Ok(Ok(IdleResponse::Timeout)));
+        if let Ok(Err(e)) = outcome {
+            return Err(self.io("IDLE", Box::new(e)));
+        }
+        // DONE must be answered in time: after a long silence this is the
+        // proof that the connection is alive.
+        match tokio::time::timeout(t, handle.done()).await {
+            Ok(Ok(session)) => {
+                self.session = Some(session);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(self.io("IDLE DONE", Box::new(e))),
+            Err(_) => Err(self.io(
+                "IDLE DONE",
+                if silent {
+                    format!("the server was silent for {:?} and did not answer DONE", self.settings.idle_silence).into()
+                } else {
+                    format!("no answer within {t:?}").into()
+                },
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl MailConnection for Connection {
+    async fn poll(&mut self, scope: Scope) -> Result<PollReport, SourceError> {
+        let mut folders = Vec::new();
+        if scope != Scope::Special {
+            folders.push(Folder { name: INBOX.into(), role: None });
+        }
+        if scope != Scope::Inbox {
+            folders.extend(self.specials().await.map_err(FolderFailure::into_error)?);
+        }
+        let mut report = PollReport::default();
+        let mut refused = Vec::new();
+        for folder in &folders {
+            match self.sync_folder(folder).await {
+                Ok(r) => report.new_messages += r.new_messages,
+                Err(FolderFailure::Refused(e)) => {
+                    // One folder the server refuses never stops the others.
+                    tracing::warn!(account = %self.fence.account, folder = %folder.name, error = %crate::runner::error_chain(&e), "folder skipped");
+                    refused.push(crate::runner::error_chain(&e));
+                }
+                Err(FolderFailure::Fatal(e)) => {
+                    if !matches!(e, SourceError::Fenced { .. }) {
+                        // Best effort: a failed write of the error must not hide the error.
+                        let _ = self.record(Some(&crate::runner::error_chain(&e))).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let error = (!refused.is_empty()).then(|| refused.join("; "));
+        self.record(error.as_deref()).await?;
+        let account = self.fence.account.clone();
+        report.latest_internal_date_ms = self
+            .storage
+            .latest_internal_date(&account)
+            .await
+            .map_err(|e| storage_error(&account, e))?
+            .map(|m| m.max(0) as u64);
+        Ok(report)
+    }
+
+    async fn wait_new_mail(&mut self) -> Result<(), SourceError> {
+        if !self.caps.idle {
+            tokio::time::sleep(self.settings.noop_interval).await;
+            return imap!(self, "NOOP", |s| s.noop()).map_err(FolderFailure::into_error);
+        }
+        self.select_inbox().await.map_err(FolderFailure::into_error)?;
+        // Mail that arrived between the last FETCH and now: no IDLE needed.
+        if self.inbox_has_new_mail().await.map_err(FolderFailure::into_error)? {
+            return Ok(());
+        }
+        self.idle_once().await
+    }
+}

@@ -1,0 +1,447 @@
+//! Users and accounts: the operator's and the API's side of the storage,
+//! and the [`AccountDirectory`] the coordinator asks.
+
+use std::fmt;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use leasehold_core::{LeaseKey, UserId};
+use sqlx::Row;
+
+use super::{now_ms, query_err, Storage, StorageError};
+use crate::directory::AccountDirectory;
+use crate::errors::DirectoryError;
+
+/// An e-mail address, trimmed and lower-cased; checked once, here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Email(String);
+
+/// What is wrong with an e-mail address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an e-mail address: expected name@domain, without spaces")]
+pub struct BadEmail(String);
+
+impl FromStr for Email {
+    type Err = BadEmail;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let v = s.trim().to_lowercase();
+        let ok = match v.split_once('@') {
+            Some((local, domain)) => !local.is_empty() && !domain.is_empty() && !domain.contains('@') && v.len() <= 254,
+            None => false,
+        };
+        if ok && !v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            Ok(Self(v))
+        } else {
+            Err(BadEmail(s.to_string()))
+        }
+    }
+}
+
+impl Email {
+    /// The address.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Email {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the engine reaches an account's server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Security {
+    /// TLS from the first byte (usually port 993).
+    Tls,
+    /// Plain TCP upgraded with STARTTLS before login (usually port 143).
+    Starttls,
+    /// No encryption at all: only for loopback servers and tests, and only
+    /// when the account says so.
+    Plain,
+}
+
+impl Security {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Security::Tls => "tls",
+            Security::Starttls => "starttls",
+            Security::Plain => "plain",
+        }
+    }
+
+    fn parse(account: &str, s: &str) -> Result<Self, StorageError> {
+        match s {
+            "tls" => Ok(Security::Tls),
+            "starttls" => Ok(Security::Starttls),
+            "plain" => Ok(Security::Plain),
+            _ => Err(StorageError::Corrupt { account: account.into(), field: "security", value: s.into() }),
+        }
+    }
+}
+
+impl fmt::Display for Security {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRecord {
+    /// The user's id (a UUID).
+    pub id: UserId,
+    /// The user's address.
+    pub email: Email,
+}
+
+/// An account to add.
+#[derive(Debug, Clone)]
+pub struct NewAccount {
+    /// Its user.
+    pub user: UserId,
+    /// The IMAP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How to reach it.
+    pub security: Security,
+    /// The IMAP login.
+    pub username: String,
+    /// The IMAP password (stored encrypted).
+    pub password: String,
+}
+
+/// What an account's server and login are, with the password decrypted.
+#[derive(Clone)]
+pub struct Credentials {
+    /// The IMAP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How to reach it.
+    pub security: Security,
+    /// The IMAP login.
+    pub username: String,
+    /// The IMAP password.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An account as listed (no password).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AccountSummary {
+    /// The account id (a UUID: the lease key).
+    pub id: String,
+    /// Its user's e-mail address.
+    pub user: String,
+    /// The IMAP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How it is reached.
+    pub security: Security,
+    /// The IMAP login.
+    pub username: String,
+    /// When the last poll ended well (ms since the epoch).
+    pub last_sync_at: Option<i64>,
+    /// The last poll's error, cleared by the next good one.
+    pub last_error: Option<String>,
+    /// The worker that last wrote for it.
+    pub owner: Option<String>,
+}
+
+/// How many messages one folder holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FolderCount {
+    /// The folder's IMAP name.
+    pub name: String,
+    /// Messages stored for it.
+    pub messages: i64,
+}
+
+/// The account summary query, with a tail (`WHERE`, `ORDER BY`).
+macro_rules! select_summary {
+    ($tail:literal) => {
+        concat!(
+            "SELECT a.id, u.email, a.host, a.port, a.security, a.username, a.last_sync_at, a.last_error, a.fence_owner \
+             FROM accounts a JOIN users u ON u.id = a.user_id ",
+            $tail
+        )
+    };
+}
+
+fn summary(row: &sqlx::any::AnyRow) -> Result<AccountSummary, StorageError> {
+    let get = |op| query_err(format!("read account column {op}"));
+    let id: String = row.try_get(0).map_err(get("id"))?;
+    let port: i64 = row.try_get(3).map_err(get("port"))?;
+    let security: String = row.try_get(4).map_err(get("security"))?;
+    Ok(AccountSummary {
+        security: Security::parse(&id, &security)?,
+        port: u16::try_from(port).map_err(|_| StorageError::Corrupt {
+            account: id.clone(),
+            field: "port",
+            value: port.to_string(),
+        })?,
+        user: row.try_get(1).map_err(get("user"))?,
+        host: row.try_get(2).map_err(get("host"))?,
+        username: row.try_get(5).map_err(get("username"))?,
+        last_sync_at: row.try_get(6).map_err(get("last_sync_at"))?,
+        last_error: row.try_get(7).map_err(get("last_error"))?,
+        owner: row.try_get(8).map_err(get("fence_owner"))?,
+        id,
+    })
+}
+
+impl Storage {
+    /// Adds a user; a duplicate address is [`StorageError::Duplicate`].
+    pub async fn add_user(&self, email: &Email) -> Result<UserRecord, StorageError> {
+        if self.user_by_email(email).await?.is_some() {
+            return Err(StorageError::Duplicate { what: format!("user {email}") });
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        sqlx::query("INSERT INTO users (id, email, created_at) VALUES ($1, $2, $3)")
+            .bind(&id)
+            .bind(email.as_str())
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Database(d) if d.is_unique_violation() => {
+                    StorageError::Duplicate { what: format!("user {email}") }
+                }
+                e => StorageError::Query { op: format!("insert user {email}"), source: e },
+            })?;
+        let id = UserId::new(&id).map_err(|_| StorageError::Corrupt {
+            account: String::new(),
+            field: "user id",
+            value: id,
+        })?;
+        Ok(UserRecord { id, email: email.clone() })
+    }
+
+    /// The user with `email`, if any.
+    pub async fn user_by_email(&self, email: &Email) -> Result<Option<UserRecord>, StorageError> {
+        let row = sqlx::query("SELECT id FROM users WHERE email = $1")
+            .bind(email.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("look up user {email}")))?;
+        row.map(|r| {
+            let id: String = r.try_get(0).map_err(query_err("read user id"))?;
+            let id = UserId::new(&id).map_err(|_| StorageError::Corrupt {
+                account: String::new(),
+                field: "user id",
+                value: id,
+            })?;
+            Ok(UserRecord { id, email: email.clone() })
+        })
+        .transpose()
+    }
+
+    /// Whether an account with this server and login exists.
+    pub async fn account_exists(&self, host: &str, port: u16, username: &str) -> Result<bool, StorageError> {
+        let row = sqlx::query("SELECT id FROM accounts WHERE host = $1 AND port = $2 AND username = $3")
+            .bind(host)
+            .bind(i64::from(port))
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("look up account {username}@{host}:{port}")))?;
+        Ok(row.is_some())
+    }
+
+    /// Adds an account (its password encrypted) and returns its id.
+    pub async fn add_account(&self, new: &NewAccount) -> Result<LeaseKey, StorageError> {
+        let what = || format!("account {}@{}:{}", new.username, new.host, new.port);
+        if self.account_exists(&new.host, new.port, &new.username).await? {
+            return Err(StorageError::Duplicate { what: what() });
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let sealed = self.secret.seal(&id, &new.password);
+        sqlx::query(
+            "INSERT INTO accounts (id, user_id, host, port, security, username, password_enc, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&id)
+        .bind(new.user.as_str())
+        .bind(&new.host)
+        .bind(i64::from(new.port))
+        .bind(new.security.as_str())
+        .bind(&new.username)
+        .bind(&sealed)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => StorageError::Duplicate { what: what() },
+            e => StorageError::Query { op: format!("insert {}", what()), source: e },
+        })?;
+        LeaseKey::new(&id).map_err(|_| StorageError::Corrupt { account: id.clone(), field: "id", value: id.clone() })
+    }
+
+    /// Every account id: what should be synced (the live set's source of truth).
+    pub async fn account_keys(&self) -> Result<Vec<LeaseKey>, StorageError> {
+        let rows = sqlx::query("SELECT id FROM accounts ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err("list account ids"))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get(0).map_err(query_err("read account id"))?;
+                LeaseKey::new(&id).map_err(|_| StorageError::Corrupt { account: id.clone(), field: "id", value: id })
+            })
+            .collect()
+    }
+
+    /// Every account, by user then host.
+    pub async fn list_accounts(&self) -> Result<Vec<AccountSummary>, StorageError> {
+        let rows = sqlx::query(select_summary!("ORDER BY u.email, a.host, a.username"))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err("list accounts"))?;
+        rows.iter().map(summary).collect()
+    }
+
+    /// One account, if it exists.
+    pub async fn account(&self, id: &str) -> Result<Option<AccountSummary>, StorageError> {
+        let row = sqlx::query(select_summary!("WHERE a.id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read account {id}")))?;
+        row.as_ref().map(summary).transpose()
+    }
+
+    /// The server, login and decrypted password of `account`.
+    pub async fn credentials(&self, account: &LeaseKey) -> Result<Credentials, StorageError> {
+        let id = account.as_str();
+        let row = sqlx::query("SELECT host, port, security, username, password_enc FROM accounts WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read credentials of {id}")))?
+            .ok_or_else(|| StorageError::NotFound { what: "account", key: id.to_string() })?;
+        let get = |c| query_err(format!("read {c} of {id}"));
+        let port: i64 = row.try_get(1).map_err(get("port"))?;
+        let security: String = row.try_get(2).map_err(get("security"))?;
+        let sealed: String = row.try_get(4).map_err(get("password"))?;
+        Ok(Credentials {
+            host: row.try_get(0).map_err(get("host"))?,
+            port: u16::try_from(port).map_err(|_| StorageError::Corrupt {
+                account: id.into(),
+                field: "port",
+                value: port.to_string(),
+            })?,
+            security: Security::parse(id, &security)?,
+            username: row.try_get(3).map_err(get("username"))?,
+            password: self.secret.open(id, &sealed)?,
+        })
+    }
+
+    /// Messages per folder of `account`, by folder name.
+    pub async fn folder_counts(&self, account: &str) -> Result<Vec<FolderCount>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT f.name, COUNT(m.uid) FROM folders f \
+             LEFT JOIN messages m ON m.account_id = f.account_id AND m.folder = f.name AND m.uidvalidity = f.uidvalidity \
+             WHERE f.account_id = $1 GROUP BY f.name ORDER BY f.name",
+        )
+        .bind(account)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_err(format!("count messages of {account}")))?;
+        rows.iter()
+            .map(|r| {
+                Ok(FolderCount {
+                    name: r.try_get(0).map_err(query_err("read folder name"))?,
+                    messages: r.try_get(1).map_err(query_err("read message count"))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes `account` and all its mail; `false` when it did not exist.
+    pub async fn remove_account(&self, account: &str) -> Result<bool, StorageError> {
+        let mut tx = self.pool.begin().await.map_err(query_err(format!("begin removing {account}")))?;
+        for (table, sql) in [
+            ("messages", "DELETE FROM messages WHERE account_id = $1"),
+            ("folders", "DELETE FROM folders WHERE account_id = $1"),
+        ] {
+            sqlx::query(sql)
+                .bind(account)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_err(format!("delete {table} of {account}")))?;
+        }
+        let gone = sqlx::query("DELETE FROM accounts WHERE id = $1")
+            .bind(account)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_err(format!("delete account {account}")))?
+            .rows_affected();
+        tx.commit().await.map_err(query_err(format!("commit removing {account}")))?;
+        Ok(gone > 0)
+    }
+
+    /// The newest internal date of `account`'s mail (ms since the epoch).
+    pub async fn latest_internal_date(&self, account: &LeaseKey) -> Result<Option<i64>, StorageError> {
+        let row = sqlx::query("SELECT MAX(internal_date) FROM messages WHERE account_id = $1")
+            .bind(account.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_err(format!("newest mail of {account}")))?;
+        row.try_get::<Option<i64>, _>(0).map_err(query_err(format!("read newest mail of {account}")))
+    }
+
+    /// Forgets every stored fencing token. Only for the in-memory lease
+    /// store: its tokens restart at 1 with the process, and it cannot be
+    /// shared, so no other process can own these accounts.
+    pub async fn reset_fences(&self) -> Result<(), StorageError> {
+        sqlx::query("UPDATE accounts SET fence_token = 0")
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("reset fencing tokens"))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AccountDirectory for Storage {
+    async fn user_of(&self, account: &LeaseKey) -> Result<Option<UserId>, DirectoryError> {
+        let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
+            .bind(account.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })?;
+        let Some(row) = row else { return Ok(None) };
+        let id: String = row.try_get(0).map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })?;
+        UserId::new(&id).map(Some).map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails_are_checked_once() {
+        assert_eq!(" A@B.org ".parse::<Email>().unwrap().as_str(), "a@b.org");
+        for bad in ["", "ab", "@b", "a@", "a b@c", "a@b@c"] {
+            assert!(bad.parse::<Email>().is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Folder state and messages: what the engine reads, and the fenced
+//! transaction through which it writes.
+
+use leasehold_core::{FencingToken, LeaseKey};
+use sqlx::{Any, Row, Transaction};
+
+use super::{now_ms, query_err, Storage, StorageError};
+use crate::source::Fence;
+
+/// Rows per multi-row INSERT: 13 columns each stays far below SQLite's and
+/// Postgres's parameter limits.
+const INSERT_CHUNK: usize = 100;
+/// UIDs per `IN (...)` list.
+const DELETE_CHUNK: usize = 500;
+
+/// The stored sync state of one folder (for its current UIDVALIDITY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FolderState {
+    /// The folder's UIDVALIDITY when it was last synced.
+    pub uidvalidity: u32,
+    /// Every message with a UID up to this one is stored.
+    pub last_uid: u32,
+    /// The server's UIDNEXT when every message below it was stored.
+    pub uidnext: Option<u32>,
+    /// Every change up to this HIGHESTMODSEQ is stored (CONDSTORE servers).
+    pub highestmodseq: Option<u64>,
+}
+
+/// One message as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MessageRow {
+    /// Its UID.
+    pub uid: u32,
+    /// INTERNALDATE, ms since the epoch.
+    pub internal_date: Option<i64>,
+    /// RFC822.SIZE.
+    pub size: Option<i64>,
+    /// Its flags, space-separated, sorted.
+    pub flags: String,
+    /// The Message-ID header.
+    pub message_id: Option<String>,
+    /// The subject.
+    pub subject: Option<String>,
+    /// The first sender.
+    pub from_addr: Option<String>,
+    /// The recipients, comma-separated.
+    pub to_addrs: Option<String>,
+    /// The raw header.
+    pub header: Option<String>,
+    /// The start of the text body.
+    pub preview: Option<String>,
+}
+
+fn uid_of(v: i64, account: &str, field: &'static str) -> Result<u32, StorageError> {
+    u32::try_from(v).map_err(|_| StorageError::Corrupt { account: account.into(), field, value: v.to_string() })
+}
+
+impl Storage {
+    /// The stored state of `folder`, `None` before its first sync.
+    pub async fn folder_state(&self, account: &LeaseKey, folder: &str) -> Result<Option<FolderState>, StorageError> {
+        let a = account.as_str();
+        let row = sqlx::query(
+            "SELECT uidvalidity, last_uid, uidnext, highestmodseq FROM folders WHERE account_id = $1 AND name = $2",
+        )
+        .bind(a)
+        .bind(folder)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_err(format!("read state of {a}/{folder}")))?;
+        let Some(row) = row else { return Ok(None) };
+        let get = |c| query_err(format!("read {c} of {a}/{folder}"));
+        let Some(uidvalidity) = row.try_get::<Option<i64>, _>(0).map_err(get("uidvalidity"))? else {
+            return Ok(None);
+        };
+        let uidnext: Option<i64> = row.try_get(2).map_err(get("uidnext"))?;
+        let modseq: Option<i64> = row.try_get(3).map_err(get("highestmodseq"))?;
+        Ok(Some(FolderState {
+            uidvalidity: uid_of(uidvalidity, a, "uidvalidity")?,
+            last_uid: uid_of(row.try_get(1).map_err(get("last_uid"))?, a, "last_uid")?,
+            uidnext: uidnext.map(|v| uid_of(v, a, "uidnext")).transpose()?,
+            highestmodseq: modseq.map(|v| v as u64),
+        }))
+    }
+
+    /// The UIDs stored for `folder` under `uidvalidity`, ascending.
+    pub async fn stored_uids(
+        &self,
+        account: &LeaseKey,
+        folder: &str,
+        uidvalidity: u32,
+    ) -> Result<Vec<u32>, StorageError> {
+        let a = account.as_str();
+        let rows = sqlx::query(
+            "SELECT uid FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 ORDER BY uid",
+        )
+        .bind(a)
+        .bind(folder)
+        .bind(i64::from(uidvalidity))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_err(format!("list UIDs of {a}/{folder}")))?;
+        rows.iter().map(|r| uid_of(r.try_get(0).map_err(query_err("read uid"))?, a, "uid")).collect()
+    }
+
+    /// How many messages are stored for `folder` under `uidvalidity`.
+    pub async fn message_count(&self, account: &LeaseKey, folder: &str, uidvalidity: u32) -> Result<u64, StorageError> {
+        let a = account.as_str();
+        let row =
+            sqlx::query("SELECT COUNT(*) FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3")
+                .bind(a)
+                .bind(folder)
+                .bind(i64::from(uidvalidity))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(query_err(format!("count messages of {a}/{folder}")))?;
+        let n: i64 = row.try_get(0).map_err(query_err("read count"))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// Opens a write transaction for the account of `fence`: checks that no
+    /// newer token has written and records this one, as its first statement
+    /// (see the [module docs](super)). Nothing is written unless the
+    /// returned transaction is committed.
+    pub async fn write(&self, fence: &Fence) -> Result<FencedTx, StorageError> {
+        let a = fence.account.as_str();
+        let mut tx = self.pool.begin().await.map_err(query_err(format!("begin a write of {a}")))?;
+        let token = fence.token.0 as i64;
+        let advanced =
+            sqlx::query("UPDATE accounts SET fence_token = $1, fence_owner = $2 WHERE id = $3 AND fence_token <= $1")
+                .bind(token)
+                .bind(fence.worker.as_str())
+                .bind(a)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_err(format!("check the fencing token of {a}")))?
+                .rows_affected();
+        if advanced == 0 {
+            let current = sqlx::query("SELECT fence_token FROM accounts WHERE id = $1")
+                .bind(a)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_err(format!("read the fencing token of {a}")))?;
+            return Err(match current {
+                None => StorageError::NotFound { what: "account", key: a.to_string() },
+                Some(row) => {
+                    let current: i64 = row.try_get(0).map_err(query_err("read fence_token"))?;
+                    StorageError::Fenced {
+                        account: fence.account.clone(),
+                        token: fence.token,
+                        current: FencingToken(current.max(0) as u64),
+                    }
+                }
+            });
+        }
+        Ok(FencedTx { tx, account: a.to_string() })
+    }
+}
+
+/// A write transaction of one owned account whose fencing token has been
+/// checked and advanced. Dropping it without [`FencedTx::commit`] writes
+/// nothing.
+#[derive(Debug)]
+pub struct FencedTx {
+    tx: Transaction<'static, Any>,
+    account: String,
+}
+
+impl FencedTx {
+    /// Makes sure `folder` has a state row (with `role`, e.g. `sent`).
+    pub async fn ensure_folder(&mut self, folder: &str, role: Option<&str>) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO folders (account_id, name, role) VALUES ($1, $2, $3) \
+             ON CONFLICT (account_id, name) DO UPDATE SET role = excluded.role",
+        )
+        .bind(&self.account)
+        .bind(folder)
+        .bind(role)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(query_err(format!("record folder {}/{folder}", self.account)))?;
+        Ok(())
+    }
+
+    /// Starts `folder` over under `uidvalidity`: every stored message of it
+    /// (whatever their UIDVALIDITY) is deleted and its state cleared.
+    pub async fn reset_folder(&mut self, folder: &str, uidvalidity: u32) -> Result<(), StorageError> {
+        let what = format!("{}/{folder}", self.account);
+        sqlx::query("DELETE FROM messages WHERE account_id = $1 AND folder = $2")
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("delete the messages of {what}")))?;
+        sqlx::query(
+            "UPDATE folders SET uidvalidity = $1, last_uid = 0, uidnext = NULL, highestmodseq = NULL \
+             WHERE account_id = $2 AND name = $3",
+        )
+        .bind(i64::from(uidvalidity))
+        .bind(&self.account)
+        .bind(folder)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(query_err(format!("reset the state of {what}")))?;
+        Ok(())
+    }
+
+    /// Stores new messages (a message already stored keeps its row and
+    /// takes the new flags: a resumed sync never duplicates).
+    pub async fn insert_messages(
+        &mut self,
+        folder: &str,
+        uidvalidity: u32,
+        rows: &[MessageRow],
+    ) -> Result<(), StorageError> {
+        const COLUMNS: usize = 13;
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO messages (account_id, folder, uidvalidity, uid, internal_date, size, flags, \
+                 message_id, subject, from_addr, to_addrs, header, preview) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                let b = i * COLUMNS;
+                let params: Vec<String> = (1..=COLUMNS).map(|k| format!("${}", b + k)).collect();
+                sql.push('(');
+                sql.push_str(&params.join(", "));
+                sql.push(')');
+            }
+            sql.push_str(" ON CONFLICT (account_id, folder, uidvalidity, uid) DO UPDATE SET flags = excluded.flags");
+            // Only generated placeholders are spliced in, never a value.
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for r in chunk {
+                q = q
+                    .bind(&self.account)
+                    .bind(folder)
+                    .bind(i64::from(uidvalidity))
+                    .bind(i64::from(r.uid))
+                    .bind(r.internal_date)
+                    .bind(r.size)
+                    .bind(&r.flags)
+                    .bind(&r.message_id)
+                    .bind(&r.subject)
+                    .bind(&r.from_addr)
+                    .bind(&r.to_addrs)
+                    .bind(&r.header)
+                    .bind(&r.preview);
+            }
+            q.execute(&mut *self.tx)
+                .await
+                .map_err(query_err(format!("insert messages into {}/{folder}", self.account)))?;
+        }
+        Ok(())
+    }
+
+    /// Records that every message up to `last_uid` is stored.
+    pub async fn set_last_uid(&mut self, folder: &str, last_uid: u32) -> Result<(), StorageError> {
+        sqlx::query("UPDATE folders SET last_uid = $1 WHERE account_id = $2 AND name = $3")
+            .bind(i64::from(last_uid))
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("advance {}/{folder}", self.account)))?;
+        Ok(())
+    }
+
+    /// Sets the flags of stored messages; returns how many rows changed.
+    pub async fn set_flags(
+        &mut self,
+        folder: &str,
+        uidvalidity: u32,
+        flags: &[(u32, String)],
+    ) -> Result<u64, StorageError> {
+        let mut changed = 0;
+        for (uid, f) in flags {
+            changed += sqlx::query(
+                "UPDATE messages SET flags = $1 WHERE account_id = $2 AND folder = $3 AND uidvalidity = $4 \
+                 AND uid = $5 AND flags <> $1",
+            )
+            .bind(f)
+            .bind(&self.account)
+            .bind(folder)
+            .bind(i64::from(uidvalidity))
+            .bind(i64::from(*uid))
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("update flags in {}/{folder}", self.account)))?
+            .rows_affected();
+        }
+        Ok(changed)
+    }
+
+    /// Deletes expunged messages; returns how many rows went.
+    pub async fn delete_uids(&mut self, folder: &str, uidvalidity: u32, uids: &[u32]) -> Result<u64, StorageError> {
+        let mut gone = 0;
+        for chunk in uids.chunks(DELETE_CHUNK) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
+            let sql = format!(
+                "DELETE FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 AND uid IN ({})",
+                list.join(", ")
+            );
+            // Only generated placeholders are spliced in, never a value.
+            let mut q =
+                sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&self.account).bind(folder).bind(i64::from(uidvalidity));
+            for uid in chunk {
+                q = q.bind(i64::from(*uid));
+            }
+            gone += q
+                .execute(&mut *self.tx)
+                .await
+                .map_err(query_err(format!("delete expunged messages of {}/{folder}", self.account)))?
+                .rows_affected();
+        }
+        Ok(gone)
+    }
+
+    /// Records the server's UIDNEXT and HIGHESTMODSEQ once every change they
+    /// cover is stored (in this transaction or an earlier one).
+    pub async fn set_marks(
+        &mut self,
+        folder: &str,
+        uidnext: Option<u32>,
+        highestmodseq: Option<u64>,
+    ) -> Result<(), StorageError> {
+        sqlx::query("UPDATE folders SET uidnext = $1, highestmodseq = $2 WHERE account_id = $3 AND name = $4")
+            .bind(uidnext.map(i64::from))
+            .bind(highestmodseq.map(|m| m as i64))
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("record the marks of {}/{folder}", self.account)))?;
+        Ok(())
+    }
+
+    /// Records the end of a poll: its time when `error` is `None`, else the error.
+    pub async fn record_poll(&mut self, error: Option<&str>) -> Result<(), StorageError> {
+        let q = match error {
+            None => {
+                sqlx::query("UPDATE accounts SET last_sync_at = $1, last_error = NULL WHERE id = $2").bind(now_ms())
+            }
+            Some(e) => sqlx::query("UPDATE accounts SET last_error = $1 WHERE id = $2").bind(e.to_string()),
+        };
+        q.bind(&self.account)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("record the poll of {}", self.account)))?;
+        Ok(())
+    }
+
+    /// Commits everything written through this transaction.
+    pub async fn commit(self) -> Result<(), StorageError> {
+        let a = self.account;
+        self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))
+    }
+}

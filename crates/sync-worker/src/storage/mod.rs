@@ -1,0 +1,186 @@
+//! The SQL storage: users, accounts, folders and messages.
+//!
+//! One code path for both databases, through sqlx's `Any` driver: a SQLite
+//! file by default (WAL journal, sqlx's default for SQLite), or Postgres when
+//! `DATABASE_URL` is `postgres://...`. The schema (`migrations/`, embedded)
+//! uses only types both share (TEXT and BIGINT), and every query only SQL both
+//! accept (`$n` parameters, `ON CONFLICT`), so behaviour is the same on both;
+//! the tests run every case on each.
+//!
+//! **Fencing.** Every write of an owned account goes through
+//! [`Storage::write`], which opens a transaction whose *first* statement
+//! checks and advances the account's stored fencing token:
+//! `UPDATE accounts SET fence_token = $t WHERE id = $a AND fence_token <= $t`.
+//! A token older than the stored one matches no row: the transaction is
+//! dropped before anything else runs and the caller gets
+//! [`StorageError::Fenced`]. Because the check is an `UPDATE` of the account
+//! row, it also takes that row's write lock (Postgres) or the database's
+//! (SQLite) for the whole transaction, so a newer owner cannot slip in
+//! between the check and the commit.
+
+mod accounts;
+mod mail;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use leasehold_core::{FencingToken, LeaseKey};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::AnyPool;
+
+pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
+pub use mail::{FencedTx, FolderState, MessageRow};
+
+use crate::config::redact_url;
+use crate::secret::{SecretError, SecretKey};
+
+/// Which database a [`Storage`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    /// A SQLite file.
+    Sqlite,
+    /// A Postgres server.
+    Postgres,
+}
+
+/// A storage failure, saying what failed and for which key.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// `DATABASE_URL` names no database this build supports.
+    #[error("DATABASE_URL={url:?} is invalid: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")]
+    BadUrl {
+        /// The URL (password removed).
+        url: String,
+    },
+    /// The database could not be opened or reached.
+    #[error("could not open the database {url}: check DATABASE_URL and that the server is up")]
+    Open {
+        /// The URL (password removed).
+        url: String,
+        /// Why.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The embedded migrations failed.
+    #[error("database {url}: migrations failed")]
+    Migrate {
+        /// The URL (password removed).
+        url: String,
+        /// Why.
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A query failed.
+    #[error("storage: {op} failed")]
+    Query {
+        /// What was being done (`insert messages of acct/INBOX`, ...).
+        op: String,
+        /// Why.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Something that must exist does not.
+    #[error("{what} {key} does not exist")]
+    NotFound {
+        /// `user`, `account`, ...
+        what: &'static str,
+        /// Its key.
+        key: String,
+    },
+    /// Something that must be unique already exists.
+    #[error("{what} already exists")]
+    Duplicate {
+        /// What (`user a@b`, `account u@host:993`).
+        what: String,
+    },
+    /// A write carried a fencing token older than the stored one.
+    #[error("account {account}: write with fencing token {token} rejected: storage holds token {current}")]
+    Fenced {
+        /// The account.
+        account: LeaseKey,
+        /// The token the write carried.
+        token: FencingToken,
+        /// The stored token.
+        current: FencingToken,
+    },
+    /// A stored password does not decrypt.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// A stored value is not what the schema allows.
+    #[error("account {account}: stored {field} is invalid: {value:?}")]
+    Corrupt {
+        /// The account.
+        account: String,
+        /// The column.
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+}
+
+pub(crate) fn query_err(op: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StorageError {
+    let op = op.into();
+    move |source| StorageError::Query { op, source }
+}
+
+/// The SQL storage. Cheap to clone; clones share the pool.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pool: AnyPool,
+    kind: DbKind,
+    secret: SecretKey,
+}
+
+/// The database used when `DATABASE_URL` is unset: a SQLite file in the
+/// working directory, created when missing.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://sync-worker.db?mode=rwc";
+
+impl Storage {
+    /// Opens the database at `url` (`sqlite://PATH[?mode=rwc]` or
+    /// `postgres://...`) and runs the embedded migrations. `secret`
+    /// encrypts and decrypts the IMAP passwords.
+    pub async fn open(url: &str, secret: SecretKey) -> Result<Self, StorageError> {
+        sqlx::any::install_default_drivers();
+        let shown = redact_url(url);
+        let kind = if url.starts_with("sqlite:") {
+            DbKind::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            DbKind::Postgres
+        } else {
+            return Err(StorageError::BadUrl { url: shown });
+        };
+        let options =
+            AnyConnectOptions::from_str(url).map_err(|source| StorageError::Open { url: shown.clone(), source })?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(if kind == DbKind::Sqlite { 4 } else { 16 })
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(|source| StorageError::Open { url: shown.clone(), source })?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|source| StorageError::Migrate { url: shown, source })?;
+        Ok(Self { pool, kind, secret })
+    }
+
+    /// Which database this is.
+    pub fn kind(&self) -> DbKind {
+        self.kind
+    }
+
+    /// The pool, for tests that check rows directly.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Closes the pool (waits for connections in use).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Milliseconds since the epoch, now.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,430 @@
+//! The IMAP engine and the SQL storage against a real, private Dovecot,
+//! every case on SQLite and on Postgres (a fresh database per test). Mail is
+//! added by a real client (APPEND over IMAP) or by `doveadm`. A missing
+//! Dovecot or Postgres fails these tests; they never skip.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
+use sqlx::Row;
+use sync_worker::imap::{ImapSettings, ImapSource};
+use sync_worker::secret::SecretKey;
+use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
+use sync_worker::testing::{mail_gen, Dovecot, Postgres};
+use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
+
+const USER: &str = "alice";
+const PASSWORD: &str = "secret-pw";
+
+/// A database of the test's own, kept alive as long as the test.
+enum Db {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres(#[allow(dead_code)] Postgres),
+}
+
+struct World {
+    dovecot: Dovecot,
+    storage: Storage,
+    account: LeaseKey,
+    _db: Db,
+}
+
+async fn open_db(postgres: bool, tag: &str) -> (Storage, Db) {
+    let (url, db) = if postgres {
+        let pg = Postgres::fresh(tag).unwrap_or_else(|e| panic!("Postgres: {e}"));
+        (pg.url().to_string(), Db::Postgres(pg))
+    } else {
+        let dir = tempfile::tempdir().expect("tempdir");
+        (format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display()), Db::Sqlite(dir))
+    };
+    let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
+    (storage, db)
+}
+
+async fn world(postgres: bool, tag: &str, password: &str) -> World {
+    let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
+    dovecot.add_user(USER, PASSWORD).expect("add user");
+    let (storage, db) = open_db(postgres, tag).await;
+    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
+    let account = storage
+        .add_account(&NewAccount {
+            user: user.id,
+            host: dovecot.host().to_string(),
+            port: dovecot.port(),
+            security: Security::Plain,
+            username: USER.into(),
+            password: password.into(),
+        })
+        .await
+        .expect("account");
+    World { dovecot, storage, account, _db: db }
+}
+
+impl World {
+    fn source(&self) -> ImapSource {
+        ImapSource::new(self.storage.clone(), ImapSettings::default())
+    }
+
+    fn fence(&self, token: u64) -> Fence {
+        Fence {
+            account: self.account.clone(),
+            worker: WorkerId::new(format!("w{token}")).unwrap(),
+            token: FencingToken(token),
+        }
+    }
+
+    async fn connect(&self, token: u64) -> Box<dyn MailConnection> {
+        self.source().connect(&self.fence(token)).await.unwrap_or_else(|e| panic!("connect: {e:?}"))
+    }
+
+    fn append(&self, folder: &str, n: u64, seed: u64) {
+        let msgs: Vec<Vec<u8>> = (0..n).map(|i| mail_gen::message(seed, i).raw).collect();
+        self.dovecot.append_many(USER, folder, msgs.iter().map(|m| m.as_slice())).expect("append");
+    }
+
+    /// (uid, flags) of every stored message of `folder`, by UID.
+    async fn rows(&self, folder: &str) -> Vec<(i64, String)> {
+        sqlx::query("SELECT uid, flags FROM messages WHERE account_id = $1 AND folder = $2 ORDER BY uid")
+            .bind(self.account.as_str())
+            .bind(folder)
+            .fetch_all(self.storage.pool())
+            .await
+            .expect("rows")
+            .iter()
+            .map(|r| (r.get::<i64, _>(0), r.get::<String, _>(1)))
+            .collect()
+    }
+
+    async fn all_rows(&self) -> i64 {
+        sqlx::query("SELECT COUNT(*) FROM messages WHERE account_id = $1")
+            .bind(self.account.as_str())
+            .fetch_one(self.storage.pool())
+            .await
+            .expect("count")
+            .get(0)
+    }
+
+    fn server_count(&self, folder: &str) -> u32 {
+        self.dovecot.mailbox_status(USER, folder).expect("status").messages
+    }
+
+    async fn last_error(&self) -> Option<String> {
+        self.storage.account(self.account.as_str()).await.expect("account").expect("exists").last_error
+    }
+}
+
+macro_rules! both_databases {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(false, stringify!($name)).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(true, stringify!($name)).await;
+                }
+            )*
+        }
+    };
+}
+
+both_databases!(
+    initial_sync_stores_mail_and_finds_special_folders,
+    unchanged_folders_cost_no_fetch,
+    flag_changes_by_another_client_are_reflected,
+    expunges_are_reflected_including_500_at_once,
+    uidvalidity_change_leaves_no_stale_rows,
+    stale_owner_writes_nothing,
+    killed_server_process_recovers_without_loss_or_duplicates,
+    interrupted_initial_sync_resumes_without_duplicates,
+    mail_between_fetch_and_idle_is_not_missed,
+    hot_account_sees_new_mail_within_2s,
+    wrong_password_sets_last_error_without_a_storm,
+);
+
+async fn initial_sync_stores_mail_and_finds_special_folders(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 3, 1);
+    w.append("Sent", 2, 2);
+    let mut conn = w.connect(1).await;
+    let report = conn.poll(Scope::All).await.expect("poll");
+    assert_eq!(report.new_messages, 5);
+    assert_eq!(w.rows("INBOX").await.len(), 3);
+    assert_eq!(w.rows("Sent").await.len(), 2);
+    let roles: Vec<(String, Option<String>)> =
+        sqlx::query("SELECT name, role FROM folders WHERE account_id = $1 ORDER BY name")
+            .bind(w.account.as_str())
+            .fetch_all(w.storage.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+    for (name, role) in
+        [("Archive", "archive"), ("Drafts", "drafts"), ("Junk", "junk"), ("Sent", "sent"), ("Trash", "trash")]
+    {
+        assert!(roles.contains(&(name.to_string(), Some(role.to_string()))), "{name} not found as {role}: {roles:?}");
+    }
+    // What mail-parser made of the first message matches what was sent.
+    let m = mail_gen::message(1, 0);
+    let row = sqlx::query("SELECT subject, message_id, preview, internal_date FROM messages WHERE account_id = $1 AND folder = 'INBOX' AND uid = 1")
+        .bind(w.account.as_str())
+        .fetch_one(w.storage.pool())
+        .await
+        .unwrap();
+    assert_eq!(row.get::<Option<String>, _>(0).as_deref(), Some(m.subject.as_str()));
+    assert_eq!(
+        row.get::<Option<String>, _>(1).map(|id| format!("<{id}>")),
+        Some(m.message_id.clone()).map(|id| if id.starts_with('<') { id } else { format!("<{id}>") })
+    );
+    assert!(row.get::<Option<String>, _>(2).is_some_and(|p| !p.is_empty()), "no preview");
+    assert!(row.get::<Option<i64>, _>(3).is_some());
+    let latest = w.source().latest_internal_date(&w.account).await.unwrap();
+    assert!(latest.is_some());
+    let summary = w.storage.account(w.account.as_str()).await.unwrap().unwrap();
+    assert!(summary.last_sync_at.is_some() && summary.last_error.is_none(), "{summary:?}");
+}
+
+async fn unchanged_folders_cost_no_fetch(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 4, 3);
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::All).await.expect("first poll");
+    drop(conn);
+    let source = w.source();
+    let mut conn = source.connect(&w.fence(1)).await.expect("connect");
+    let report = conn.poll(Scope::All).await.expect("second poll");
+    assert_eq!(report.new_messages, 0);
+    assert_eq!(w.rows("INBOX").await.len(), 4);
+    let sent = source.commands();
+    assert!(!sent.keys().any(|c| c.contains("FETCH")), "a FETCH on an unchanged account: {sent:?}");
+    assert!(!sent.contains_key("SELECT"), "a SELECT on an unchanged account: {sent:?}");
+    // INBOX and the five special folders: one STATUS each.
+    assert_eq!(sent.get("STATUS"), Some(&6), "{sent:?}");
+}
+
+async fn flag_changes_by_another_client_are_reflected(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 3, 4);
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll");
+    w.dovecot.add_flags(USER, "INBOX", "\\Seen \\Flagged", &["uid", "2"]).expect("flags");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    let rows = w.rows("INBOX").await;
+    assert_eq!(rows[1], (2, "\\Flagged \\Seen".to_string()), "{rows:?}");
+    assert_eq!(rows[0].1, "");
+}
+
+async fn expunges_are_reflected_including_500_at_once(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 600, 5);
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll");
+    assert_eq!(w.rows("INBOX").await.len(), 600);
+    w.dovecot.expunge(USER, "INBOX", &["uid", "7"]).expect("expunge one");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    assert!(!w.rows("INBOX").await.iter().any(|(u, _)| *u == 7));
+    w.dovecot.expunge(USER, "INBOX", &["uid", "1:501"]).expect("mass expunge");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    let rows = w.rows("INBOX").await;
+    assert_eq!(rows.len() as u32, w.server_count("INBOX"));
+    assert_eq!(rows.len(), 99);
+    assert_eq!(rows[0].0, 502);
+}
+
+async fn uidvalidity_change_leaves_no_stale_rows(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 5, 6);
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll");
+    drop(conn);
+    let old = w.dovecot.mailbox_status(USER, "INBOX").unwrap().uid_validity;
+    w.dovecot.set_uid_validity(USER, "INBOX", old + 1000).expect("uidvalidity");
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll");
+    let stale: i64 = sqlx::query("SELECT COUNT(*) FROM messages WHERE account_id = $1 AND uidvalidity <> $2")
+        .bind(w.account.as_str())
+        .bind(i64::from(old + 1000))
+        .fetch_one(w.storage.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale, 0, "rows of the old UIDVALIDITY remain");
+    assert_eq!(w.rows("INBOX").await.len() as u32, w.server_count("INBOX"));
+}
+
+async fn stale_owner_writes_nothing(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 2, 7);
+    let mut old = w.connect(1).await;
+    old.poll(Scope::Inbox).await.expect("old owner's poll");
+    // A newer owner takes over and writes.
+    let mut new = w.connect(2).await;
+    new.poll(Scope::Inbox).await.expect("new owner's poll");
+    // Mail arrives and a flag changes; the paused old owner wakes and polls.
+    w.append("INBOX", 3, 8);
+    w.dovecot.add_flags(USER, "INBOX", "\\Seen", &["all"]).unwrap();
+    let before = w.rows("INBOX").await;
+    match old.poll(Scope::Inbox).await {
+        Err(SourceError::Fenced { token, current, .. }) => {
+            assert_eq!((token, current), (FencingToken(1), FencingToken(2)));
+        }
+        other => panic!("the stale owner's poll was not fenced: {other:?}"),
+    }
+    assert_eq!(w.rows("INBOX").await, before, "the stale owner changed rows");
+    let owner: Option<String> = sqlx::query("SELECT fence_owner FROM accounts WHERE id = $1")
+        .bind(w.account.as_str())
+        .fetch_one(w.storage.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owner.as_deref(), Some("w2"));
+    // Storage itself: an older token is rejected before anything runs.
+    match w.storage.write(&w.fence(1)).await {
+        Err(StorageError::Fenced { current, .. }) => assert_eq!(current, FencingToken(2)),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    new.poll(Scope::Inbox).await.expect("the owner goes on");
+    assert_eq!(w.rows("INBOX").await.len(), 5);
+}
+
+async fn killed_server_process_recovers_without_loss_or_duplicates(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 1500, 9);
+    let source = w.source();
+    let fence = w.fence(1);
+    let poll = tokio::spawn(async move {
+        let mut conn = source.connect(&fence).await?;
+        conn.poll(Scope::Inbox).await
+    });
+    // Kill the server side once the first batch is in.
+    let started = Instant::now();
+    while w.all_rows().await == 0 && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = w.dovecot.kill_imap_processes(USER).expect("kill");
+    let first = poll.await.expect("join");
+    assert!(killed >= 1);
+    if first.is_ok() {
+        // The sync won the race; the recovery below must still hold.
+        eprintln!("the first poll finished before the kill");
+    }
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll after the kill");
+    let rows = w.rows("INBOX").await;
+    assert_eq!(w.server_count("INBOX"), 1500, "Dovecot lost mail");
+    assert_eq!(rows.len(), 1500);
+    let mut uids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    uids.dedup();
+    assert_eq!(uids.len(), 1500, "duplicates");
+}
+
+async fn interrupted_initial_sync_resumes_without_duplicates(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 1200, 10);
+    let source = w.source();
+    let fence = w.fence(1);
+    let poll = tokio::spawn(async move {
+        let mut conn = source.connect(&fence).await?;
+        conn.poll(Scope::Inbox).await
+    });
+    let started = Instant::now();
+    while w.all_rows().await < 500 && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The worker dies mid-sync.
+    poll.abort();
+    let _ = poll.await;
+    let partial = w.all_rows().await;
+    assert!((500..1200).contains(&partial), "not interrupted mid-sync: {partial} rows");
+    let mut conn = w.connect(2).await;
+    let report = conn.poll(Scope::Inbox).await.expect("resumed poll");
+    assert_eq!(report.new_messages as i64, 1200 - partial, "the resumed sync refetched committed batches");
+    assert_eq!(w.rows("INBOX").await.len(), 1200);
+}
+
+async fn mail_between_fetch_and_idle_is_not_missed(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    w.append("INBOX", 1, 11);
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("poll");
+    // Arrives after the FETCH, before the IDLE.
+    w.append("INBOX", 1, 12);
+    tokio::time::timeout(Duration::from_secs(3), conn.wait_new_mail())
+        .await
+        .expect("the wait did not notice mail that arrived before it")
+        .expect("wait");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    assert_eq!(w.rows("INBOX").await.len(), 2);
+}
+
+async fn hot_account_sees_new_mail_within_2s(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let settings = RunnerSettings {
+        poll_warm: Duration::from_secs(600),
+        poll_cold: Duration::from_secs(600),
+        idle_reissue: Duration::from_secs(600),
+        retry_base: Duration::from_secs(1),
+    };
+    let runner = RunnerHandle::spawn(
+        Arc::new(w.source()),
+        w.fence(1),
+        Tier::Hot,
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+        settings,
+    );
+    // Wait for the watch's first INBOX poll (the folder row appears).
+    let started = Instant::now();
+    while w.storage.folder_state(&w.account, "INBOX").await.unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the watch never polled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for round in 0..3u64 {
+        w.append("INBOX", 1, 100 + round);
+        let appended = Instant::now();
+        while w.rows("INBOX").await.len() as u64 <= round {
+            assert!(appended.elapsed() < Duration::from_secs(2), "mail {round} not in the DB within 2 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    runner.stop(Duration::from_secs(1)).await;
+}
+
+async fn wrong_password_sets_last_error_without_a_storm(pg: bool, tag: &str) {
+    let w = world(pg, tag, "not-the-password").await;
+    match w.source().connect(&w.fence(1)).await {
+        Err(SourceError::Auth { answer, .. }) => assert!(answer.contains("Authentication failed"), "{answer}"),
+        Err(other) => panic!("expected an auth error, got {other:?}"),
+        Ok(_) => panic!("a wrong password logged in"),
+    }
+    let e = w.last_error().await.expect("last_error set");
+    assert!(e.contains("authentication failed"), "{e}");
+    // A runner on it for 4 s: a refused login waits a whole interval, not a second.
+    let settings = RunnerSettings {
+        poll_warm: Duration::from_secs(60),
+        poll_cold: Duration::from_secs(600),
+        idle_reissue: Duration::from_secs(600),
+        retry_base: Duration::from_millis(100),
+    };
+    let runner = RunnerHandle::spawn(
+        Arc::new(w.source()),
+        w.fence(1),
+        Tier::Hot,
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+        settings,
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    runner.stop(Duration::from_secs(1)).await;
+    let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
+    let failures = log.matches("auth failed").count().max(log.matches("Authentication failed").count());
+    // One for the direct connect, at most one each for the watch and the periodic poll.
+    assert!((1..=3).contains(&failures), "{failures} failed logins in 4 s:\n{}", w.dovecot.log_tail());
+}
