@@ -484,3 +484,57 @@ fn any_command_speaking_the_protocol_is_an_agent() {
     let cases = junit_cases(&project.junit());
     assert_eq!(cases.keys().collect::<Vec<_>>(), ["bad three", "ok one", "ok two [x]"]);
 }
+
+#[test]
+fn sigterm_hands_an_agent_s_units_back_at_once_for_another_worker() {
+    let mut files = fast_files();
+    files.push((
+        "tests/test_0_waits.py",
+        format!(
+            "import os\nimport time\n{}\n\ndef test_waits():\n    ran('waits ' + os.environ['HOPPER_WORKER'])\n    if os.environ['HOPPER_WORKER'] == 'first':\n        open(os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'waiting'), 'w').close()\n        time.sleep(600)\n",
+            ran_helper_py()
+        ),
+    ));
+    let project = Project::new(&files);
+    let queue = redis_url();
+    let build = format!("b-{}", unique_prefix("agent-term"));
+    let shared = ["--queue", queue.as_str(), "--build", build.as_str(), "--key-prefix", "hopper-agent-test"];
+    let spawn = |name: &str| {
+        project
+            .hopper()
+            .args(["run", "-j", "1", "--worker", name, "--timeout", "60", "--no-timings"])
+            .args(shared)
+            .args(["--discover", "pytest", "--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a worker")
+    };
+    let first = spawn("first");
+    let marker = project.path().join("waiting");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the first worker never started the waiting test");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let output = first.wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(143), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("RELEASE"), "{stderr}");
+
+    // Released, not abandoned: the second worker gets them now, long before
+    // the 60 s reclaim timeout.
+    let started = Instant::now();
+    let second = spawn("second").wait_with_output().unwrap();
+    let (stdout, stderr) = texts(&second);
+    assert_eq!(second.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(45), "{:?}", started.elapsed());
+    let report = project.hopper().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
+    let (stdout, stderr) = texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("PASSED: 21 units, 21 passed"), "{stdout}");
+    assert!(!stdout.contains("RECLAIMED"), "{stdout}");
+    assert_eq!(junit_cases(&project.junit()).len(), 21);
+    assert_eq!(project.ran().get("waits second"), Some(&1));
+}
