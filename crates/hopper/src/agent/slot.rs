@@ -52,6 +52,9 @@ struct Slot {
     next_seq: u64,
     avg_ms: f64,
     barren_starts: u32,
+    /// No reserve before this while the agent has work (the queue was empty).
+    dry_until: Instant,
+    dry_backoff: Duration,
 }
 
 /// Runs one slot with an agent until every unit is finalized or the worker stops.
@@ -68,6 +71,8 @@ pub(crate) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<Age
         next_seq: 1,
         avg_ms: 50.0,
         barren_starts: 0,
+        dry_until: Instant::now(),
+        dry_backoff: Duration::from_millis(2),
     };
     let result = state.run().await;
     if result.is_err() || state.shared.stop.is_cancelled() {
@@ -89,11 +94,19 @@ impl Slot {
             if shared.stop.is_cancelled() {
                 return Ok(());
             }
-            if self.buffer.len() + self.sent.len() < PIPELINE {
+            // Reserve while the agent still has requests in its pipe, so it
+            // never waits for the queue's round trip.
+            let dry = self.sent.len() + self.buffer.len() > 0 && Instant::now() < self.dry_until;
+            if self.buffer.len() < PIPELINE && !dry {
                 self.flush().await?;
                 let got = self.refill().await?;
                 if got {
                     wait = min_wait;
+                    self.dry_backoff = min_wait;
+                } else {
+                    // Nothing to take while this agent is busy: look again later, not on every reply.
+                    self.dry_until = Instant::now() + self.dry_backoff;
+                    self.dry_backoff = (self.dry_backoff * 2).min(config.idle_poll);
                 }
             }
             if self.buffer.is_empty() && self.sent.is_empty() {
