@@ -10,7 +10,11 @@ mod hopper_pytest;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
+mod sync_hot;
+mod sync_initial;
+mod sync_noop;
 mod sync_ownership;
+mod sync_support;
 
 use anyhow::{bail, Result};
 
@@ -23,6 +27,9 @@ const BENCHES: &[(&str, &str)] = &[
     ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
     ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
+    ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
+    ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
+    ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
 ];
 
 fn main() -> Result<()> {
@@ -43,6 +50,9 @@ fn main() -> Result<()> {
             "sync-ownership" => sync_ownership::run().await,
             "hopper-pytest" => hopper_pytest::run().await,
             "hopper-nextest" => hopper_nextest::run().await,
+            "sync-initial" => sync_initial::run().await,
+            "sync-hot" => sync_hot::run().await,
+            "sync-noop" => sync_noop::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

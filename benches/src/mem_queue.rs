@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use leasehold_core::{
-    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use serde_json::json;
@@ -14,7 +14,7 @@ use serde_json::json;
 /// Units per run; several runs keep each run's event log a modest size.
 const UNITS_PER_RUN: usize = 100_000;
 const RUNS: usize = 10;
-const RECLAIM_AFTER: Duration = Duration::from_secs(600);
+const RECLAIM_AFTER: Ttl = Ttl::from_secs(600);
 
 fn spec(run: &str) -> Result<RunSpec> {
     let units = (0..UNITS_PER_RUN)

@@ -27,14 +27,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use leasehold_core::{
-    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use serde_json::json;
 
 const WORKERS: usize = 8;
-const RECLAIM_AFTER: Duration = Duration::from_secs(600);
+const RECLAIM_AFTER: Ttl = Ttl::from_secs(600);
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -110,7 +110,7 @@ async fn pass(
     store: &RedisStore,
     stats: &mut redis::aio::MultiplexedConnection,
     units: usize,
-    batch: usize,
+    batch: std::num::NonZeroUsize,
     batched: bool,
 ) -> Result<Pass> {
     let run = format!("bench-{}", if batched { "batched" } else { "single" });
@@ -165,7 +165,8 @@ async fn pass(
 /// Runs the benchmark; prints readable lines and returns the JSON figures.
 pub async fn run() -> Result<serde_json::Value> {
     let units = env_usize("LEASEHOLD_BENCH_UNITS", 200_000);
-    let batch = env_usize("LEASEHOLD_BENCH_BATCH", 64).max(1);
+    let batch =
+        std::num::NonZeroUsize::new(env_usize("LEASEHOLD_BENCH_BATCH", 64)).unwrap_or(std::num::NonZeroUsize::MIN);
     let (url, _server) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (url, None),
         _ => {

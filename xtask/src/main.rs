@@ -46,7 +46,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, ruby-rspec (Debian), a venv with pytest (target/test-venv).
+    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
 }
 
@@ -101,6 +101,10 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     // Its Postgres tests: databases made with psql, private servers from initdb.
     ("psql", "postgresql-client"),
     ("pg_ctlcluster", "postgresql"),
+    // hopper's HTML timeline is checked in headless Chromium; its batch verdicts on rspec.
+    ("chromium", "chromium"),
+    ("chromedriver", "chromium-driver"),
+    ("rspec", "ruby-rspec"),
 ];
 
 fn setup(root: &Path) -> Result<()> {

@@ -88,9 +88,6 @@ pub enum SpecError {
         /// Its length.
         len: usize,
     },
-    /// A batch size of zero was asked for.
-    #[error("a reserve batch of 0 units was asked for: ask for at least 1")]
-    ZeroBatch,
     /// A free-text field is over its limit.
     #[error("{what} is {len} bytes, over the limit of {max}: shorten it (keep the tail of long output)")]
     TextTooLong {

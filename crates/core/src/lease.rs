@@ -4,13 +4,13 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::errors::{LeaseError, SpecError};
+use crate::errors::LeaseError;
 use crate::ids::{LeaseKey, UserId, WorkerId};
+use crate::ttl::Ttl;
 
 /// A number that strictly increases with every successful claim of one key.
 ///
@@ -109,14 +109,6 @@ impl UserActiveSubscription {
     }
 }
 
-/// Checks that a TTL is at least one millisecond.
-pub fn check_ttl(what: &'static str, ttl: Duration) -> Result<(), SpecError> {
-    if ttl.as_millis() == 0 {
-        return Err(SpecError::ZeroTtl { what, ttl });
-    }
-    Ok(())
-}
-
 /// Leases, the live set, the worker registry, tiers and presence.
 ///
 /// # Contract
@@ -142,17 +134,17 @@ pub fn check_ttl(what: &'static str, ttl: Duration) -> Result<(), SpecError> {
 /// * **Presence**: [`LeaseStore::mark_user_active`] refreshes the user's
 ///   presence for `grace` and publishes a `user.active` event to every current
 ///   subscriber.
-/// * A zero TTL or grace is rejected with [`SpecError::ZeroTtl`] and changes
-///   nothing. Backend failures are [`LeaseError::Backend`]; a caller that gets
+/// * TTLs and graces are [`Ttl`]s: never zero, checked where they are made.
+///   Backend failures are [`LeaseError::Backend`]; a caller that gets
 ///   one from `renew` must treat the lease as lost once its TTL has passed.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Claims `key` for `owner` for `ttl`. `Some(lease)` iff the caller now holds it.
-    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError>;
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Ttl) -> Result<Option<Lease>, LeaseError>;
 
     /// Claims each key in order (see [`LeaseStore::claim`]); returns the leases won.
     /// Backends may batch this into fewer round trips.
-    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Result<Vec<Lease>, LeaseError> {
         let mut won = Vec::new();
         for key in keys {
             if let Some(lease) = self.claim(key, owner, ttl).await? {
@@ -163,10 +155,10 @@ pub trait LeaseStore: Send + Sync + 'static {
     }
 
     /// Extends `lease` to `ttl` from now. `true` iff it was still current.
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError>;
+    async fn renew(&self, lease: &Lease, ttl: Ttl) -> Result<bool, LeaseError>;
 
     /// Renews each lease (see [`LeaseStore::renew`]); one answer per lease, in order.
-    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+    async fn renew_many(&self, leases: &[Lease], ttl: Ttl) -> Result<Vec<bool>, LeaseError> {
         let mut answers = Vec::with_capacity(leases.len());
         for lease in leases {
             answers.push(self.renew(lease, ttl).await?);
@@ -190,7 +182,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError>;
 
     /// Registers (or refreshes) `worker` for `ttl`.
-    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError>;
+    async fn register_worker(&self, worker: &WorkerId, ttl: Ttl) -> Result<(), LeaseError>;
 
     /// Removes `worker` from the registry (idempotent).
     async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError>;
@@ -205,7 +197,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError>;
 
     /// Refreshes `user`'s presence for `grace` and publishes `user.active`.
-    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError>;
+    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError>;
 
     /// Whether `user`'s presence is current.
     async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError>;

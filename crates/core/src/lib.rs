@@ -24,6 +24,7 @@ pub mod ids;
 pub mod lease;
 pub mod queue;
 pub mod timings;
+pub mod ttl;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -40,3 +41,4 @@ pub use queue::{
     WorkerRecord,
 };
 pub use timings::{NoTimings, TimingsError, TimingsStore};
+pub use ttl::Ttl;

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::errors::{QueueError, SpecError};
 use crate::events::{EventId, EventRecord};
 use crate::ids::{EntryId, RunId, UnitId, WorkerId};
-use crate::lease::check_ttl;
+use crate::ttl::Ttl;
 
 /// Longest unit kind label, in bytes.
 pub const MAX_KIND_LEN: usize = 256;
@@ -187,7 +188,7 @@ impl RunSpec {
             }
         }
         self.budgets.validate()?;
-        check_ttl("run inactivity TTL", self.ttl)
+        Ttl::new("run inactivity TTL", self.ttl).map(|_| ())
     }
 
     /// A digest of the unit list (order-insensitive), so a second initialisation
@@ -577,17 +578,10 @@ pub struct PendingDelivery {
     pub delivery_count: u32,
 }
 
-/// Checks a batch size: at least one unit.
-pub fn check_batch_size(max: usize) -> Result<(), SpecError> {
-    if max == 0 {
-        return Err(SpecError::ZeroBatch);
-    }
-    Ok(())
-}
-
-/// Checks a reclaim timeout.
-pub fn check_reclaim_after(reclaim_after: Duration) -> Result<(), SpecError> {
-    check_ttl("reclaim timeout", reclaim_after)
+/// Checks a worker error message (see [`UnitQueue::record_worker_error`]):
+/// at most [`MAX_SUMMARY_LEN`] bytes.
+pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
+    check_text("worker error message", Some(message), MAX_SUMMARY_LEN)
 }
 
 /// The fenced unit queue of a run.
@@ -635,12 +629,7 @@ pub trait UnitQueue: Send + Sync + 'static {
     async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError>;
 
     /// Hands the next unit to `worker` (see the contract for the order).
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError>;
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError>;
 
     /// Reserves up to `max` units in one call (a batch for one invocation).
     /// Stops early at `NONE` or `CORRUPT`. Backends may do this in one round trip.
@@ -648,12 +637,11 @@ pub trait UnitQueue: Send + Sync + 'static {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        check_batch_size(max)?;
         let mut batch = ReserveBatch::default();
-        while batch.deliveries.len() < max {
+        while batch.deliveries.len() < max.get() {
             match self.reserve(run, worker, reclaim_after).await? {
                 ReserveReply::Delivered(d) => batch.deliveries.push(d),
                 ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),

@@ -47,7 +47,7 @@ impl TimingsStore for NoTimings {
 #[derive(Debug, thiserror::Error)]
 pub enum TimingsError {
     /// A timings file could not be read or written.
-    #[error("timings file {path}")]
+    #[error("timings file {path}: {source}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -56,7 +56,7 @@ pub enum TimingsError {
         source: std::io::Error,
     },
     /// A timings file is not valid JSON of the expected shape.
-    #[error("timings file {path} is not valid")]
+    #[error("timings file {path} is not valid: {source}")]
     Parse {
         /// The file.
         path: PathBuf,
@@ -65,7 +65,7 @@ pub enum TimingsError {
         source: serde_json::Error,
     },
     /// The backend's timings store failed (transport or server).
-    #[error("timings store: {op} failed")]
+    #[error("timings store: {op} failed: {source}")]
     Backend {
         /// The operation (`load`, `record`).
         op: &'static str,

@@ -99,7 +99,7 @@ pub fn resolve_build(explicit: Option<&str>, env: EnvLookup<'_>, fallback: Optio
 }
 
 /// The worker id: `--worker`, else `HOPPER_WORKER`, else a CI node index,
-/// else `<host>-<pid>`.
+/// else `<host>-<pid>-<random>`.
 pub fn resolve_worker(explicit: Option<&str>, env: EnvLookup<'_>) -> Result<WorkerId, HopperError> {
     let raw = explicit
         .map(str::to_owned)
@@ -150,7 +150,16 @@ mod tests {
     fn bad_ids_are_rejected() {
         let env = env_of(&[]);
         assert!(matches!(resolve_build(Some("a b"), &env, None), Err(HopperError::BadId { .. })));
-        let worker = resolve_worker(None, &env).unwrap();
+        assert!(matches!(resolve_worker(Some("w{1}"), &env), Err(HopperError::BadId { .. })));
+    }
+
+    #[test]
+    fn the_default_worker_names_this_process_and_ci_names_become_key_safe() {
+        let worker = resolve_worker(None, &env_of(&[])).unwrap();
         assert!(worker.as_str().contains(&format!("-{}-", std::process::id())), "{worker}");
+        for name in ["ci runner", "a{b}c", "tab\there", "new\nline", "ünïcode"] {
+            let safe = sanitize(&format!("gh-{name}-42"));
+            assert!(WorkerId::new(&safe).is_ok(), "{name:?} became {safe:?}, which is not a valid worker id");
+        }
     }
 }

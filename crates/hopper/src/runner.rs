@@ -5,21 +5,24 @@
 //!
 //! A batch is the general case: `batch_size` 1 (the default) runs one unit
 //! per invocation. A [`BatchResults`] turns an invocation into one verdict per
-//! unit; a unit it has no verdict for is treated as failed and retried within
-//! the budgets.
+//! unit (from the exit code, or from the tool's own report: see
+//! [`crate::verdicts`]); a unit it has no verdict for is treated as failed and
+//! retried within the budgets.
 //!
 //! The worker only speaks the [`UnitQueue`] trait, so the same code runs a
 //! local parallel runner (memory queue, `slots` local slots) and one worker of
 //! a distributed build (Redis).
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{
     Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, RequeueReply, RequeueRequest, RunId,
-    RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -33,12 +36,15 @@ use crate::launch::{Invocation, Launcher};
 use crate::observer::{AttemptEnd, RunObserver};
 use crate::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
 use crate::template::CommandTemplate;
+use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitVerdict {
     /// It passed.
     Passed,
+    /// It did not run by design (every test of it skipped).
+    Skipped,
     /// It failed.
     Failed {
         /// `exit`, `timeout`, `signal`, `spawn` or `no_result`.
@@ -48,16 +54,43 @@ pub enum UnitVerdict {
     },
 }
 
+/// What an invocation says about one of its units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitResult {
+    /// The verdict.
+    pub verdict: UnitVerdict,
+    /// The unit's own duration, when the tool reports it (otherwise the
+    /// unit gets an equal share of the invocation's).
+    pub duration: Option<Duration>,
+    /// The unit's own output (its failure), when the tool reports it
+    /// (otherwise the tail of the invocation's output).
+    pub output: Option<String>,
+}
+
+impl From<UnitVerdict> for UnitResult {
+    fn from(verdict: UnitVerdict) -> Self {
+        Self { verdict, duration: None, output: None }
+    }
+}
+
 /// Turns one invocation's result into one verdict per unit. Units missing
 /// from the map have no result and are retried.
 pub trait BatchResults: Send + Sync {
-    /// The verdicts for `units`, all run by the invocation that gave `result`.
+    /// Where the next invocation's tool writes its report (replacing
+    /// `{report}` and set as `HOPPER_REPORT`); `None` when nothing is read.
+    fn report_path(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The verdicts for `units`, all run by the invocation that gave
+    /// `result` and wrote `report` (the path [`Self::report_path`] gave).
     fn verdicts(
         &self,
         units: &[UnitId],
         result: &ProcessResult,
         limits: &ProcessLimits,
-    ) -> HashMap<UnitId, UnitVerdict>;
+        report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult>;
 }
 
 /// Every unit of the invocation gets the invocation's own verdict: exit 0
@@ -91,9 +124,10 @@ impl BatchResults for ExitCodeResults {
         units: &[UnitId],
         result: &ProcessResult,
         limits: &ProcessLimits,
-    ) -> HashMap<UnitId, UnitVerdict> {
+        _report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult> {
         let verdict = termination_verdict(&result.termination, limits);
-        units.iter().map(|u| (u.clone(), verdict.clone())).collect()
+        units.iter().map(|u| (u.clone(), UnitResult::from(verdict.clone()))).collect()
     }
 }
 
@@ -144,6 +178,13 @@ impl std::fmt::Debug for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The reclaim timeout as the queue takes it (the queue counts idle time
+    /// in whole milliseconds).
+    pub(crate) fn queue_reclaim_after(&self) -> Result<Ttl, HopperError> {
+        Ttl::new("reclaim timeout", self.reclaim_after)
+            .map_err(|source| HopperError::BadDuration { what: "--timeout", source })
+    }
+
     /// Checks slots, batch size and durations.
     pub fn validate(&self) -> Result<(), HopperError> {
         if self.slots == 0 {
@@ -157,8 +198,7 @@ impl WorkerConfig {
         }
         // The queue counts idle time in milliseconds: check it as the queue
         // will, before anything is written.
-        leasehold_core::queue::check_reclaim_after(self.reclaim_after)
-            .map_err(|source| HopperError::BadDuration { what: "--timeout", source })?;
+        self.queue_reclaim_after()?;
         if self.limits.timeout.is_some_and(|t| t.is_zero()) {
             return Err(HopperError::ZeroDuration { what: "--unit-timeout" });
         }
@@ -256,7 +296,7 @@ impl Worker {
 
     /// Runs units until every unit of the run is finalized, or until shutdown.
     /// On shutdown, running units are stopped and released (another worker
-    /// reclaims them) and [`HopperError::Interrupted`] is returned.
+    /// takes them at once) and [`HopperError::Interrupted`] is returned.
     pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
         let shared = &self.shared;
         let mut slots = JoinSet::new();
@@ -328,11 +368,13 @@ async fn slot_loop(shared: Arc<Shared>, slot: usize) -> Result<(), HopperError> 
     let (run, worker) = (&config.run, &config.worker);
     let min_wait = Duration::from_millis(2);
     let mut wait = min_wait;
+    let batch_size = NonZeroUsize::new(config.batch_size).ok_or(HopperError::ZeroBatchSize)?;
+    let reclaim_after = config.queue_reclaim_after()?;
     loop {
         if shared.stop.is_cancelled() {
             return Ok(());
         }
-        let batch = shared.queue.reserve_batch(run, worker, config.batch_size, config.reclaim_after).await?;
+        let batch = shared.queue.reserve_batch(run, worker, batch_size, reclaim_after).await?;
         for unit in &batch.exhausted {
             shared.observer.attempt_ended(
                 unit,
@@ -377,13 +419,23 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     let config = &shared.config;
     let (run, worker) = (&config.run, &config.worker);
     let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+    let report = config.results.report_path();
     let invocation = match &config.launcher {
         Some(launcher) => launcher.invocation(&units),
         None => Invocation { argv: config.command.render(&units), ..Invocation::default() },
     };
-    let argv = invocation.argv;
+    let mut argv = invocation.argv;
     let mut env = config.env.clone();
     env.extend(invocation.env);
+    if let Some(path) = &report {
+        let path = path.to_string_lossy();
+        for arg in &mut argv {
+            if arg.contains(REPORT_PLACEHOLDER) {
+                *arg = arg.replace(REPORT_PLACEHOLDER, &path);
+            }
+        }
+        env.push((REPORT_ENV.into(), path.into_owned()));
+    }
     env.push(("HOPPER_BUILD".into(), run.to_string()));
     env.push(("HOPPER_WORKER".into(), worker.to_string()));
     if let [single] = deliveries.as_slice() {
@@ -438,22 +490,27 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         return Ok(());
     }
 
-    let verdicts = config.results.verdicts(&units, &result, &config.limits);
-    let per_unit = result.duration / deliveries.len().max(1) as u32;
-    let per_unit_ms = millis(per_unit);
+    let verdicts = config.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let share = result.duration / deliveries.len().max(1) as u32;
     let output = result.output.text(MAX_SUMMARY_LEN / 2);
     for (i, delivery) in deliveries.iter().enumerate() {
         if lost[i] {
             continue;
         }
-        let verdict = verdicts.get(&delivery.unit).cloned().unwrap_or(UnitVerdict::Failed {
-            reason: "no_result",
-            detail: "the invocation reported no result for this unit".into(),
+        let unit_result = verdicts.get(&delivery.unit).cloned().unwrap_or_else(|| {
+            UnitResult::from(UnitVerdict::Failed {
+                reason: "no_result",
+                detail: "the invocation reported no result for this unit".into(),
+            })
         });
+        let per_unit = unit_result.duration.unwrap_or(share);
+        let per_unit_ms = millis(per_unit);
+        let output = unit_result.output.as_ref().unwrap_or(&output);
         shared.summary.lock().timings.push((delivery.unit.to_string(), per_unit_ms));
-        match verdict {
-            UnitVerdict::Passed => {
-                let request = FinalizeRequest::new(Outcome::Passed, per_unit_ms);
+        match unit_result.verdict {
+            verdict @ (UnitVerdict::Passed | UnitVerdict::Skipped) => {
+                let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
+                let request = FinalizeRequest::new(outcome, per_unit_ms);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;

@@ -1,12 +1,10 @@
 //! [`LeaseStore`] in memory: the seed's lease primitives plus fencing tokens.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold_core::lease::check_ttl;
 use leasehold_core::{
-    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 
 use crate::MemoryStore;
@@ -16,8 +14,8 @@ fn alive(expires_at_ms: u64, now: u64) -> bool {
     now <= expires_at_ms
 }
 
-fn deadline(now: u64, ttl: Duration) -> u64 {
-    now.saturating_add(ttl.as_millis().min(u64::MAX as u128) as u64)
+fn deadline(now: u64, ttl: Ttl) -> u64 {
+    now.saturating_add(ttl.as_millis())
 }
 
 #[derive(Debug)]
@@ -47,7 +45,7 @@ impl LeaseState {
         self.current(&lease.key, now).is_some_and(|h| h.owner == lease.owner && h.token == lease.token)
     }
 
-    fn claim(&mut self, key: &LeaseKey, owner: &WorkerId, ttl: Duration, now: u64) -> Option<Lease> {
+    fn claim(&mut self, key: &LeaseKey, owner: &WorkerId, ttl: Ttl, now: u64) -> Option<Lease> {
         if self.current(key, now).is_some() {
             return None;
         }
@@ -59,7 +57,7 @@ impl LeaseState {
         Some(Lease { key: key.clone(), owner: owner.clone(), token })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration, now: u64) -> bool {
+    fn renew(&mut self, lease: &Lease, ttl: Ttl, now: u64) -> bool {
         if !self.is_current(lease, now) {
             return false;
         }
@@ -72,27 +70,23 @@ impl LeaseState {
 
 #[async_trait]
 impl LeaseStore for MemoryStore {
-    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Ttl) -> Result<Option<Lease>, LeaseError> {
         let now = self.now_ms();
         Ok(self.inner.leases.lock().claim(key, owner, ttl, now))
     }
 
-    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Result<Vec<Lease>, LeaseError> {
         let now = self.now_ms();
         let mut state = self.inner.leases.lock();
         Ok(keys.iter().filter_map(|key| state.claim(key, owner, ttl, now)).collect())
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn renew(&self, lease: &Lease, ttl: Ttl) -> Result<bool, LeaseError> {
         let now = self.now_ms();
         Ok(self.inner.leases.lock().renew(lease, ttl, now))
     }
 
-    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn renew_many(&self, leases: &[Lease], ttl: Ttl) -> Result<Vec<bool>, LeaseError> {
         let now = self.now_ms();
         let mut state = self.inner.leases.lock();
         Ok(leases.iter().map(|lease| state.renew(lease, ttl, now)).collect())
@@ -131,8 +125,7 @@ impl LeaseStore for MemoryStore {
         Ok(self.inner.leases.lock().live.iter().cloned().collect())
     }
 
-    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
-        check_ttl("worker registration TTL", ttl)?;
+    async fn register_worker(&self, worker: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
         let now = self.now_ms();
         self.inner.leases.lock().workers.insert(worker.clone(), deadline(now, ttl));
         Ok(())
@@ -161,8 +154,7 @@ impl LeaseStore for MemoryStore {
         Ok(self.inner.leases.lock().tiers.get(key).copied())
     }
 
-    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
-        check_ttl("session grace", grace)?;
+    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         let now = self.now_ms();
         self.inner.leases.lock().sessions.insert(user.clone(), deadline(now, grace));
         // No subscriber is not an error: presence is still recorded.
@@ -191,6 +183,7 @@ impl LeaseStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use leasehold_core::ManualClock;
 
@@ -207,23 +200,23 @@ mod tests {
     async fn lease_lives_until_its_ttl_inclusive() {
         let clock = Arc::new(ManualClock::new(1000));
         let store = MemoryStore::with_clock(clock.clone());
-        let lease = store.claim(&key("a"), &worker("w1"), Duration::from_millis(100)).await.unwrap().unwrap();
+        let lease = store.claim(&key("a"), &worker("w1"), Ttl::from_millis(100)).await.unwrap().unwrap();
         clock.advance(Duration::from_millis(100));
         assert_eq!(store.holder(&key("a")).await.unwrap(), Some(lease.clone()));
         clock.advance(Duration::from_millis(1));
         assert_eq!(store.holder(&key("a")).await.unwrap(), None);
-        assert!(!store.renew(&lease, Duration::from_secs(1)).await.unwrap());
-        let next = store.claim(&key("a"), &worker("w2"), Duration::from_secs(1)).await.unwrap().unwrap();
+        assert!(!store.renew(&lease, Ttl::from_secs(1)).await.unwrap());
+        let next = store.claim(&key("a"), &worker("w2"), Ttl::from_secs(1)).await.unwrap().unwrap();
         assert!(next.token > lease.token);
     }
 
     #[tokio::test(start_paused = true)]
     async fn default_clock_follows_paused_tokio_time() {
         let store = MemoryStore::new();
-        let lease = store.claim(&key("a"), &worker("w1"), Duration::from_secs(30)).await.unwrap().unwrap();
-        store.register_worker(&worker("w1"), Duration::from_secs(30)).await.unwrap();
+        let lease = store.claim(&key("a"), &worker("w1"), Ttl::from_secs(30)).await.unwrap().unwrap();
+        store.register_worker(&worker("w1"), Ttl::from_secs(30)).await.unwrap();
         tokio::time::advance(Duration::from_secs(29)).await;
-        assert!(store.renew(&lease, Duration::from_secs(30)).await.unwrap());
+        assert!(store.renew(&lease, Ttl::from_secs(30)).await.unwrap());
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(store.live_workers().await.unwrap().is_empty(), "worker registration outlived its TTL");
         // Renewed at 29 s for 30 s: held until 59 s.
@@ -231,14 +224,5 @@ mod tests {
         assert_eq!(store.holder(&key("a")).await.unwrap(), Some(lease.clone()));
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(store.holder(&key("a")).await.unwrap(), None);
-    }
-
-    #[tokio::test]
-    async fn zero_ttl_is_rejected_and_changes_nothing() {
-        let store = MemoryStore::new();
-        let err = store.claim(&key("a"), &worker("w1"), Duration::ZERO).await.unwrap_err();
-        assert!(err.to_string().contains("at least 1 ms"), "{err}");
-        assert_eq!(store.holder(&key("a")).await.unwrap(), None);
-        assert!(store.tier(&key("a")).await.unwrap().is_none());
     }
 }

@@ -7,16 +7,16 @@
 //! checks (meta, then fence, then unit state) follow the script exactly.
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::events::UnitEventHeader;
-use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, ORPHAN_EVENTS_TTL};
+use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
     LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId,
-    WorkerRecord,
+    ReserveReply, RunId, RunSpec, StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 
 use crate::MemoryStore;
@@ -495,14 +495,8 @@ impl UnitQueue for MemoryStore {
         Ok(InitOutcome::Initialized)
     }
 
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError> {
-        check_reclaim_after(reclaim_after)?;
-        let min_idle = millis(reclaim_after);
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
+        let min_idle = reclaim_after.as_millis();
         Ok(self.with_run(run, |r, now| r.reserve(worker, min_idle, now)).unwrap_or(ReserveReply::Corrupt))
     }
 
@@ -510,15 +504,13 @@ impl UnitQueue for MemoryStore {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        leasehold_core::queue::check_batch_size(max)?;
-        check_reclaim_after(reclaim_after)?;
-        let min_idle = millis(reclaim_after);
+        let min_idle = reclaim_after.as_millis();
         let mut batch = ReserveBatch::default();
         let found = self.with_run(run, |r, now| {
-            while batch.deliveries.len() < max {
+            while batch.deliveries.len() < max.get() {
                 match r.reserve(worker, min_idle, now) {
                     ReserveReply::Delivered(d) => batch.deliveries.push(d),
                     ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
@@ -638,14 +630,7 @@ impl UnitQueue for MemoryStore {
         unit: Option<&UnitId>,
         message: &str,
     ) -> Result<(), QueueError> {
-        if message.len() > leasehold_core::queue::MAX_SUMMARY_LEN {
-            return Err(SpecError::TextTooLong {
-                what: "worker error message",
-                len: message.len(),
-                max: leasehold_core::queue::MAX_SUMMARY_LEN,
-            }
-            .into());
-        }
+        leasehold_core::queue::check_worker_error_message(message)?;
         self.append_unfenced(run, |at_ms| Event::WorkerError {
             worker_id: worker.clone(),
             unit_id: unit.cloned(),

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use leasehold_core::{
     Ack, Budgets, Delivery, Event, FinalizeRequest, ManualClock, Outcome, RequeueReply, RequeueRequest, ReserveReply,
-    RunId, RunSpec, UnitId, UnitQueue, UnitSpec, WorkerId,
+    RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use proptest::prelude::*;
 
 const WORKERS: usize = 3;
-const RECLAIM_AFTER: Duration = Duration::from_millis(100);
+const RECLAIM_AFTER: Ttl = Ttl::from_millis(100);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -187,7 +187,7 @@ impl World {
                     assert_eq!(ack, Ack::Ok);
                 }
                 ReserveReply::ReclaimExhausted { .. } => {}
-                ReserveReply::None => self.clock.advance(RECLAIM_AFTER),
+                ReserveReply::None => self.clock.advance(RECLAIM_AFTER.get()),
                 ReserveReply::Corrupt => panic!("corrupt on a live run"),
             }
         }

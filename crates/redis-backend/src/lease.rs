@@ -1,11 +1,8 @@
 //! [`LeaseStore`] on Redis: the seed's lease primitives in Lua, plus fencing tokens.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use leasehold_core::lease::check_ttl;
 use leasehold_core::{
-    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, UserActiveSubscription, UserId, WorkerId,
+    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 use redis::Value;
 
@@ -14,17 +11,13 @@ use crate::reply::{self, ReplyError};
 use crate::scripts;
 use crate::store::{lease_err, lease_reply_err, RedisStore};
 
-fn millis(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
-
 /// The stored value of a lease: `"owner token"`.
 fn lease_value(lease: &Lease) -> String {
     format!("{} {}", lease.owner, lease.token)
 }
 
 impl RedisStore {
-    fn claim_call(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Call {
+    fn claim_call(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Call {
         let k = self.lease_keys();
         let mut names = Vec::with_capacity(keys.len() * 3);
         for key in keys {
@@ -32,10 +25,10 @@ impl RedisStore {
             names.push(k.fence(key));
             names.push(k.tier(key));
         }
-        Call::new(names).arg(owner.as_str()).arg(millis(ttl))
+        Call::new(names).arg(owner.as_str()).arg(ttl.as_millis())
     }
 
-    async fn claim_tokens(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<u64>, LeaseError> {
+    async fn claim_tokens(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Result<Vec<u64>, LeaseError> {
         let label = keys.first().map(|k| k.to_string()).unwrap_or_default();
         let value = self
             .eval(&scripts::LEASE_CLAIM, &self.claim_call(keys, owner, ttl))
@@ -59,8 +52,7 @@ impl RedisStore {
 
 #[async_trait]
 impl LeaseStore for RedisStore {
-    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Ttl) -> Result<Option<Lease>, LeaseError> {
         let tokens = self.claim_tokens(std::slice::from_ref(key), owner, ttl).await?;
         Ok(tokens.first().filter(|t| **t > 0).map(|t| Lease {
             key: key.clone(),
@@ -69,8 +61,7 @@ impl LeaseStore for RedisStore {
         }))
     }
 
-    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Result<Vec<Lease>, LeaseError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -84,21 +75,19 @@ impl LeaseStore for RedisStore {
             .collect())
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
-        let call = Call::new([self.lease_keys().lease(&lease.key)]).arg(lease_value(lease)).arg(millis(ttl));
+    async fn renew(&self, lease: &Lease, ttl: Ttl) -> Result<bool, LeaseError> {
+        let call = Call::new([self.lease_keys().lease(&lease.key)]).arg(lease_value(lease)).arg(ttl.as_millis());
         let value =
             self.eval(&scripts::LEASE_RENEW, &call).await.map_err(|e| lease_err("renew", lease.key.as_str(), e))?;
         Ok(reply::int("renew", &value).map_err(|e| lease_reply_err("renew", lease.key.as_str(), e))? == 1)
     }
 
-    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
-        check_ttl("lease TTL", ttl)?;
+    async fn renew_many(&self, leases: &[Lease], ttl: Ttl) -> Result<Vec<bool>, LeaseError> {
         let Some(first) = leases.first() else { return Ok(Vec::new()) };
         // One pipeline of renew calls; NOSCRIPT answers are reloaded and re-sent.
         let calls: Vec<Call> = leases
             .iter()
-            .map(|l| Call::new([self.lease_keys().lease(&l.key)]).arg(lease_value(l)).arg(millis(ttl)))
+            .map(|l| Call::new([self.lease_keys().lease(&l.key)]).arg(lease_value(l)).arg(ttl.as_millis()))
             .collect();
         let results = conn::eval_pipelined(&mut self.conn(), &scripts::LEASE_RENEW, &calls)
             .await
@@ -166,10 +155,9 @@ impl LeaseStore for RedisStore {
         Ok(keys)
     }
 
-    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
-        check_ttl("worker registration TTL", ttl)?;
+    async fn register_worker(&self, worker: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
         let k = self.lease_keys();
-        let call = Call::new([k.worker(worker), k.worker_index()]).arg(worker.as_str()).arg(millis(ttl));
+        let call = Call::new([k.worker(worker), k.worker_index()]).arg(worker.as_str()).arg(ttl.as_millis());
         self.eval(&scripts::WORKER_REGISTER, &call)
             .await
             .map_err(|e| lease_err("register_worker", worker.as_str(), e))?;
@@ -217,10 +205,9 @@ impl LeaseStore for RedisStore {
         }
     }
 
-    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
-        check_ttl("session grace", grace)?;
+    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         let k = self.lease_keys();
-        let call = Call::new([k.session(user)]).arg(user.as_str()).arg(millis(grace)).arg(k.user_active_channel());
+        let call = Call::new([k.session(user)]).arg(user.as_str()).arg(grace.as_millis()).arg(k.user_active_channel());
         self.eval(&scripts::USER_ACTIVE, &call).await.map_err(|e| lease_err("mark_user_active", user.as_str(), e))?;
         Ok(())
     }

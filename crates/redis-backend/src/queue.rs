@@ -1,14 +1,15 @@
 //! [`UnitQueue`] on Redis: every transition is one call of the transition
 //! script (`lua/transition/`, joined in `scripts.rs`).
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold_core::queue::{check_reclaim_after, DeliveryOrigin, MAX_SUMMARY_LEN, ORPHAN_EVENTS_TTL};
+use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeRequest, InitOutcome, LivenessReply,
     PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunId, RunSpec,
-    SpecError, StreamName, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use redis::Value;
 
@@ -158,16 +159,15 @@ impl RedisStore {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
         single: bool,
     ) -> Result<Reserved, QueueError> {
-        check_reclaim_after(reclaim_after)?;
         let keys = self.run_keys(run);
         let call = self
             .transition(&keys, "reserve", worker)
-            .arg(max as u64)
-            .arg(millis(reclaim_after))
+            .arg(max.get() as u64)
+            .arg(reclaim_after.as_millis())
             .arg(if single { "1" } else { "0" });
         let value = self.run_transition("reserve", run, &call).await?;
         parse_reserve(value).map_err(|e| queue_reply_err("reserve", run, e))
@@ -301,13 +301,8 @@ impl UnitQueue for RedisStore {
         }
     }
 
-    async fn reserve(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        reclaim_after: Duration,
-    ) -> Result<ReserveReply, QueueError> {
-        let reserved = self.reserve_items(run, worker, 1, reclaim_after, true).await?;
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
+        let reserved = self.reserve_items(run, worker, NonZeroUsize::MIN, reclaim_after, true).await?;
         Ok(match reserved.items.into_iter().next() {
             Some(Item::Delivered(d)) => ReserveReply::Delivered(d),
             Some(Item::Exhausted(unit)) => ReserveReply::ReclaimExhausted { unit },
@@ -320,10 +315,9 @@ impl UnitQueue for RedisStore {
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: usize,
-        reclaim_after: Duration,
+        max: NonZeroUsize,
+        reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        leasehold_core::queue::check_batch_size(max)?;
         let reserved = self.reserve_items(run, worker, max, reclaim_after, false).await?;
         let mut batch = ReserveBatch { corrupt: reserved.corrupt, ..ReserveBatch::default() };
         for item in reserved.items {
@@ -466,14 +460,7 @@ impl UnitQueue for RedisStore {
         unit: Option<&UnitId>,
         message: &str,
     ) -> Result<(), QueueError> {
-        if message.len() > MAX_SUMMARY_LEN {
-            return Err(SpecError::TextTooLong {
-                what: "worker error message",
-                len: message.len(),
-                max: MAX_SUMMARY_LEN,
-            }
-            .into());
-        }
+        leasehold_core::queue::check_worker_error_message(message)?;
         let event = serde_json::json!({
             "type": "worker_error",
             "worker_id": worker,

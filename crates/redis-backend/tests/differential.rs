@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use leasehold_core::{
     Budgets, Delivery, EntryId, Event, FinalizeReason, FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock,
-    Outcome, RequeueRequest, ReserveReply, RunId, RunSpec, StreamName, Tier, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Outcome, RequeueRequest, ReserveReply, RunId, RunSpec, StreamName, Tier, Ttl, UnitId, UnitQueue, UnitSpec,
+    WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use leasehold_redis::RedisStore;
@@ -37,9 +38,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 /// How far time moves in one step.
 const STEP: Duration = Duration::from_millis(6);
 /// Reclaim timeout and short lease TTL: well under one step.
-const IDLE: Duration = Duration::from_millis(2);
+const IDLE: Ttl = Ttl::from_millis(2);
 /// Timeouts that no test reaches.
-const LONG: Duration = Duration::from_secs(600);
+const LONG: Ttl = Ttl::from_secs(600);
 
 const WORKERS: usize = 3;
 const KEYS: usize = 3;
@@ -402,7 +403,8 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
     }
 }
 
-async fn batch(side: &mut Side, run: &RunId, w: usize, max: usize, reclaim_after: Duration) -> String {
+async fn batch(side: &mut Side, run: &RunId, w: usize, max: usize, reclaim_after: Ttl) -> String {
+    let max = std::num::NonZeroUsize::new(max).expect("the strategy makes batches of 1 or more");
     let b = side.queue.reserve_batch(run, &wid(w), max, reclaim_after).await.expect("reserve_batch");
     let mut out = Vec::new();
     for d in &b.deliveries {

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Ack, Budgets, FinalizeRequest, InitOutcome, LeaseError, LeaseKey, LeaseStore, Outcome, QueueError, RequeueReply,
-    RequeueRequest, ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UserId, WorkerId,
+    RequeueRequest, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId, WorkerId,
 };
 use leasehold_redis::test_support::RedisServer;
 use leasehold_redis::RedisStore;
 
-const LONG: Duration = Duration::from_secs(600);
+const LONG: Ttl = Ttl::from_secs(600);
 
 fn spec(run: &str, units: &[&str]) -> RunSpec {
     RunSpec {
@@ -166,7 +166,7 @@ async fn scripts_survive_script_flush() {
     let s = spec("r1", &["a", "b", "c", "d"]);
     store.initialize(&s).await.unwrap();
     let _: () = flush().query_async(&mut admin).await.unwrap();
-    let batch = store.reserve_batch(&s.run, &w("w1"), 3, LONG).await.unwrap();
+    let batch = store.reserve_batch(&s.run, &w("w1"), std::num::NonZeroUsize::new(3).unwrap(), LONG).await.unwrap();
     assert_eq!(batch.deliveries.len(), 3);
     let _: () = flush().query_async(&mut admin).await.unwrap();
     let items: Vec<_> = batch.deliveries.into_iter().map(|d| (d, FinalizeRequest::new(Outcome::Passed, 1))).collect();
@@ -197,7 +197,7 @@ async fn corrupt_state_gives_corrupt_or_a_clear_error() {
     // at that unit (the units before it are delivered).
     let _: () =
         redis::cmd("HSET").arg(&keys.unit_state).arg("b").arg("{not json").query_async(&mut admin).await.unwrap();
-    let batch = store.reserve_batch(&s.run, &w("w1"), 5, LONG).await.unwrap();
+    let batch = store.reserve_batch(&s.run, &w("w1"), std::num::NonZeroUsize::new(5).unwrap(), LONG).await.unwrap();
     assert!(batch.corrupt, "{batch:?}");
     assert_eq!(batch.deliveries.iter().map(|d| d.unit.as_str()).collect::<Vec<_>>(), ["a"]);
     let err = store.unit_state(&s.run, &UnitId::new("b").unwrap()).await.expect_err("corrupt");
@@ -268,7 +268,7 @@ async fn packed_events_page_exactly() {
     let names: Vec<&str> = units.iter().map(String::as_str).collect();
     let s = spec("r1", &names);
     store.initialize(&s).await.unwrap();
-    let batch = store.reserve_batch(&s.run, &w("w1"), 5, LONG).await.unwrap();
+    let batch = store.reserve_batch(&s.run, &w("w1"), std::num::NonZeroUsize::new(5).unwrap(), LONG).await.unwrap();
     assert_eq!(batch.deliveries.len(), 5);
     let items: Vec<_> =
         batch.deliveries.iter().map(|d| (d.clone(), FinalizeRequest::new(Outcome::Passed, 3))).collect();

@@ -25,7 +25,7 @@ use crate::{reconcile, wiring, Config, Coordinator, Deps};
 #[derive(Parser, Debug)]
 #[command(name = "sync-worker", version, about = "Owns a fair share of the live IMAP accounts and keeps them synced")]
 pub struct Cli {
-    /// This worker's id (default: <hostname>-<pid>-<random>).
+    /// This worker's id (default: `<hostname>-<pid>-<random>`).
     #[arg(long, env = "WORKER_ID", global = true)]
     worker_id: Option<String>,
     /// Log filter (tracing-subscriber syntax).

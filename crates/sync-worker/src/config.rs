@@ -31,7 +31,7 @@ pub use leasehold_core::backend_url::redact_url;
 use leasehold_core::backend_url::{is_redis_url, REDIS_SCHEMES_HELP};
 use leasehold_core::duration::{parse_duration, DurationError, PlainUnit};
 use leasehold_core::ids::is_key_safe_char;
-use leasehold_core::WorkerId;
+use leasehold_core::{Ttl, WorkerId};
 
 use crate::errors::ConfigError;
 
@@ -222,6 +222,11 @@ impl Config {
             });
         }
         Ok(())
+    }
+
+    /// The lease TTL as the stores take it (never zero).
+    pub fn checked_lease_ttl(&self) -> Result<Ttl, ConfigError> {
+        Ttl::new("LEASE_TTL", self.lease_ttl).map_err(|_| ConfigError::Zero { var: "LEASE_TTL", value: self.lease_ttl })
     }
 
     /// How often leases are renewed (and the worker re-registered): a third of the TTL.

@@ -6,26 +6,20 @@
 
 use std::time::Duration;
 
-use super::support::{key, ms, user, worker};
+use super::support::{key, ms, ttl_ms, user, worker};
 use super::Fixture;
-use crate::errors::{LeaseError, SpecError};
+use crate::errors::SpecError;
 use crate::ids::UserId;
 use crate::lease::{FencingToken, Lease, Tier, UserActiveSubscription};
+use crate::ttl::Ttl;
 
-const MINUTE: Duration = Duration::from_secs(60);
+const MINUTE: Ttl = Ttl::from_secs(60);
 
 async fn next_user(sub: &mut UserActiveSubscription) -> UserId {
     tokio::time::timeout(Duration::from_secs(5), sub.recv())
         .await
         .expect("a user.active event within 5 s")
         .expect("the subscription is open")
-}
-
-fn is_zero_ttl<T: std::fmt::Debug>(result: Result<T, LeaseError>) -> bool {
-    match result {
-        Err(LeaseError::Spec(SpecError::ZeroTtl { .. })) => true,
-        other => panic!("expected LeaseError::Spec(ZeroTtl), got {other:?}"),
-    }
 }
 
 /// Two claims of one key: the first wins, the second gets `None`; `holder`
@@ -57,7 +51,7 @@ pub async fn tokens_increase_across_release_expiry_and_not_live(fx: Fixture) {
     let l2 = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
     assert!(l2.token > l1.token, "{:?} after release must exceed {:?}", l2.token, l1.token);
     assert!(fx.leases.release(&l2).await.unwrap());
-    let l3 = fx.leases.claim(&k, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    let l3 = fx.leases.claim(&k, &worker("w1"), ttl_ms(100)).await.unwrap().unwrap();
     assert!(l3.token > l2.token);
     fx.time.advance(ms(300)).await;
     let l4 = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().expect("expired key is free");
@@ -79,7 +73,7 @@ pub async fn renew_and_release_check_the_owner(fx: Fixture) {
     assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease));
 
     let k2 = key("acct-2");
-    let old = fx.leases.claim(&k2, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    let old = fx.leases.claim(&k2, &worker("w1"), ttl_ms(100)).await.unwrap().unwrap();
     fx.time.advance(ms(300)).await;
     let taker = fx.leases.claim(&k2, &worker("w2"), MINUTE).await.unwrap().expect("takeover");
     assert!(!fx.leases.renew(&old, MINUTE).await.unwrap());
@@ -106,9 +100,9 @@ pub async fn renew_and_release_check_the_token(fx: Fixture) {
 /// Renew extends the lease from now and keeps its token.
 pub async fn renew_extends_the_lease(fx: Fixture) {
     let k = key("acct-1");
-    let lease = fx.leases.claim(&k, &worker("w1"), Duration::from_secs(1)).await.unwrap().unwrap();
+    let lease = fx.leases.claim(&k, &worker("w1"), Ttl::from_secs(1)).await.unwrap().unwrap();
     fx.time.advance(ms(600)).await;
-    assert!(fx.leases.renew(&lease, Duration::from_secs(1)).await.unwrap());
+    assert!(fx.leases.renew(&lease, Ttl::from_secs(1)).await.unwrap());
     fx.time.advance(ms(600)).await;
     assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease.clone()), "renewed lease still held");
     assert!(fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().is_none());
@@ -119,7 +113,7 @@ pub async fn renew_extends_the_lease(fx: Fixture) {
 /// another worker may claim.
 pub async fn expired_lease_frees_the_key(fx: Fixture) {
     let k = key("acct-1");
-    let lease = fx.leases.claim(&k, &worker("w1"), ms(100)).await.unwrap().unwrap();
+    let lease = fx.leases.claim(&k, &worker("w1"), ttl_ms(100)).await.unwrap().unwrap();
     fx.time.advance(ms(300)).await;
     assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
     assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap());
@@ -201,12 +195,12 @@ pub async fn tier_defaults_to_warm_on_claim(fx: Fixture) {
 pub async fn worker_registry_expires_and_refreshes(fx: Fixture) {
     fx.leases.register_worker(&worker("w2"), MINUTE).await.unwrap();
     fx.leases.register_worker(&worker("w1"), MINUTE).await.unwrap();
-    fx.leases.register_worker(&worker("w3"), ms(100)).await.unwrap();
-    fx.leases.register_worker(&worker("w4"), ms(600)).await.unwrap();
+    fx.leases.register_worker(&worker("w3"), ttl_ms(100)).await.unwrap();
+    fx.leases.register_worker(&worker("w4"), ttl_ms(600)).await.unwrap();
     assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w3"), worker("w4")]);
     fx.time.advance(ms(400)).await;
     assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w4")]);
-    fx.leases.register_worker(&worker("w4"), ms(600)).await.unwrap();
+    fx.leases.register_worker(&worker("w4"), ttl_ms(600)).await.unwrap();
     fx.time.advance(ms(400)).await;
     assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2"), worker("w4")]);
 }
@@ -227,7 +221,7 @@ pub async fn deregister_worker_removes_it(fx: Fixture) {
 /// Presence lasts for its grace and then lapses; other users are not active.
 pub async fn presence_expires_after_grace(fx: Fixture) {
     assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
-    fx.leases.mark_user_active(&user("u1"), ms(100)).await.unwrap();
+    fx.leases.mark_user_active(&user("u1"), ttl_ms(100)).await.unwrap();
     assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
     assert!(!fx.leases.is_user_active(&user("u2")).await.unwrap());
     fx.time.advance(ms(300)).await;
@@ -236,10 +230,10 @@ pub async fn presence_expires_after_grace(fx: Fixture) {
 
 /// Marking a user active again refreshes the grace from now.
 pub async fn presence_refresh_extends_grace(fx: Fixture) {
-    fx.leases.mark_user_active(&user("u1"), ms(600)).await.unwrap();
+    fx.leases.mark_user_active(&user("u1"), ttl_ms(600)).await.unwrap();
     fx.time.advance(ms(400)).await;
     assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
-    fx.leases.mark_user_active(&user("u1"), ms(600)).await.unwrap();
+    fx.leases.mark_user_active(&user("u1"), ttl_ms(600)).await.unwrap();
     fx.time.advance(ms(400)).await;
     assert!(fx.leases.is_user_active(&user("u1")).await.unwrap(), "refreshed presence still current");
 }
@@ -265,31 +259,24 @@ pub async fn subscribers_receive_user_active_in_order(fx: Fixture) {
     assert_eq!(next_user(&mut s1).await, user("u3"));
 }
 
-/// A zero (or sub-millisecond) TTL or grace is `LeaseError::Spec(ZeroTtl)`
-/// and changes nothing.
+/// A zero (or sub-millisecond) TTL or grace cannot reach a store: making
+/// one is `SpecError::ZeroTtl`, naming what it was for. The shortest TTL,
+/// 1 ms, is taken by every call and expires like any other.
 pub async fn zero_ttl_is_rejected_and_changes_nothing(fx: Fixture) {
+    for bad in [Duration::ZERO, Duration::from_micros(500)] {
+        assert!(matches!(Ttl::new("lease TTL", bad), Err(SpecError::ZeroTtl { what: "lease TTL", .. })), "{bad:?}");
+    }
+    let shortest = Ttl::new("lease TTL", Duration::from_micros(1500)).expect("1.5 ms is a TTL");
     let k = key("acct-1");
-    assert!(is_zero_ttl(fx.leases.claim(&k, &worker("w1"), Duration::ZERO).await));
-    assert!(is_zero_ttl(fx.leases.claim(&k, &worker("w1"), Duration::from_micros(500)).await));
-    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
-    assert!(is_zero_ttl(fx.leases.claim_many(std::slice::from_ref(&k), &worker("w1"), Duration::ZERO).await));
-    assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
-
-    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
-    assert!(is_zero_ttl(fx.leases.renew(&lease, Duration::ZERO).await));
-    assert!(is_zero_ttl(fx.leases.renew_many(std::slice::from_ref(&lease), Duration::ZERO).await));
-    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(lease.clone()));
-    assert!(fx.leases.renew(&lease, MINUTE).await.unwrap());
-
-    assert!(is_zero_ttl(fx.leases.register_worker(&worker("w1"), Duration::ZERO).await));
+    let lease = fx.leases.claim(&k, &worker("w1"), shortest).await.unwrap().expect("a free key");
+    assert!(fx.leases.claim_many(std::slice::from_ref(&k), &worker("w2"), shortest).await.unwrap().len() <= 1);
+    fx.leases.register_worker(&worker("w1"), shortest).await.unwrap();
+    fx.leases.mark_user_active(&user("u1"), shortest).await.unwrap();
+    fx.time.advance(ms(300)).await;
+    assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap(), "a 1 ms lease has expired");
+    assert_eq!(fx.leases.renew_many(std::slice::from_ref(&lease), MINUTE).await.unwrap(), vec![false]);
     assert!(fx.leases.live_workers().await.unwrap().is_empty());
-
-    let mut sub = fx.leases.subscribe_user_active().await.unwrap();
-    assert!(is_zero_ttl(fx.leases.mark_user_active(&user("u1"), Duration::ZERO).await));
     assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
-    fx.leases.mark_user_active(&user("u2"), MINUTE).await.unwrap();
-    assert_eq!(next_user(&mut sub).await, user("u2"), "the refused call published nothing");
 }
 
 /// `claim_many` claims each free key in order and skips held ones;

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 
 use crate::lease::LeaseStore;
 use crate::queue::UnitQueue;
+use crate::ttl::Ttl;
 
 pub mod lease;
 pub mod queue;
@@ -32,7 +33,7 @@ pub mod support;
 pub mod timings;
 
 /// A timeout no test run will ever reach by stalling: negative time checks use it.
-pub const LONG: Duration = Duration::from_secs(600);
+pub const LONG: Ttl = Ttl::from_secs(600);
 
 /// Lets time pass for one fixture's store.
 #[async_trait]

@@ -12,6 +12,7 @@ use crate::queue::{
     Budgets, Delivery, DeliveryOrigin, FinalizeRequest, Outcome, Progress, ReserveReply, RunSpec, StreamName, UnitSpec,
     UnitState, WorkerRecord,
 };
+use crate::ttl::Ttl;
 
 /// The run id most cases use.
 pub const RUN: &str = "r1";
@@ -39,6 +40,16 @@ pub fn key(name: &str) -> LeaseKey {
 /// A user id.
 pub fn user(name: &str) -> UserId {
     UserId::new(name).expect("valid user id")
+}
+
+/// A batch size of `n` (> 0).
+pub fn batch(n: usize) -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(n).expect("a test's batch size is at least 1")
+}
+
+/// A TTL of `n` (> 0) milliseconds.
+pub fn ttl_ms(n: u64) -> Ttl {
+    Ttl::from_millis(n)
 }
 
 /// `n` milliseconds.
@@ -104,7 +115,9 @@ pub async fn reserve(fx: &Fixture, run: &RunId, w: &str) -> Delivery {
 }
 
 /// Reserves for `w` with the given reclaim timeout; the raw reply.
-pub async fn reserve_with(fx: &Fixture, run: &RunId, w: &str, reclaim_after: Duration) -> ReserveReply {
+pub async fn reserve_with(fx: &Fixture, run: &RunId, w: &str, reclaim_after: impl Into<Duration>) -> ReserveReply {
+    let reclaim_after =
+        Ttl::new("reclaim timeout", reclaim_after.into()).expect("a test's reclaim timeout is at least 1 ms");
     fx.queue.reserve(run, &worker(w), reclaim_after).await.expect("reserve")
 }
 
@@ -345,8 +358,8 @@ pub async fn assert_all_corrupt(fx: &Fixture, run: &RunId, w: &str, d: &Delivery
     use crate::queue::{Ack, LivenessReply, RequeueReply};
     let wk = worker(w);
     assert_eq!(fx.queue.reserve(run, &wk, LONG).await.expect("reserve"), ReserveReply::Corrupt, "reserve");
-    assert_eq!(fx.queue.reserve(run, &wk, ms(100)).await.expect("reserve"), ReserveReply::Corrupt, "reserve");
-    let batch = fx.queue.reserve_batch(run, &wk, 3, LONG).await.expect("reserve_batch");
+    assert_eq!(fx.queue.reserve(run, &wk, ttl_ms(100)).await.expect("reserve"), ReserveReply::Corrupt, "reserve");
+    let batch = fx.queue.reserve_batch(run, &wk, batch(3), LONG).await.expect("reserve_batch");
     assert_eq!(batch, crate::queue::ReserveBatch { deliveries: vec![], exhausted: vec![], corrupt: true });
     assert_eq!(fx.queue.heartbeat(run, &wk, d).await.expect("heartbeat"), Ack::Corrupt, "heartbeat");
     assert_eq!(fx.queue.finalize(run, &wk, d, &passed(5)).await.expect("finalize"), Ack::Corrupt, "finalize");

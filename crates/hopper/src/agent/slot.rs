@@ -166,7 +166,9 @@ impl Slot {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         let want = self.prefetch();
-        let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, config.reclaim_after).await?;
+        let want = std::num::NonZeroUsize::new(want).unwrap_or(std::num::NonZeroUsize::MIN);
+        let reclaim_after = config.queue_reclaim_after()?;
+        let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
         for unit in &batch.exhausted {
             shared.observer.attempt_ended(
                 unit,

@@ -5,10 +5,9 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{Lease, LeaseKey, Tier, UserActiveSubscription, UserId, WorkerId};
+use leasehold_core::{Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
@@ -40,6 +39,7 @@ struct Owned {
 pub(super) struct Coord {
     worker: WorkerId,
     config: Config,
+    ttl: Ttl,
     settings: RunnerSettings,
     policy: TierPolicy,
     deps: Deps,
@@ -63,12 +63,13 @@ fn tier_rank(t: Tier) -> u8 {
 }
 
 impl Coord {
-    pub(super) fn new(worker: WorkerId, config: Config, deps: Deps, shared: Arc<Shared>) -> Self {
+    pub(super) fn new(worker: WorkerId, config: Config, ttl: Ttl, deps: Deps, shared: Arc<Shared>) -> Self {
         Coord {
             worker,
             settings: RunnerSettings::from(&config),
             policy: TierPolicy::from(&config),
             config,
+            ttl,
             deps,
             owned: HashMap::new(),
             shared,
@@ -82,14 +83,14 @@ impl Coord {
         }
     }
 
-    fn ttl(&self) -> Duration {
-        self.config.lease_ttl
+    fn ttl(&self) -> Ttl {
+        self.ttl
     }
 
     /// The local deadline of a lease claimed or renewed by a call sent at
     /// `sent_at`: its TTL less a tenth, for clock differences with the store.
     fn deadline_from(&self, sent_at: Instant) -> Instant {
-        sent_at + self.ttl() - self.ttl() / 10
+        sent_at + self.ttl.get() - self.ttl.get() / 10
     }
 
     fn stats(&self, f: impl FnOnce(&mut CoordinatorStats)) {
@@ -166,7 +167,7 @@ impl Coord {
         let now = Instant::now();
         let sig = live_signature(&live);
         if workers != self.last_workers || sig != self.last_live_sig {
-            self.eager_until = now + ttl + 2 * self.config.renew_interval();
+            self.eager_until = now + ttl.get() + 2 * self.config.renew_interval();
             self.sweep_backoff = 1;
             self.last_workers = workers.clone();
             self.last_live_sig = sig;
@@ -185,7 +186,8 @@ impl Coord {
                 self.sweep_backoff = if won > 0 { 1 } else { (self.sweep_backoff * 2).min(MAX_SWEEP_BACKOFF) };
             }
         }
-        self.retry_claim_at = if self.owned.len() < share && eager { Some(Instant::now() + ttl / 10) } else { None };
+        self.retry_claim_at =
+            if self.owned.len() < share && eager { Some(Instant::now() + ttl.get() / 10) } else { None };
     }
 
     /// Stops the runners whose lease deadline passed (renews kept failing).

@@ -46,7 +46,7 @@ mod handle;
 
 use std::sync::Arc;
 
-use leasehold_core::{Clock, LeaseStore, UserActiveSubscription, WorkerId};
+use leasehold_core::{Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
 
 use crate::config::Config;
 use crate::directory::AccountDirectory;
@@ -83,6 +83,7 @@ pub struct Coordinator;
 pub struct PreparedCoordinator {
     worker: WorkerId,
     config: Config,
+    ttl: Ttl,
     deps: Deps,
     sub: UserActiveSubscription,
 }
@@ -106,19 +107,20 @@ impl Coordinator {
     /// see each other and split the accounts without shedding.
     pub async fn prepare(worker: WorkerId, config: Config, deps: Deps) -> Result<PreparedCoordinator, SyncError> {
         config.validate()?;
-        deps.store.register_worker(&worker, config.lease_ttl).await?;
+        let ttl = config.checked_lease_ttl()?;
+        deps.store.register_worker(&worker, ttl).await?;
         let sub = deps.store.subscribe_user_active().await?;
-        Ok(PreparedCoordinator { worker, config, deps, sub })
+        Ok(PreparedCoordinator { worker, config, ttl, deps, sub })
     }
 }
 
 impl PreparedCoordinator {
     /// Starts the coordinator task; the first tick runs at once.
     pub fn spawn(self) -> CoordinatorHandle {
-        let PreparedCoordinator { worker, config, deps, sub } = self;
+        let PreparedCoordinator { worker, config, ttl, deps, sub } = self;
         let shared = Arc::new(handle::Shared::default());
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let coord = event_loop::Coord::new(worker.clone(), config, deps, shared.clone());
+        let coord = event_loop::Coord::new(worker.clone(), config, ttl, deps, shared.clone());
         tracing::info!(%worker, "coordinator started");
         let task = tokio::spawn(coord.run(shutdown_rx, sub));
         CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }

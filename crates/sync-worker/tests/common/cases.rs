@@ -10,6 +10,11 @@ use tokio::time::Instant;
 
 use super::{user, wid, Backend, Env, Faulty};
 
+/// A test's TTL as the stores take it.
+fn ttl(d: Duration) -> leasehold_core::Ttl {
+    leasehold_core::Ttl::new("test TTL", d).expect("a test's TTL is at least 1 ms")
+}
+
 const MIN: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -84,7 +89,7 @@ pub async fn renew_keeps_leases(b: Arc<dyn Backend>) {
     assert!(stats.ticks >= 15, "renewed every TTL/3: {stats:?}");
     assert_consistent(&env, &a).await;
     // And a second worker cannot take any of them.
-    let intruder = env.admin.claim(&before[0].account, &wid("intruder"), env.s.ttl).await.expect("claim");
+    let intruder = env.admin.claim(&before[0].account, &wid("intruder"), ttl(env.s.ttl)).await.expect("claim");
     assert!(intruder.is_none(), "a renewed lease was claimable");
     a.shutdown().await.expect("shutdown");
 }
@@ -231,7 +236,7 @@ pub async fn stolen_lease_is_fenced(b: Arc<dyn Backend>) {
     assert!(env.wait_for(env.s.ttl, || a.owns(&k)).await);
     let held = env.admin.holder(&k).await.expect("holder").expect("held");
     assert!(env.admin.release(&held).await.expect("release"));
-    let thief = env.admin.claim(&k, &wid("thief"), env.s.ttl * 10).await.expect("claim").expect("free");
+    let thief = env.admin.claim(&k, &wid("thief"), ttl(env.s.ttl * 10)).await.expect("claim").expect("free");
     assert!(thief.token > held.token);
     let mut conn = env.source.connect(&Fence::from(&thief)).await.expect("connect");
     conn.poll(Scope::All).await.expect("the new owner writes");
@@ -304,7 +309,7 @@ pub async fn tier_session_promotion(b: Arc<dyn Backend>) {
     env.source.set_latest(&k, Some(env.ago(24 * HOUR)));
     // Presence before the worker exists: it sees no event, only the session key.
     let grace = env.s.tier_eval + env.s.tier_eval / 2;
-    env.admin.mark_user_active(&alice, grace).await.expect("presence");
+    env.admin.mark_user_active(&alice, ttl(grace)).await.expect("presence");
     let started = Instant::now();
     let a = env.start("w-a").await;
     assert!(env.wait_for(env.s.ttl, || a.owns(&k)).await);
@@ -400,7 +405,7 @@ pub async fn tier_user_active_promotion(b: Arc<dyn Backend>) {
     assert!(env.wait_for(env.s.ttl, || a.owned_count() == 3).await);
     assert_eq!(a.tier_of(&k1), Some(Tier::Warm));
     let t0 = Instant::now();
-    env.admin.mark_user_active(&bob, 15 * MIN).await.expect("presence");
+    env.admin.mark_user_active(&bob, ttl(15 * MIN)).await.expect("presence");
     let ok = env
         .wait_for(Duration::from_secs(5), || a.tier_of(&k1) == Some(Tier::Hot) && a.tier_of(&k2) == Some(Tier::Hot))
         .await;
@@ -431,7 +436,7 @@ pub async fn tier_budget_demotion(b: Arc<dyn Backend>) {
     env.source.set_latest(&a2, Some(env.ago(30 * MIN)));
     env.source.set_latest(&a3, Some(env.ago(60 * MIN)));
     env.source.set_latest(&a4, Some(env.ago(24 * HOUR)));
-    env.admin.mark_user_active(&user("b4"), 24 * HOUR).await.expect("presence");
+    env.admin.mark_user_active(&user("b4"), ttl(24 * HOUR)).await.expect("presence");
     let mut config = env.config.clone();
     config.hot_budget_per_worker = 2;
     let a = env.start_with("w-a", config).await;

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    Clock, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, UserActiveSubscription, UserId, WorkerId,
+    Clock, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, MemoryDirectory, ScriptedSource};
 use tokio::time::Instant;
@@ -261,21 +261,21 @@ impl Faulty {
 
 #[async_trait]
 impl LeaseStore for Faulty {
-    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>, LeaseError> {
+    async fn claim(&self, key: &LeaseKey, owner: &WorkerId, ttl: Ttl) -> Result<Option<Lease>, LeaseError> {
         self.check("claim", key)?;
         self.inner.claim(key, owner, ttl).await
     }
-    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Duration) -> Result<Vec<Lease>, LeaseError> {
+    async fn claim_many(&self, keys: &[LeaseKey], owner: &WorkerId, ttl: Ttl) -> Result<Vec<Lease>, LeaseError> {
         if let Some(k) = keys.first() {
             self.check("claim", k)?;
         }
         self.inner.claim_many(keys, owner, ttl).await
     }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, LeaseError> {
+    async fn renew(&self, lease: &Lease, ttl: Ttl) -> Result<bool, LeaseError> {
         self.check("renew", &lease.key)?;
         self.inner.renew(lease, ttl).await
     }
-    async fn renew_many(&self, leases: &[Lease], ttl: Duration) -> Result<Vec<bool>, LeaseError> {
+    async fn renew_many(&self, leases: &[Lease], ttl: Ttl) -> Result<Vec<bool>, LeaseError> {
         if let Some(l) = leases.first() {
             self.check("renew", &l.key)?;
         }
@@ -297,7 +297,7 @@ impl LeaseStore for Faulty {
     async fn live_keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
         self.inner.live_keys().await
     }
-    async fn register_worker(&self, worker: &WorkerId, ttl: Duration) -> Result<(), LeaseError> {
+    async fn register_worker(&self, worker: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
         self.inner.register_worker(worker, ttl).await
     }
     async fn deregister_worker(&self, worker: &WorkerId) -> Result<(), LeaseError> {
@@ -312,7 +312,7 @@ impl LeaseStore for Faulty {
     async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
         self.inner.tier(key).await
     }
-    async fn mark_user_active(&self, user: &UserId, grace: Duration) -> Result<(), LeaseError> {
+    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         self.inner.mark_user_active(user, grace).await
     }
     async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError> {

@@ -76,24 +76,23 @@ pub async fn reserve_appends_delivered_event(fx: Fixture) {
     assert_eq!((rec.current_unit, rec.processed), (Some(unit("a")), 0));
 }
 
-/// `reserve_batch` hands out up to `max` units in order, stops at `NONE`, and
-/// rejects a batch of zero.
+/// `reserve_batch` hands out up to `max` units in order and stops at `NONE`
+/// (a batch of zero cannot be asked for: `max` is a `NonZeroUsize`).
 pub async fn reserve_batch_hands_out_up_to_max(fx: Fixture) {
     let r = init(&fx, &["a", "b", "c", "d", "e"], lenient()).await;
     let w1 = worker("w1");
-    assert!(matches!(fx.queue.reserve_batch(&r, &w1, 0, LONG).await, Err(QueueError::Spec(SpecError::ZeroBatch))));
-    let first = fx.queue.reserve_batch(&r, &w1, 3, LONG).await.unwrap();
+    let first = fx.queue.reserve_batch(&r, &w1, batch(3), LONG).await.unwrap();
     let units: Vec<&str> = first.deliveries.iter().map(|d| d.unit.as_str()).collect();
     assert_eq!(units, ["a", "b", "c"]);
     assert!(first.exhausted.is_empty() && !first.corrupt);
     for d in &first.deliveries {
         assert_eq!(*d, fresh_delivery(d.unit.as_str(), "file", StreamName::Main, d.entry_id, 0));
     }
-    let second = fx.queue.reserve_batch(&r, &worker("w2"), 10, LONG).await.unwrap();
+    let second = fx.queue.reserve_batch(&r, &worker("w2"), batch(10), LONG).await.unwrap();
     let units: Vec<&str> = second.deliveries.iter().map(|d| d.unit.as_str()).collect();
     assert_eq!(units, ["d", "e"]);
     assert!(second.exhausted.is_empty() && !second.corrupt);
-    let third = fx.queue.reserve_batch(&r, &w1, 5, LONG).await.unwrap();
+    let third = fx.queue.reserve_batch(&r, &w1, batch(5), LONG).await.unwrap();
     assert_eq!(third, Default::default());
     assert_eq!(progress(&fx, &r).await, counters(5, 0, 0, 5, 0));
     assert_eq!(events_of_type(&all_events(&fx, &r).await, "delivered").len(), 5);
