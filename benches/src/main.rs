@@ -5,6 +5,8 @@
 //! asserted in timed tests.
 
 mod hopper_local;
+mod hopper_nextest;
+mod hopper_pytest;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
@@ -22,6 +24,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
+    ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
+    ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
     ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
@@ -44,6 +48,8 @@ fn main() -> Result<()> {
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
+            "hopper-pytest" => hopper_pytest::run().await,
+            "hopper-nextest" => hopper_nextest::run().await,
             "sync-initial" => sync_initial::run().await,
             "sync-hot" => sync_hot::run().await,
             "sync-noop" => sync_noop::run().await,

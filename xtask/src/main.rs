@@ -46,7 +46,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, chromium, ruby-rspec (Debian), pytest (PyPI).
+    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
 }
 
@@ -56,7 +56,7 @@ fn main() -> Result<()> {
     match cli.command {
         Cmd::Test { no_lint, args } => test(&root, no_lint, &args),
         Cmd::Bench { name, list } => bench(&root, name.as_deref(), list),
-        Cmd::Setup => setup(),
+        Cmd::Setup => setup(&root),
     }
 }
 
@@ -91,6 +91,8 @@ fn have(program: &str) -> bool {
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("redis-server", "redis-server"),
     ("redis-cli", "redis-tools"),
+    // hopper's RSpec agent tests.
+    ("rspec", "ruby-rspec"),
     // hopper's rediss:// test makes its certificates with the openssl command.
     ("openssl", "openssl"),
     // sync-worker's IMAP tests start a private Dovecot (sync_worker::testing).
@@ -105,9 +107,9 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("rspec", "ruby-rspec"),
 ];
 
-fn setup() -> Result<()> {
+fn setup(root: &Path) -> Result<()> {
     install_system_packages()?;
-    install_pytest()
+    install_pytest(root)
 }
 
 fn install_system_packages() -> Result<()> {
@@ -129,39 +131,39 @@ fn install_system_packages() -> Result<()> {
     Ok(())
 }
 
-fn python_module_works(args: &[&str]) -> bool {
-    Command::new("python3").args(args).output().is_ok_and(|o| o.status.success())
-}
+/// Where `cargo xtask setup` makes the Python virtual environment (with
+/// pytest) that hopper's end-to-end tests run their suites in.
+pub const TEST_VENV: &str = "target/test-venv";
 
-/// hopper's `--discover pytest` tests run the real pytest (as `python3 -m pytest`).
-fn install_pytest() -> Result<()> {
-    if python_module_works(&["-m", "pytest", "--version"]) {
+/// hopper's pytest tests run a real pytest from a private venv, so they never
+/// depend on (or change) the system's Python packages.
+fn install_pytest(root: &Path) -> Result<()> {
+    let venv = root.join(TEST_VENV);
+    let python = venv.join("bin/python");
+    let works = |python: &Path| {
+        Command::new(python).args(["-m", "pytest", "--version"]).output().is_ok_and(|o| o.status.success())
+    };
+    if works(&python) {
         return Ok(());
     }
     if !have("python3") {
-        bail!("the tests need pytest and python3 is not installed: install python3 and pytest");
+        bail!("the tests need python3 (3.8 or newer, with its venv module) to make {}", venv.display());
     }
-    if !python_module_works(&["-m", "pip", "--version"]) {
-        bail!(
-            "the tests need pytest and `python3 -m pip` is not available: install pip (Debian: python3-pip) \
-             or pytest itself (Debian: python3-pytest)"
-        );
-    }
-    eprintln!("xtask: installing pytest with pip");
-    let mut install = Command::new("python3");
+    let mut make = Command::new("python3");
+    make.args(["-m", "venv"]).arg(&venv);
+    run("python3 -m venv", make).context("could not make the tests' venv; on Debian, install python3-venv")?;
+    eprintln!("xtask: installing pytest into {}", venv.display());
+    let mut install = Command::new(&python);
     install.args(["-m", "pip", "install", "--quiet", "pytest"]);
-    run("pip install pytest", install).context(
-        "pip could not install pytest; if this Python is managed by the system (Debian's refuses pip installs), \
-         install pytest with the system's packages (Debian: python3-pytest)",
-    )?;
-    if !python_module_works(&["-m", "pytest", "--version"]) {
-        bail!("pip installed pytest but `python3 -m pytest --version` still fails");
+    run("pip install pytest", install)?;
+    if !works(&python) {
+        bail!("pip installed pytest but `{} -m pytest --version` still fails", python.display());
     }
     Ok(())
 }
 
 fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
-    setup()?;
+    setup(root)?;
     ensure_postgres()?;
     if !no_lint {
         let mut fmt = cargo();

@@ -110,6 +110,25 @@ pub enum UnitsError {
         /// Where the (empty) list came from.
         source_name: String,
     },
+    /// The listing does not match the tool's own count: running it would lose tests.
+    #[error("discovery with `{command}` would lose tests: the tool counted {counted}, hopper has {units} unit(s); {lost}; nothing was run")]
+    CountMismatch {
+        /// The listing command.
+        command: String,
+        /// The tool's own count.
+        counted: usize,
+        /// The units hopper read.
+        units: usize,
+        /// What was lost.
+        lost: String,
+    },
+    /// hopper's private directory for its shipped plugins could not be made.
+    #[error("cannot write hopper's test-tool plugins to a temporary directory: {source}")]
+    Scratch {
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why a test tool's listing could not be read.
@@ -124,6 +143,9 @@ pub enum ListingError {
     /// The JSON is not of the shape the tool documents.
     #[error("{0}")]
     Shape(&'static str),
+    /// The listing contradicts itself or the tool (counts, load errors).
+    #[error("{0}")]
+    Inconsistent(String),
 }
 
 /// Why a `--queue` URL could not be turned into a backend.
@@ -308,6 +330,9 @@ pub enum HopperError {
         #[source]
         source: std::io::Error,
     },
+    /// An agent could not serve its slot.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
     /// The HTML timeline could not be written.
     #[error("cannot write the HTML report to {path}")]
     Html {

@@ -13,6 +13,9 @@
 //! `Arc<dyn UnitQueue>`:
 //!
 //! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
+//! * [`discover`]: the test tool's own listing, checked against its own count;
+//! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
+//! * [`launch`]: units started without a command template (Rust test binaries, directly);
 //! * [`template`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
@@ -28,10 +31,13 @@
 //! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod backend;
+pub mod discover;
 pub mod errors;
 pub mod html;
 pub mod identity;
+pub mod launch;
 pub mod observer;
 mod orphans;
 pub mod outage;

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
 use hopper::identity::process_env;
-use hopper::subcommands::{self, ReportOptions, RunOptions, StatusOptions};
+use hopper::subcommands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
 use hopper::units::{DiscoverKind, UnitSource};
 use hopper::verdicts::ResultsFormat;
 use hopper::{exit, HopperError};
@@ -134,6 +134,12 @@ struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    /// Run every unit in a process of its own, even where hopper has an agent for the tool.
+    #[arg(long)]
+    per_process: bool,
+    /// The command speaks hopper's agent protocol (docs/agent-protocol.md): start it once per slot and feed it units.
+    #[arg(long, conflicts_with = "per_process")]
+    agent: bool,
     /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent),
     /// `{report}` by the path the tool writes its report to (see --results).
     #[arg(last = true, value_name = "COMMAND")]
@@ -224,6 +230,11 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         html: args.html,
         slowest: args.slowest,
         quiet: args.quiet,
+        mode: match (args.agent, args.per_process) {
+            (true, _) => ExecutionChoice::Agent,
+            (false, true) => ExecutionChoice::PerProcess,
+            (false, false) => ExecutionChoice::Default,
+        },
         outage_grace: args.queue.outage_grace,
     })
 }

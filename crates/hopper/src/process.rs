@@ -184,6 +184,17 @@ pub async fn run_process(
     limits: ProcessLimits,
     stop: &CancellationToken,
 ) -> ProcessResult {
+    run_process_in(None, argv, env, limits, stop).await
+}
+
+/// [`run_process`] in the working directory `cwd` (the worker's own when `None`).
+pub async fn run_process_in(
+    cwd: Option<&std::path::Path>,
+    argv: &[String],
+    env: &[(String, String)],
+    limits: ProcessLimits,
+    stop: &CancellationToken,
+) -> ProcessResult {
     let started = Instant::now();
     let mut output = OutputTail::new(limits.tail_bytes);
     let Some((program, args)) = argv.split_first() else {
@@ -202,6 +213,9 @@ pub async fn run_process(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
     die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,

@@ -30,9 +30,11 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::child::AgentCommand;
 use crate::errors::HopperError;
+use crate::launch::{Invocation, Launcher};
 use crate::observer::{AttemptEnd, RunObserver};
-use crate::process::{run_process, ProcessLimits, ProcessResult, Termination};
+use crate::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
 use crate::template::CommandTemplate;
 use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
 
@@ -154,6 +156,10 @@ pub struct WorkerConfig {
     pub env: Vec<(String, String)>,
     /// How batch results are read.
     pub results: Arc<dyn BatchResults>,
+    /// Feed units to a persistent agent per slot instead of running `command`.
+    pub agent: Option<Arc<AgentCommand>>,
+    /// Start each invocation this way instead of with `command`.
+    pub launcher: Option<Arc<dyn Launcher>>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -174,7 +180,7 @@ impl std::fmt::Debug for WorkerConfig {
 impl WorkerConfig {
     /// The reclaim timeout as the queue takes it (the queue counts idle time
     /// in whole milliseconds).
-    fn queue_reclaim_after(&self) -> Result<Ttl, HopperError> {
+    pub(crate) fn queue_reclaim_after(&self) -> Result<Ttl, HopperError> {
         Ttl::new("reclaim timeout", self.reclaim_after)
             .map_err(|source| HopperError::BadDuration { what: "--timeout", source })
     }
@@ -221,18 +227,18 @@ pub struct WorkerSummary {
     pub timings: Vec<(String, u64)>,
 }
 
-struct Shared {
-    queue: Arc<dyn UnitQueue>,
-    config: WorkerConfig,
-    observer: Arc<dyn RunObserver>,
+pub(crate) struct Shared {
+    pub(crate) queue: Arc<dyn UnitQueue>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) observer: Arc<dyn RunObserver>,
     /// Signals (SIGINT/SIGTERM): stop, hand back, exit.
     shutdown: CancellationToken,
     /// Stops the slots (shutdown, or another slot's fatal error).
-    stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
     /// Wakes idle slots when a local slot requeued or finished a unit.
-    wake: Notify,
-    running: Mutex<Vec<UnitId>>,
-    summary: Mutex<WorkerSummary>,
+    pub(crate) wake: Notify,
+    pub(crate) running: Mutex<Vec<UnitId>>,
+    pub(crate) summary: Mutex<WorkerSummary>,
 }
 
 /// One worker of a build.
@@ -297,7 +303,10 @@ impl Worker {
         let mut slot_of = HashMap::new();
         for slot in 0..shared.config.slots {
             let shared = Arc::clone(shared);
-            let task = slots.spawn(async move { slot_loop(shared, slot).await });
+            let task = match shared.config.agent.clone() {
+                Some(agent) => slots.spawn(crate::agent::slot::slot_loop(shared, slot, agent)),
+                None => slots.spawn(async move { slot_loop(shared, slot).await }),
+            };
             slot_of.insert(task.id(), slot);
         }
         let ticker = tokio::spawn(liveness_loop(Arc::clone(shared)));
@@ -411,8 +420,13 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     let (run, worker) = (&config.run, &config.worker);
     let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
     let report = config.results.report_path();
-    let mut argv = config.command.render(&units);
+    let invocation = match &config.launcher {
+        Some(launcher) => launcher.invocation(&units),
+        None => Invocation { argv: config.command.render(&units), ..Invocation::default() },
+    };
+    let mut argv = invocation.argv;
     let mut env = config.env.clone();
+    env.extend(invocation.env);
     if let Some(path) = &report {
         let path = path.to_string_lossy();
         for arg in &mut argv {
@@ -434,7 +448,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     // `lost[i]`: the queue no longer lets us report delivery i.
     let mut lost = vec![false; deliveries.len()];
     let stop_unit = shared.stop.child_token();
-    let process = run_process(&argv, &env, config.limits, &stop_unit);
+    let process = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit);
     tokio::pin!(process);
     let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
     beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -540,7 +554,7 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
 /// Hands deliveries this worker stopped (or never started) back to the
 /// queue at once, spending no budget, so another worker picks them up now
 /// rather than after the reclaim timeout.
-async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
+pub(crate) async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
     if deliveries.is_empty() {
         return;
     }
@@ -574,7 +588,7 @@ async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
 }
 
 /// A transition was refused: drop the result, log it, go on.
-async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
+pub(crate) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
     let (run, worker) = (&shared.config.run, &shared.config.worker);
     match reply {
         Ack::Stale => {
@@ -600,7 +614,7 @@ async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, repl
     }
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -11,15 +11,20 @@ use std::time::Duration;
 use leasehold_core::{Budgets, RunId, RunSpec, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
+use crate::agent::plugins::Plugins;
+use crate::agent::tools;
 use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
-use crate::errors::{exit, BackendError, HopperError};
+use crate::discover::{checked_units, discover, pytest, DiscoverKind};
+use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::html::write_html;
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
+use crate::launch::NextestLauncher;
 use crate::observer::{default_observer, QuietObserver, RunObserver};
 use crate::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
-use crate::runner::{Worker, WorkerConfig};
+use crate::runner::{BatchResults, ExitCodeResults, Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
 use crate::template::CommandTemplate;
 use crate::timeline::Timeline;
@@ -74,6 +79,21 @@ pub struct RunOptions {
     pub quiet: bool,
     /// How long queue calls ride out an outage of the queue.
     pub outage_grace: Duration,
+    /// How units run: agents, one process each, or the tool's default.
+    pub mode: ExecutionChoice,
+}
+
+/// How `hopper run` runs units (`--agent`, `--per-process`, or neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutionChoice {
+    /// An agent where hopper has one for the discovered tool, one process per
+    /// unit (or batch) otherwise.
+    #[default]
+    Default,
+    /// `--agent`: the command speaks the agent protocol.
+    Agent,
+    /// `--per-process`: one process per unit (or batch), always.
+    PerProcess,
 }
 
 /// Options of `hopper report`.
@@ -137,16 +157,77 @@ fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperErro
     Ok(kind)
 }
 
+/// How this run's units run, from `--agent` / `--per-process` and the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Execution {
+    /// One process per unit (or batch): the command template.
+    PerProcess,
+    /// hopper's pytest plugin as an agent.
+    Pytest,
+    /// hopper's RSpec agent.
+    Rspec,
+    /// `--agent`: the user's command speaks the protocol.
+    Custom,
+    /// `--discover nextest` with no command: each test binary run directly.
+    Nextest,
+}
+
+impl Execution {
+    fn choose(
+        mode: ExecutionChoice,
+        source: &UnitSource,
+        command: &[String],
+        batch_size: usize,
+        results: Option<ResultsFormat>,
+    ) -> Result<Self, HopperError> {
+        // `--batch-size N` or `--results` asks for batches read from the tool's report.
+        let batches = batch_size > 1 || results.is_some();
+        let discovered = match source {
+            UnitSource::Discover(kind) => Some(*kind),
+            _ => None,
+        };
+        Ok(match (mode, discovered) {
+            (ExecutionChoice::Agent, _) => {
+                CommandTemplate::new(command.to_vec())?;
+                Execution::Custom
+            }
+            (ExecutionChoice::Default, Some(DiscoverKind::Pytest)) if !batches => Execution::Pytest,
+            (ExecutionChoice::Default, Some(DiscoverKind::Rspec)) if !batches => Execution::Rspec,
+            (_, Some(DiscoverKind::Nextest)) if command.is_empty() && !batches => Execution::Nextest,
+            _ => Execution::PerProcess,
+        })
+    }
+
+    /// The per-process template (for agents, the command as given, or the tool's name).
+    fn template(self, command: &[String]) -> Result<CommandTemplate, HopperError> {
+        match self {
+            Execution::PerProcess | Execution::Custom => CommandTemplate::new(command.to_vec()),
+            Execution::Pytest | Execution::Rspec | Execution::Nextest if command.is_empty() => {
+                CommandTemplate::new(vec![format!("{self:?}").to_lowercase()])
+            }
+            Execution::Pytest | Execution::Rspec | Execution::Nextest => CommandTemplate::new(command.to_vec()),
+        }
+    }
+}
+
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
 /// the report; returns the exit code.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
+    let execution =
+        Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
     let tool = match &options.source {
         UnitSource::Discover(kind) => Some(*kind),
         _ => None,
     };
-    let plan = ResultsPlan::resolve(options.results, options.batch_size, tool, options.command.clone())?;
-    let command = CommandTemplate::new(plan.command.clone())?;
+    // Agents report per test themselves; batches read the tool's report.
+    let (command, results) = if execution == Execution::PerProcess {
+        let plan = ResultsPlan::resolve(options.results, options.batch_size, tool, options.command.clone())?;
+        (CommandTemplate::new(plan.command.clone())?, plan.results()?)
+    } else {
+        let exit_code: Arc<dyn BatchResults> = Arc::new(ExitCodeResults);
+        (execution.template(&options.command)?, exit_code)
+    };
     options.budgets.validate()?;
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
     let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
@@ -167,10 +248,49 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         },
         idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
         env: Vec::new(),
-        results: plan.results()?,
+        results,
+        agent: None,
+        launcher: None,
     };
     config.validate()?;
-    let units = collect_units(&options.source).await?;
+    // Kept until the worker ends: the agents load their plugins from it.
+    let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
+    let tail = config.limits.tail_bytes;
+    let mut spare = None;
+    let (units, nextest) = match &options.source {
+        UnitSource::Discover(DiscoverKind::Pytest) if execution == Execution::Pytest => {
+            // The first agent's collection is the discovery: nothing collects twice.
+            let agent = tools::pytest_agent(&options.command, &plugins, 0, tail);
+            let env = agent_env(&config.run, &config.worker);
+            let (shown, listing, child) = pytest::list_with_agent(&agent, &plugins, &env, tail).await?;
+            let units = checked_units(&shown, listing, DiscoverKind::Pytest.unit_kind(), "--discover pytest")?;
+            spare = Some(SpareAgent::new(child));
+            (units, None)
+        }
+        UnitSource::Discover(kind) => {
+            let discovered = discover(*kind, &options.command, &plugins).await?;
+            (discovered.units, discovered.nextest)
+        }
+        other => (collect_units(other).await?, None),
+    };
+    let mut config = config;
+    config.agent = match execution {
+        Execution::PerProcess => None,
+        Execution::Pytest => Some(AgentCommand {
+            spare: spare.take().unwrap_or_default(),
+            ..tools::pytest_agent(&options.command, &plugins, units.len(), tail)
+        }),
+        Execution::Rspec => Some(tools::rspec_agent(&options.command, &plugins, units.len(), tail)),
+        Execution::Custom => Some(tools::custom_agent(&options.command)),
+        Execution::Nextest => None,
+    }
+    .map(Arc::new);
+    if execution == Execution::Nextest {
+        let tests = nextest.unwrap_or_default();
+        config.launcher = Some(Arc::new(NextestLauncher::new(tests, run_id.as_str())));
+        // One process per test, as nextest runs them.
+        config.batch_size = 1;
+    }
     // Check the whole spec before anything touches the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 

@@ -199,8 +199,8 @@ fn a_batch_without_a_way_to_tell_units_apart_is_refused() {
     assert!(!ran.exists(), "nothing ran");
 }
 
-/// rspec's JSON report: a discovered spec file with one failing example fails,
-/// the other file of the same batch passes. Needs Debian's `ruby-rspec`.
+/// rspec's JSON report: of a batch of discovered examples, the failing one
+/// fails alone and the others pass. Needs Debian's `ruby-rspec`.
 #[test]
 fn rspec_batches_read_rspec_json() {
     let version = Command::new("rspec").arg("--version").output();
@@ -228,11 +228,13 @@ fn rspec_batches_read_rspec_json() {
     let (stdout, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
     let cases = junit_cases(&junit);
-    assert_eq!(cases.len(), 2, "{cases:?}");
-    assert!(is_success(&cases["spec/a_spec.rb"]), "{cases:?}");
-    match &cases["spec/b_spec.rb"] {
-        TestCaseStatus::NonSuccess { message: Some(m), .. } => assert!(m.contains("1 of 2 tests failed"), "{m:?}"),
-        other => panic!("spec/b_spec.rb: {other:?}"),
+    // Discovery makes each example a unit; the failing one fails alone.
+    assert_eq!(cases.len(), 3, "{cases:?}");
+    assert!(is_success(&cases["./spec/a_spec.rb[1:1]"]), "{cases:?}");
+    assert!(is_success(&cases["./spec/b_spec.rb[1:1]"]), "{cases:?}");
+    match &cases["./spec/b_spec.rb[1:2]"] {
+        TestCaseStatus::NonSuccess { message: Some(m), .. } => assert!(m.contains("expected: 3"), "{m:?}"),
+        other => panic!("./spec/b_spec.rb[1:2]: {other:?}"),
     }
     assert!(stdout.contains("expected: 3"), "the example's own failure is shown: {stdout}");
 }

@@ -134,10 +134,13 @@ impl Project {
     }
 
     fn run_discover_with(&self, mut cmd: Command, kind: &str, command: &[&str]) -> Output {
+        // Options before the command (those starting with `--` up to the program).
+        let options = command.iter().take_while(|a| a.starts_with("--")).count();
         cmd.args(["run", "-j", "2", "--max-requeues", "0", "--discover", kind, "--junit"])
             .arg(self.junit())
+            .args(&command[..options])
             .arg("--")
-            .args(command)
+            .args(&command[options..])
             .output()
             .expect("run hopper")
     }
@@ -219,17 +222,17 @@ fn require_nextest() {
     }
 }
 
-fn require_pytest() {
-    let version = Command::new("python3").args(["-m", "pytest", "--version"]).output();
+/// The tests' own Python, with pytest: the venv `cargo xtask setup` makes.
+fn venv_python() -> String {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python");
+    let version = Command::new(&venv).args(["-m", "pytest", "--version"]).output();
     if !version.as_ref().is_ok_and(|out| out.status.success()) {
-        let why = match version {
-            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            Err(error) => format!("cannot run python3: {error}"),
-        };
         panic!(
-            "pytest is required by this test and `python3 -m pytest --version` failed ({why}): run `cargo xtask setup`"
+            "pytest is required by this test and {} -m pytest --version failed: run `cargo xtask setup`",
+            venv.display()
         );
     }
+    venv.display().to_string()
 }
 
 #[test]
@@ -259,9 +262,9 @@ fn nextest_discovery_runs_each_test_by_its_filterset() {
 
 #[test]
 fn pytest_discovery_runs_each_node_id() {
-    require_pytest();
+    let python = venv_python();
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
-    let output = project.run_discover("pytest", &["python3", "-m", "pytest", "-q", "{unit}"]);
+    let output = project.run_discover("pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
     assert_verdict(
         &project,
         &output,
@@ -276,18 +279,16 @@ fn pytest_discovery_runs_each_node_id() {
 /// tests with `python3 -m pytest`.
 #[test]
 fn pytest_discovery_falls_back_to_the_module_without_a_pytest_program() {
-    require_pytest();
+    let python = venv_python();
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
-    // A PATH holding only python3 (the real interpreter, not a version-manager shim).
-    let exe = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().expect("python3");
-    let python = PathBuf::from(String::from_utf8_lossy(&exe.stdout).trim());
-    assert!(python.is_absolute(), "python3's sys.executable: {python:?}");
+    // A PATH holding only a python3 that is the venv's interpreter.
     let bin = project.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(&python, bin.join("python3")).unwrap();
+    write_script(&bin.join("python3"), &format!("#!/bin/sh\nexec '{python}' \"$@\"\n"));
     let mut cmd = project.hopper();
     cmd.env("PATH", &bin);
-    let output = project.run_discover_with(cmd, "pytest", &["python3", "-m", "pytest", "-q", "{unit}"]);
+    let output =
+        project.run_discover_with(cmd, "pytest", &["--per-process", "python3", "-m", "pytest", "-q", "{unit}"]);
     assert_verdict(
         &project,
         &output,
@@ -331,6 +332,108 @@ fn a_bad_discover_kind_or_a_failing_discovery_is_a_one_line_error_and_writes_not
         &project,
         &output,
         &before,
-        &["discovery with `cargo test --quiet -- --list --format terse` failed", "could not find `Cargo.toml`"],
+        &["discovery with `cargo test -- --list` failed", "could not find `Cargo.toml`"],
     );
+}
+
+fn write_script(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Parametrized ids with spaces, brackets, quotes and unicode.
+const TEST_PARAMS_PY: &str = r#"import os
+import pytest
+
+
+def ran(name):
+    with open(os.environ["DISCOVER_RAN_LOG"], "a") as log:
+        log.write(name + "\n")
+
+
+@pytest.mark.parametrize("value", ["extra === '1.0'", "a]b", "x [y]", "caf\u00e9 \"q\"", "plain"])
+def test_param(value):
+    ran(value)
+"#;
+
+#[test]
+fn parametrized_ids_with_spaces_and_brackets_are_each_one_unit() {
+    let python = venv_python();
+    let project = Project::new(&[("test_params.py", TEST_PARAMS_PY)]);
+    for mode in [&["--per-process"][..], &[][..]] {
+        let _ = std::fs::remove_file(project.ran_log());
+        let mut command: Vec<&str> = mode.to_vec();
+        command.extend([python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"]);
+        let output = project.run_discover("pytest", &command);
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(0), "{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(stdout.contains("PASSED: 5 units, 5 passed"), "{stdout}");
+        let cases = junit_cases(&project.junit());
+        let names: Vec<&str> = cases.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "test_params.py::test_param[a]b]",
+                "test_params.py::test_param[caf\\xe9 \"q\"]",
+                "test_params.py::test_param[extra === '1.0']",
+                "test_params.py::test_param[plain]",
+                "test_params.py::test_param[x [y]]",
+            ],
+            "{mode:?}"
+        );
+        let mut expected = vec!["a]b", "café \"q\"", "extra === '1.0'", "plain", "x [y]"];
+        expected.sort();
+        assert_eq!(project.ran(), expected, "{mode:?}: each test ran once");
+    }
+}
+
+#[test]
+fn a_count_mismatch_is_refused_and_nothing_runs() {
+    let python = venv_python();
+    let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
+    let before = project.tree();
+    // pytest counts the file's tests twice; the ids repeat, so units would be lost.
+    // (Python's own bytecode cache is not hopper writing.)
+    let mut cmd = project.hopper();
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1");
+    let output = project.run_discover_with(
+        cmd,
+        "pytest",
+        &[
+            &python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--keep-duplicates",
+            "test_sample.py",
+            "test_sample.py",
+        ],
+    );
+    assert_discover_error(
+        &project,
+        &output,
+        &before,
+        &["would lose tests", "the tool counted 6, hopper has 3", "listed more than once", "test_sample.py::test_adds"],
+    );
+}
+
+#[test]
+fn pytest_discovery_collects_with_the_users_own_interpreter() {
+    let python = venv_python();
+    let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
+    // Every other python and pytest on PATH is a trap.
+    let bin = project.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for trap in ["python", "python3", "pytest"] {
+        write_script(&bin.join(trap), "#!/bin/sh\necho 'the wrong interpreter ran' >&2\nexit 3\n");
+    }
+    let mut cmd = project.hopper();
+    cmd.env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
+    let output = project.run_discover_with(cmd, "pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
+    let (stdout, stderr) = texts(&output);
+    assert!(!stderr.contains("wrong interpreter"), "{stderr}");
+    assert!(stdout.contains("FAILED: 3 units, 2 passed (0 flaky), 1 failed"), "stdout:\n{stdout}\nstderr:\n{stderr}");
 }

@@ -1,0 +1,213 @@
+//! `hopper-pytest`: a generated pytest suite of 20,000 fast tests in 20
+//! files (and a few slow ones), in one run:
+//!
+//! * plain `python -m pytest` in one process;
+//! * `hopper run -j 2 --discover pytest` (one pytest agent per slot);
+//! * `hopper run -j 2` per file (`--glob`, one pytest process per file);
+//! * two `hopper run -j 1` workers with agents on a private Redis, with the
+//!   redis-server's CPU time (`INFO cpu`) divided by the tests.
+//!
+//! Targets: agents ≤ 0.6 × the wall time of one pytest process, and ≤ 10 µs
+//! of Redis CPU per test. pytest comes from the venv `cargo xtask setup`
+//! makes (`target/test-venv`), or `HOPPER_BENCH_PYTHON`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use leasehold_redis::test_support::{unique_prefix, RedisServer};
+use serde_json::json;
+
+use crate::hopper_local::{hopper_binary, round3};
+
+const FILES: usize = 20;
+const PER_FILE: usize = 1000;
+/// Slow tests (in the first files), each sleeping `SLOW_S`.
+const SLOW: usize = 4;
+const SLOW_S: f64 = 0.5;
+const TESTS: usize = FILES * PER_FILE + SLOW;
+
+fn python() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HOPPER_BENCH_PYTHON") {
+        return Ok(PathBuf::from(path));
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
+    if !venv.exists() {
+        bail!("no pytest venv at {}: run `cargo xtask setup` (or set HOPPER_BENCH_PYTHON)", venv.display());
+    }
+    Ok(venv)
+}
+
+fn write_suite(dir: &Path) -> Result<()> {
+    let tests = dir.join("tests");
+    std::fs::create_dir_all(&tests)?;
+    for f in 0..FILES {
+        let mut text = String::from("import time\n\n");
+        for t in 0..PER_FILE {
+            text.push_str(&format!("def test_fast_{t}():\n    assert {t} + 1 > {t}\n\n"));
+        }
+        if f < SLOW {
+            text.push_str(&format!("def test_slow():\n    time.sleep({SLOW_S})\n"));
+        }
+        std::fs::write(tests.join(format!("test_file_{f:02}.py")), text)?;
+    }
+    Ok(())
+}
+
+fn timed(mut cmd: Command, what: &str) -> Result<(Duration, String)> {
+    let started = Instant::now();
+    let output = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot start {what}"))?;
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}\n{}",
+            output.status,
+            stdout.trim(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok((elapsed, stdout))
+}
+
+fn path_env(python: &Path) -> String {
+    let bin = python.parent().map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+fn hopper_cmd(hopper: &Path, dir: &Path, python: &Path) -> Command {
+    let mut cmd = Command::new(hopper);
+    cmd.current_dir(dir).env("PATH", path_env(python)).env_remove("HOPPER_QUEUE");
+    cmd
+}
+
+async fn redis_cpu_s(url: &str) -> Result<f64> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum())
+}
+
+/// Runs the benchmark; prints readable lines and returns its JSON figures.
+pub async fn run() -> Result<serde_json::Value> {
+    let hopper = hopper_binary()?;
+    let python = python()?;
+    let dir = tempfile::tempdir().context("cannot make a temp dir")?;
+    write_suite(dir.path())?;
+    let pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    println!("hopper-pytest: {TESTS} tests in {FILES} files ({SLOW} of {SLOW_S}s), python {}", python.display());
+
+    let mut plain = Command::new(&python);
+    plain.current_dir(dir.path()).args(pytest).arg("tests");
+    let (plain_t, out) = timed(plain, "plain pytest")?;
+    if !out.contains(&format!("{TESTS} passed")) {
+        bail!("plain pytest did not pass {TESTS} tests: {}", out.lines().last().unwrap_or(""));
+    }
+    println!("  plain pytest (1 process):   {:.2}s", plain_t.as_secs_f64());
+
+    let mut agents = hopper_cmd(&hopper, dir.path(), &python);
+    agents.args([
+        "run",
+        "-j",
+        "2",
+        "--quiet",
+        "--no-timings",
+        "--slowest",
+        "0",
+        "--discover",
+        "pytest",
+        "--",
+        "python",
+    ]);
+    agents.args(pytest);
+    let (agents_t, out) = timed(agents, "hopper with agents")?;
+    if !out.contains(&format!("PASSED: {TESTS} units")) {
+        bail!("hopper with agents did not pass {TESTS} units: {}", out.trim());
+    }
+    println!("  hopper -j 2, agents:        {:.2}s", agents_t.as_secs_f64());
+
+    let mut per_file = hopper_cmd(&hopper, dir.path(), &python);
+    per_file.args([
+        "run",
+        "-j",
+        "2",
+        "--quiet",
+        "--no-timings",
+        "--slowest",
+        "0",
+        "--glob",
+        "tests/test_*.py",
+        "--",
+        "python",
+    ]);
+    per_file.args(pytest);
+    let (per_file_t, _) = timed(per_file, "hopper per file")?;
+    println!("  hopper -j 2, per file:      {:.2}s", per_file_t.as_secs_f64());
+
+    let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
+    let url = server.url();
+    let prefix = unique_prefix("hopper-pytest-bench");
+    let build = format!("bench-{prefix}");
+    let cpu_before = redis_cpu_s(&url).await?;
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..2 {
+        let mut cmd = hopper_cmd(&hopper, dir.path(), &python);
+        cmd.args([
+            "run",
+            "-j",
+            "1",
+            "--quiet",
+            "--no-timings",
+            "--queue",
+            &url,
+            "--key-prefix",
+            &prefix,
+            "--build",
+            &build,
+        ])
+        .args(["--worker", &format!("w{w}"), "--discover", "pytest", "--", "python"])
+        .args(pytest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        workers.push(cmd.spawn().context("cannot start a Redis worker")?);
+    }
+    for worker in workers {
+        let output = worker.wait_with_output()?;
+        if !output.status.success() {
+            bail!("a Redis worker failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+        }
+    }
+    let redis_t = started.elapsed();
+    let cpu_us_per_test = (redis_cpu_s(&url).await? - cpu_before) * 1e6 / TESTS as f64;
+    let mut report = hopper_cmd(&hopper, dir.path(), &python);
+    report.args(["report", "--queue", &url, "--key-prefix", &prefix, "--build", &build, "--slowest", "0"]);
+    let (_, out) = timed(report, "hopper report")?;
+    if !out.contains(&format!("PASSED: {TESTS} units")) {
+        bail!("the Redis build did not pass {TESTS} units: {}", out.trim());
+    }
+    println!("  2 Redis workers, agents:    {:.2}s, Redis CPU {cpu_us_per_test:.1} µs per test", redis_t.as_secs_f64());
+
+    let ratio = agents_t.as_secs_f64() / plain_t.as_secs_f64();
+    println!(
+        "agents / plain pytest: {ratio:.2} ({} the 0.6 target); Redis CPU {cpu_us_per_test:.1} µs per test ({} the 10 µs target)",
+        if ratio <= 0.6 { "meets" } else { "misses" },
+        if cpu_us_per_test <= 10.0 { "meets" } else { "misses" },
+    );
+    Ok(json!({
+        "bench": "hopper-pytest",
+        "tests": TESTS,
+        "plain_pytest_s": round3(plain_t.as_secs_f64()),
+        "agents_s": round3(agents_t.as_secs_f64()),
+        "per_file_s": round3(per_file_t.as_secs_f64()),
+        "redis_agents_s": round3(redis_t.as_secs_f64()),
+        "agents_over_plain": round3(ratio),
+        "redis_cpu_us_per_test": round3(cpu_us_per_test),
+    }))
+}

@@ -1,0 +1,207 @@
+//! One agent process: started in its own process group with piped stdin
+//! (requests), stdout (replies) and stderr (kept as a bounded tail for crash
+//! reports), and ended with TERM-then-KILL of the whole group.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use parking_lot::Mutex;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::protocol::Request;
+use crate::process::OutputTail;
+
+/// An agent already started and ready (the one whose collection was the
+/// discovery), handed to the first slot that needs one.
+#[derive(Clone, Default)]
+pub struct SpareAgent(Arc<Mutex<Option<AgentChild>>>);
+
+impl SpareAgent {
+    /// Holds `agent` for the first slot.
+    pub fn new(agent: AgentChild) -> Self {
+        Self(Arc::new(Mutex::new(Some(agent))))
+    }
+
+    /// The agent, once.
+    pub fn take(&self) -> Option<AgentChild> {
+        self.0.lock().take()
+    }
+}
+
+impl std::fmt::Debug for SpareAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.lock().is_some() { "SpareAgent(ready)" } else { "SpareAgent(none)" })
+    }
+}
+
+/// How to start an agent.
+#[derive(Debug, Clone, Default)]
+pub struct AgentCommand {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory (the worker's own when `None`).
+    pub cwd: Option<PathBuf>,
+    /// How many tests the agent must say it collected (discovery's count).
+    pub expected_tests: Option<u64>,
+    /// An agent started already, for the first slot.
+    pub spare: SpareAgent,
+}
+
+/// Why an agent did not become ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Its stdout closed first (it exited): the last line of its stderr.
+    Died {
+        /// The last line of its error output.
+        last_line: String,
+    },
+    /// It speaks another protocol version.
+    Protocol(u32),
+}
+
+/// A running agent.
+pub struct AgentChild {
+    child: Child,
+    pgid: Option<i32>,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: Arc<Mutex<OutputTail>>,
+}
+
+impl AgentChild {
+    /// Starts the agent; `tail_bytes` of its stderr are kept.
+    pub fn spawn(command: &AgentCommand, extra_env: &[(String, String)], tail_bytes: usize) -> std::io::Result<Self> {
+        let (program, args) = command
+            .argv
+            .split_first()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty agent command"))?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .envs(command.env.iter().chain(extra_env).map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &command.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn()?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let missing = || std::io::Error::other("the agent's pipes were not set up");
+        let stdin = child.stdin.take().ok_or_else(missing)?;
+        let stdout = child.stdout.take().ok_or_else(missing)?;
+        let mut stderr_pipe = child.stderr.take().ok_or_else(missing)?;
+        let stderr = Arc::new(Mutex::new(OutputTail::new(tail_bytes)));
+        let sink = Arc::clone(&stderr);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = stderr_pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().push(&buf[..n]);
+            }
+        });
+        Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr })
+    }
+
+    /// Reads until the agent's `ready`; returns how many tests it says it collected.
+    pub async fn wait_ready(&mut self) -> Result<Option<u64>, NotReady> {
+        use super::protocol::{Reply, PROTOCOL};
+        loop {
+            match self.next_line().await {
+                Ok(Some(line)) => match Reply::parse(&line) {
+                    Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
+                    Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
+                    Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
+                    Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
+                },
+                Ok(None) | Err(_) => {
+                    let tail = self.stderr_tail(4096);
+                    let last_line =
+                        tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                    return Err(NotReady::Died { last_line });
+                }
+            }
+        }
+    }
+
+    /// Sends one request.
+    pub async fn send(&mut self, request: &Request<'_>) -> std::io::Result<()> {
+        self.stdin.write_all(request.line().as_bytes()).await?;
+        self.stdin.flush().await
+    }
+
+    /// The next line the agent wrote; `None` once its stdout is closed.
+    /// Cancel-safe.
+    pub async fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        self.lines.next_line().await
+    }
+
+    /// The tail of the agent's stderr (the tool's own output) so far.
+    pub fn stderr_tail(&self, max: usize) -> String {
+        self.stderr.lock().text(max)
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            match killpg(Pid::from_raw(pgid), signal) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(error) => tracing::warn!(pgid, ?signal, %error, "could not signal the agent's process group"),
+            }
+        }
+    }
+
+    /// Ends the agent: waits up to `grace` for it to exit (after an `exit`
+    /// request, or on its own after a crash), then TERM, then KILL; the
+    /// whole group goes. Returns how it ended.
+    pub async fn finish(mut self, grace: Duration, terminate: bool) -> String {
+        if terminate {
+            self.signal(Signal::SIGTERM);
+        }
+        let status = match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                self.signal(Signal::SIGKILL);
+                self.child.wait().await.ok()
+            }
+        };
+        self.signal(Signal::SIGKILL);
+        describe(status)
+    }
+
+    /// Kills the agent's group at once and reaps it.
+    pub async fn kill(mut self) -> String {
+        self.signal(Signal::SIGKILL);
+        let status = self.child.wait().await.ok();
+        describe(status)
+    }
+}
+
+fn describe(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => {
+                let name = Signal::try_from(sig).map(|s| s.as_str().to_owned()).unwrap_or_else(|_| sig.to_string());
+                format!("killed by {name}")
+            }
+            _ => "unknown status".into(),
+        },
+        None => "status unknown".into(),
+    }
+}
+
+/// The environment every agent gets: the build and the worker.
+pub fn agent_env(run: &leasehold_core::RunId, worker: &leasehold_core::WorkerId) -> Vec<(String, String)> {
+    vec![("HOPPER_BUILD".to_owned(), run.to_string()), ("HOPPER_WORKER".to_owned(), worker.to_string())]
+}

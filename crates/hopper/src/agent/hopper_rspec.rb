@@ -1,0 +1,108 @@
+# hopper's RSpec agent, shipped inside the hopper binary.
+#
+# hopper writes this file to a private temporary directory and runs the
+# user's rspec command with `--require` of it and HOPPER_RSPEC_AGENT=1. RSpec
+# loads the spec files once; instead of running them, this agent serves
+# hopper's agent protocol (docs/agent-protocol.md): `run` requests as JSON
+# lines on the original stdin, one `result` line per example on the original
+# stdout. The examples' own stdout goes to stderr, and stdin becomes
+# /dev/null, so no example can corrupt or eat the protocol.
+
+if ENV['HOPPER_RSPEC_AGENT'] == '1'
+  require 'json'
+  require 'stringio'
+  require 'rspec/core'
+
+  module HopperRSpecAgent
+    PROTOCOL = 1
+    OUTPUT_TAIL = Integer(ENV.fetch('HOPPER_OUTPUT_TAIL', '16384'))
+    REQUESTS = STDIN.dup
+    REPLIES = STDOUT.dup
+    REPLIES.sync = true
+    STDIN.reopen(File::NULL)
+    STDOUT.reopen(STDERR)
+
+    def self.reply(message)
+      REPLIES.write(JSON.generate(message) + "\n")
+    end
+
+    def self.tail(text)
+      return text if text.length <= OUTPUT_TAIL
+      "[... #{text.length - OUTPUT_TAIL} earlier characters dropped ...]\n" + text[-OUTPUT_TAIL..]
+    end
+
+    # Runs one example through its top-level group, so before/after(:context)
+    # hooks and around hooks run as in a normal run; the world's filter
+    # shows the group tree only this example.
+    def self.run_one(world, example, reporter)
+      top = example.example_group.parent_groups.last
+      top.descendants.each do |group|
+        world.filtered_examples[group] = group.equal?(example.example_group) ? [example] : []
+        group.instance_variable_set(:@descendant_filtered_examples, nil)
+      end
+      example.instance_variable_set(:@exception, nil)
+      example.instance_variable_set(:@execution_result, RSpec::Core::Example::ExecutionResult.new)
+      captured = StringIO.new
+      saved = $stdout
+      $stdout = captured
+      begin
+        top.run(reporter)
+      ensure
+        $stdout = saved
+      end
+      [example.execution_result, captured.string]
+    end
+
+    def self.serve(configuration, world, groups)
+      examples = {}
+      groups.each do |group|
+        group.descendants.each { |g| g.filtered_examples.each { |e| examples[e.id] = e } }
+      end
+      reply(event: 'ready', protocol: PROTOCOL, tests: examples.size)
+      passed = configuration.reporter.report(examples.size) do |reporter|
+        configuration.with_suite_hooks do
+          while (line = REQUESTS.gets)
+            request = JSON.parse(line)
+            break if request['op'] == 'exit'
+            seq = request['seq']
+            reply(event: 'started', seq: seq)
+            example = examples[request['test']]
+            if example.nil?
+              reply(event: 'result', seq: seq, outcome: 'failed', duration_ms: 0,
+                    message: "not collected: #{request['test']} is not an example of this rspec run")
+              next
+            end
+            result, output = run_one(world, example, reporter)
+            outcome = case result.status
+                      when :passed then 'passed'
+                      when :pending then 'skipped'
+                      else 'failed'
+                      end
+            error = result.exception
+            message = nil
+            if error
+              first = error.message.to_s.lines.map(&:strip).reject(&:empty?).first
+              message = [error.class.name, first].compact.join(': ')
+              trace = (error.backtrace || []).reject { |l| l.include?('/gems/rspec-') || l.include?(__FILE__) }
+              output = output + "\n#{error.class}: #{error.message}\n" + trace.first(10).join("\n")
+            end
+            reply(event: 'result', seq: seq, outcome: outcome,
+                  duration_ms: ((result.run_time || 0) * 1000).round,
+                  message: message, output: tail(output))
+          end
+          true
+        end
+      end
+      passed ? 0 : configuration.failure_exit_code
+    end
+
+    # Replaces the run of every example group with the request loop.
+    module Runner
+      def run_specs(example_groups)
+        HopperRSpecAgent.serve(@configuration, @world, example_groups)
+      end
+    end
+  end
+
+  RSpec::Core::Runner.prepend(HopperRSpecAgent::Runner)
+end

@@ -1,0 +1,121 @@
+//! The agent protocol's messages (JSON lines; `docs/agent-protocol.md`).
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version hopper speaks.
+pub const PROTOCOL: u32 = 1;
+
+/// A message from hopper to the agent (one line on the agent's stdin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request<'a> {
+    /// Run one test; `seq` is hopper's number for this request.
+    Run {
+        /// Echoed in the replies.
+        seq: u64,
+        /// The test's id, exactly as discovery listed it.
+        test: &'a str,
+    },
+    /// Finish: tear down and exit 0.
+    Exit,
+}
+
+/// How a test ended, as the agent saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestOutcome {
+    /// It passed.
+    Passed,
+    /// It failed (or errored in setup or teardown).
+    Failed,
+    /// It was skipped (or was an expected failure).
+    Skipped,
+}
+
+/// A message from the agent to hopper (one line on the agent's stdout).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Reply {
+    /// Collection is done; the agent waits for requests.
+    Ready {
+        /// The protocol version the agent speaks.
+        protocol: u32,
+        /// How many tests it collected (checked against discovery).
+        #[serde(default)]
+        tests: Option<u64>,
+    },
+    /// The test of request `seq` starts now (its time limit runs from here).
+    Started {
+        /// The request.
+        seq: u64,
+    },
+    /// The test of request `seq` ended.
+    Result {
+        /// The request.
+        seq: u64,
+        /// How it ended.
+        outcome: TestOutcome,
+        /// How long it ran.
+        #[serde(default)]
+        duration_ms: u64,
+        /// A one-line failure message.
+        #[serde(default)]
+        message: Option<String>,
+        /// The tail of its captured output.
+        #[serde(default)]
+        output: Option<String>,
+    },
+}
+
+impl Request<'_> {
+    /// The request as one line (with its newline).
+    pub fn line(&self) -> String {
+        // Serializing these plain enums cannot fail.
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+}
+
+impl Reply {
+    /// Parses one line from the agent.
+    pub fn parse(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_json_lines() {
+        assert_eq!(
+            Request::Run { seq: 3, test: "t.py::x[a \"b\"]" }.line(),
+            "{\"op\":\"run\",\"seq\":3,\"test\":\"t.py::x[a \\\"b\\\"]\"}\n"
+        );
+        assert_eq!(Request::Exit.line(), "{\"op\":\"exit\"}\n");
+    }
+
+    #[test]
+    fn replies_parse() {
+        assert_eq!(
+            Reply::parse(r#"{"event":"ready","protocol":1,"tests":5}"#).unwrap(),
+            Reply::Ready { protocol: 1, tests: Some(5) }
+        );
+        assert_eq!(Reply::parse(r#"{"event":"started","seq":7}"#).unwrap(), Reply::Started { seq: 7 });
+        let result = Reply::parse(r#"{"event":"result","seq":7,"outcome":"failed","duration_ms":3,"message":"boom"}"#);
+        assert_eq!(
+            result.unwrap(),
+            Reply::Result {
+                seq: 7,
+                outcome: TestOutcome::Failed,
+                duration_ms: 3,
+                message: Some("boom".into()),
+                output: None
+            }
+        );
+        assert!(Reply::parse(r#"{"event":"result","seq":1,"outcome":"weird"}"#).is_err());
+        assert!(Reply::parse("not json").is_err());
+    }
+}

@@ -1,0 +1,485 @@
+//! One worker slot fed by an agent: it reserves ahead (prefetch) so the
+//! agent never waits on the queue, keeps two requests in the agent's pipe,
+//! finalizes passed tests in batches, and survives the agent: a test over
+//! its time limit kills the agent (reason `timeout`), a test that kills it
+//! fails (reason `crashed`), and a fresh agent takes the rest.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::queue::MAX_SUMMARY_LEN;
+use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome, RequeueReply, RequeueRequest};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
+use super::AgentError;
+use crate::errors::HopperError;
+use crate::observer::AttemptEnd;
+use crate::runner::{fenced_off, hand_back, millis, Shared};
+
+/// Requests in the agent's pipe at once: the running test and the next, so
+/// the agent starts the next without waiting for hopper.
+const PIPELINE: usize = 2;
+/// Work (by average test time) a slot reserves ahead.
+const PREFETCH_WINDOW: Duration = Duration::from_millis(500);
+/// Most units a slot reserves in one call.
+const MAX_PREFETCH: usize = 64;
+/// Passed tests finalized in one call at most, and how long one waits.
+const FLUSH_AT: usize = 64;
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// Agents that die in a row without giving one result end the slot.
+const MAX_BARREN_STARTS: u32 = 3;
+/// Output kept with a failure (the queue's payload has a size limit).
+const OUTPUT_MAX: usize = MAX_SUMMARY_LEN / 2;
+
+struct Sent {
+    seq: u64,
+    delivery: Delivery,
+    started: Option<Instant>,
+}
+
+struct Slot {
+    shared: Arc<Shared>,
+    command: Arc<AgentCommand>,
+    slot: usize,
+    agent: Option<AgentChild>,
+    buffer: VecDeque<Delivery>,
+    sent: VecDeque<Sent>,
+    done: Vec<(Delivery, FinalizeRequest, Duration)>,
+    last_flush: Instant,
+    next_seq: u64,
+    avg_ms: f64,
+    barren_starts: u32,
+    /// No reserve before this while the agent has work (the queue was empty).
+    dry_until: Instant,
+    dry_backoff: Duration,
+}
+
+/// Runs one slot with an agent until every unit is finalized or the worker stops.
+pub(crate) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<AgentCommand>) -> Result<(), HopperError> {
+    let mut state = Slot {
+        shared,
+        command,
+        slot,
+        agent: None,
+        buffer: VecDeque::new(),
+        sent: VecDeque::new(),
+        done: Vec::new(),
+        last_flush: Instant::now(),
+        next_seq: 1,
+        avg_ms: 50.0,
+        barren_starts: 0,
+        dry_until: Instant::now(),
+        dry_backoff: Duration::from_millis(2),
+    };
+    let result = state.run().await;
+    if result.is_err() || state.shared.stop.is_cancelled() {
+        state.give_up().await;
+    }
+    result
+}
+
+impl Slot {
+    async fn run(&mut self) -> Result<(), HopperError> {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let min_wait = Duration::from_millis(2);
+        let mut wait = min_wait;
+        let mut beat = tokio::time::interval(config.heartbeat_every);
+        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        beat.reset();
+        loop {
+            if shared.stop.is_cancelled() {
+                return Ok(());
+            }
+            // Reserve while the agent still has requests in its pipe, so it
+            // never waits for the queue's round trip.
+            let dry = self.sent.len() + self.buffer.len() > 0 && Instant::now() < self.dry_until;
+            if self.buffer.len() < PIPELINE && !dry {
+                self.flush().await?;
+                let got = self.refill().await?;
+                if got {
+                    wait = min_wait;
+                    self.dry_backoff = min_wait;
+                } else {
+                    // Nothing to take while this agent is busy: look again later, not on every reply.
+                    self.dry_until = Instant::now() + self.dry_backoff;
+                    self.dry_backoff = (self.dry_backoff * 2).min(config.idle_poll);
+                }
+            }
+            if self.buffer.is_empty() && self.sent.is_empty() {
+                self.flush().await?;
+                let progress = shared.queue.progress(&config.run).await?;
+                match progress {
+                    None => return Err(HopperError::StateLost { run: config.run.clone() }),
+                    Some(p) if p.is_complete() => {
+                        shared.wake.notify_waiters();
+                        if let Some(mut agent) = self.agent.take() {
+                            let _ = agent.send(&Request::Exit).await;
+                            agent.finish(config.limits.kill_grace, false).await;
+                        }
+                        return Ok(());
+                    }
+                    Some(_) => {}
+                }
+                tokio::select! {
+                    _ = shared.stop.cancelled() => return Ok(()),
+                    _ = shared.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(config.idle_poll);
+                continue;
+            }
+            if self.agent.is_none() {
+                self.start_agent().await?;
+                continue;
+            }
+            self.feed().await;
+            let deadline = match (config.limits.timeout, self.sent.front().and_then(|s| s.started)) {
+                (Some(limit), Some(started)) => Some(started + limit),
+                _ => None,
+            };
+            let flush_at = self.last_flush + FLUSH_EVERY;
+            let Some(agent) = self.agent.as_mut() else { continue };
+            tokio::select! {
+                line = agent.next_line() => match line {
+                    Ok(Some(line)) => self.on_line(&line).await?,
+                    Ok(None) | Err(_) => self.on_crash().await?,
+                },
+                _ = sleep_until_some(deadline) => self.on_timeout().await?,
+                _ = tokio::time::sleep_until(flush_at), if !self.done.is_empty() => self.flush().await?,
+                _ = beat.tick() => self.heartbeat().await,
+                _ = shared.stop.cancelled() => {}
+            }
+        }
+    }
+
+    /// Units to reserve now: about `PREFETCH_WINDOW` of work at the average
+    /// test time seen so far.
+    fn prefetch(&self) -> usize {
+        ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / self.avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH)
+    }
+
+    async fn refill(&mut self) -> Result<bool, HopperError> {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let want = self.prefetch();
+        let want = std::num::NonZeroUsize::new(want).unwrap_or(std::num::NonZeroUsize::MIN);
+        let reclaim_after = config.queue_reclaim_after()?;
+        let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
+        for unit in &batch.exhausted {
+            shared.observer.attempt_ended(
+                unit,
+                AttemptEnd::ReclaimExhausted,
+                Duration::ZERO,
+                Some("reclaim budget exhausted"),
+            );
+            shared.wake.notify_waiters();
+        }
+        if batch.corrupt && batch.deliveries.is_empty() {
+            // The worker joined the run, so its state existed: it was lost since.
+            return Err(HopperError::StateLost { run: config.run.clone() });
+        }
+        let got = !batch.deliveries.is_empty() || !batch.exhausted.is_empty();
+        shared.running.lock().extend(batch.deliveries.iter().map(|d| d.unit.clone()));
+        self.buffer.extend(batch.deliveries);
+        Ok(got)
+    }
+
+    async fn start_agent(&mut self) -> Result<(), HopperError> {
+        if let Some(agent) = self.command.spare.take() {
+            self.agent = Some(agent);
+            return Ok(());
+        }
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let env = agent_env(&config.run, &config.worker);
+        let shown = crate::discover::shown(&self.command.argv);
+        let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
+            .map_err(|source| AgentError::Spawn { command: shown.clone(), source })?;
+        let ready = tokio::select! {
+            ready = agent.wait_ready() => ready,
+            _ = shared.stop.cancelled() => {
+                agent.finish(config.limits.kill_grace, true).await;
+                return Ok(());
+            }
+        };
+        match ready {
+            Ok(tests) => {
+                if let (Some(want), Some(got)) = (self.command.expected_tests, tests) {
+                    if want != got {
+                        agent.kill().await;
+                        return Err(AgentError::CollectedOther { expected: want, collected: got }.into());
+                    }
+                }
+                tracing::debug!(slot = self.slot, "a fresh agent is ready");
+                self.agent = Some(agent);
+                Ok(())
+            }
+            Err(NotReady::Protocol(got)) => {
+                agent.kill().await;
+                Err(AgentError::Protocol { got, want: PROTOCOL }.into())
+            }
+            Err(NotReady::Died { last_line }) => {
+                let status = agent.finish(config.limits.kill_grace, false).await;
+                Err(AgentError::DiedBeforeReady { command: shown, status, last_line }.into())
+            }
+        }
+    }
+
+    async fn feed(&mut self) {
+        while self.sent.len() < PIPELINE {
+            let Some(delivery) = self.buffer.pop_front() else { break };
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            if let Some(agent) = self.agent.as_mut() {
+                if let Err(error) = agent.send(&Request::Run { seq, test: delivery.unit.as_str() }).await {
+                    // A dead agent: its closed stdout is seen next and handled as a crash.
+                    tracing::debug!(%error, "could not write to the agent");
+                }
+            }
+            self.sent.push_back(Sent { seq, delivery, started: None });
+        }
+    }
+
+    async fn on_line(&mut self, line: &str) -> Result<(), HopperError> {
+        match Reply::parse(line) {
+            Ok(Reply::Started { seq }) => {
+                if let Some(sent) = self.sent.iter_mut().find(|s| s.seq == seq) {
+                    sent.started = Some(Instant::now());
+                }
+            }
+            Ok(Reply::Result { seq, outcome, duration_ms, message, output }) => {
+                let Some(at) = self.sent.iter().position(|s| s.seq == seq) else {
+                    tracing::warn!(seq, "agent reported a request hopper did not send; ignored");
+                    return Ok(());
+                };
+                let Some(sent) = self.sent.remove(at) else { return Ok(()) };
+                self.barren_starts = 0;
+                self.avg_ms = self.avg_ms * 0.9 + duration_ms as f64 * 0.1;
+                let duration = Duration::from_millis(duration_ms);
+                self.untrack(&sent.delivery);
+                self.shared.summary.lock().timings.push((sent.delivery.unit.to_string(), duration_ms));
+                match outcome {
+                    TestOutcome::Passed | TestOutcome::Skipped => {
+                        let outcome = if outcome == TestOutcome::Passed { Outcome::Passed } else { Outcome::Skipped };
+                        self.done.push((sent.delivery, FinalizeRequest::new(outcome, duration_ms), duration));
+                        if self.done.len() >= FLUSH_AT {
+                            self.flush().await?;
+                        }
+                    }
+                    TestOutcome::Failed => {
+                        let detail = message.unwrap_or_else(|| "failed".into());
+                        self.fail(&sent.delivery, "failed", &detail, output.as_deref().unwrap_or(""), duration).await?;
+                    }
+                }
+            }
+            Ok(Reply::Ready { .. }) => tracing::warn!("agent said ready twice; ignored"),
+            Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
+        }
+        Ok(())
+    }
+
+    /// The agent died: the test it was running fails (`crashed`), the
+    /// requests it had not started go back to the front of the buffer.
+    async fn on_crash(&mut self) -> Result<(), HopperError> {
+        let Some(agent) = self.agent.take() else { return Ok(()) };
+        let tail = agent.stderr_tail(OUTPUT_MAX);
+        let status = agent.finish(self.shared.config.limits.kill_grace, false).await;
+        let running = self.requeue_unstarted();
+        match running {
+            Some(sent) => {
+                self.barren_starts = 0;
+                let detail = format!("crashed: the test process died while running it ({status})");
+                let duration = sent.started.map(|s| s.elapsed()).unwrap_or_default();
+                self.untrack(&sent.delivery);
+                self.fail(&sent.delivery, "crashed", &detail, &tail, duration).await?;
+            }
+            None => {
+                self.barren_starts += 1;
+                tracing::warn!(%status, "the agent died between tests; starting a fresh one");
+                if self.barren_starts >= MAX_BARREN_STARTS {
+                    return Err(AgentError::KeepsDying {
+                        times: self.barren_starts,
+                        status,
+                        last_line: last_line(&tail),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The running test is over its limit: kill the agent, fail the test
+    /// (`timeout`), and let a fresh agent take the rest.
+    async fn on_timeout(&mut self) -> Result<(), HopperError> {
+        let Some(agent) = self.agent.take() else { return Ok(()) };
+        let tail = agent.stderr_tail(OUTPUT_MAX);
+        agent.finish(self.shared.config.limits.kill_grace, true).await;
+        if let Some(sent) = self.requeue_unstarted() {
+            let limit = self.shared.config.limits.timeout.unwrap_or_default();
+            let detail = format!("timed out after {:.1}s", limit.as_secs_f64());
+            self.untrack(&sent.delivery);
+            self.fail(&sent.delivery, "timeout", &detail, &tail, limit).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the requests the agent had not started back to the buffer's
+    /// front (in order); returns the one it had started, if any.
+    fn requeue_unstarted(&mut self) -> Option<Sent> {
+        let mut running = None;
+        let mut unstarted = Vec::new();
+        for sent in self.sent.drain(..) {
+            if sent.started.is_some() && running.is_none() {
+                running = Some(sent);
+            } else {
+                unstarted.push(sent.delivery);
+            }
+        }
+        for delivery in unstarted.into_iter().rev() {
+            self.buffer.push_front(delivery);
+        }
+        running
+    }
+
+    fn untrack(&self, delivery: &Delivery) {
+        let mut running = self.shared.running.lock();
+        if let Some(at) = running.iter().position(|u| *u == delivery.unit) {
+            running.swap_remove(at);
+        }
+    }
+
+    async fn fail(
+        &self,
+        delivery: &Delivery,
+        reason: &'static str,
+        detail: &str,
+        output: &str,
+        duration: Duration,
+    ) -> Result<(), HopperError> {
+        let shared = &self.shared;
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        let detail = truncate(detail, 1024);
+        let output = truncate(output, OUTPUT_MAX);
+        let request = RequeueRequest {
+            duration_ms: millis(duration),
+            failure_summary: Some(detail.clone()),
+            errors: Some(serde_json::json!({
+                "reason": reason,
+                "detail": detail,
+                "attempt": delivery.retry_index + 1,
+                "worker": worker.as_str(),
+                "output": output,
+            })),
+        };
+        match shared.queue.requeue(run, worker, delivery, &request).await? {
+            RequeueReply::Requeued { retry_index } => {
+                shared.summary.lock().retried += 1;
+                let note = format!("{detail}; retry {retry_index}");
+                shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, duration, Some(&note));
+            }
+            RequeueReply::Finalized { .. } => {
+                shared.summary.lock().failed += 1;
+                shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, duration, Some(&detail));
+            }
+            RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
+            RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
+        }
+        shared.wake.notify_waiters();
+        Ok(())
+    }
+
+    /// Finalizes the passed tests in one call.
+    async fn flush(&mut self) -> Result<(), HopperError> {
+        self.last_flush = Instant::now();
+        if self.done.is_empty() {
+            return Ok(());
+        }
+        let shared = Arc::clone(&self.shared);
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        let done = std::mem::take(&mut self.done);
+        let items: Vec<(Delivery, FinalizeRequest)> = done.iter().map(|(d, r, _)| (d.clone(), r.clone())).collect();
+        let replies = shared.queue.finalize_batch(run, worker, &items).await?;
+        for ((delivery, _, duration), reply) in done.iter().zip(replies) {
+            match reply {
+                Ack::Ok => {
+                    shared.summary.lock().passed += 1;
+                    shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, *duration, None);
+                }
+                reply => fenced_off(&shared, delivery, "finalize", reply).await,
+            }
+        }
+        shared.summary.lock().invocations += 1;
+        shared.wake.notify_waiters();
+        Ok(())
+    }
+
+    /// Heartbeats every delivery this slot holds (waiting, sent or done).
+    async fn heartbeat(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        let held =
+            self.buffer.iter().chain(self.sent.iter().map(|s| &s.delivery)).chain(self.done.iter().map(|d| &d.0));
+        let mut lost = Vec::new();
+        for delivery in held {
+            match shared.queue.heartbeat(run, worker, delivery).await {
+                Ok(Ack::Ok) => {}
+                Ok(reply) => {
+                    lost.push(delivery.clone());
+                    fenced_off(&shared, delivery, "heartbeat", reply).await;
+                }
+                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
+            }
+        }
+        // Another worker owns these now: do not run them.
+        self.buffer.retain(|d| !lost.contains(d));
+    }
+
+    /// On shutdown or a fatal error: report what is done, end the agent,
+    /// and hand back every unit held (the one it was running was stopped by
+    /// us, the others never started) with `release`, which spends no budget.
+    async fn give_up(&mut self) {
+        if let Err(error) = self.flush().await {
+            tracing::warn!(%error, "could not finalize the passed tests on the way out");
+        }
+        if let Some(agent) = self.agent.take() {
+            agent.finish(self.shared.config.limits.kill_grace, true).await;
+        }
+        let running = self.requeue_unstarted();
+        let mut held: Vec<Delivery> = running.into_iter().map(|s| s.delivery).collect();
+        held.extend(self.buffer.drain(..));
+        if held.is_empty() {
+            return;
+        }
+        for delivery in &held {
+            self.untrack(delivery);
+        }
+        hand_back(&self.shared, &held, Duration::ZERO).await;
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn last_line(text: &str) -> String {
+    text.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned()
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[...]{}", &text[start..])
+}

@@ -1,0 +1,70 @@
+//! `cargo test` discovery: `cargo test ARGS -- --list` with the user's cargo
+//! and arguments; each test binary's "N tests, M benchmarks" line gives the
+//! count.
+
+use crate::errors::UnitsError;
+
+use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+
+/// The listing command for the user's `cargo test ... -- ...` (or none).
+/// `-q` is dropped: it makes libtest leave out its count lines.
+pub fn list_command(command: &[String]) -> Vec<String> {
+    let mut base = without_placeholder(command, &[]);
+    if let Some(end) = base.iter().position(|a| a == "--") {
+        base.truncate(end);
+    }
+    if !base.iter().any(|a| a == "test") {
+        base = vec!["cargo".into(), "test".into()];
+    }
+    base.retain(|a| a != "-q" && a != "--quiet");
+    base.extend(["--".into(), "--list".into()]);
+    base
+}
+
+/// Lists the tests; returns the command shown in messages and the listing.
+pub async fn list(command: &[String]) -> Result<(String, Listing), UnitsError> {
+    let argv = list_command(command);
+    let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
+    if !output.status.success() {
+        return Err(failed(shown, &output));
+    }
+    let listing = parse(&String::from_utf8_lossy(&output.stdout));
+    Ok((shown, listing))
+}
+
+/// Test names (`name: test` lines) and the sum of the `N tests, M benchmarks` lines.
+pub fn parse(stdout: &str) -> Listing {
+    let mut ids = Vec::new();
+    let mut counted = 0;
+    for line in stdout.lines() {
+        if let Some(name) = line.strip_suffix(": test") {
+            ids.push(name.to_owned());
+        } else if let Some((n, rest)) = line.split_once(' ') {
+            if rest.starts_with("test, ") || rest.starts_with("tests, ") {
+                counted += n.parse::<usize>().unwrap_or(0);
+            }
+        }
+    }
+    Listing { ids, counted }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_counts() {
+        let out =
+            "tests::a: test\ntests::b c: test\nbench_x: benchmark\n\n2 tests, 1 benchmark\n0 tests, 0 benchmarks\n";
+        let listing = parse(out);
+        assert_eq!(listing.ids, vec!["tests::a", "tests::b c"]);
+        assert_eq!(listing.counted, 2);
+    }
+
+    #[test]
+    fn the_users_cargo_test_command_lists() {
+        let cmd: Vec<String> = ["cargo", "test", "-q", "--lib", "--", "--exact", "{unit}"].map(String::from).to_vec();
+        assert_eq!(list_command(&cmd), ["cargo", "test", "--lib", "--", "--list"]);
+        assert_eq!(list_command(&[]), ["cargo", "test", "--", "--list"]);
+    }
+}

@@ -1,0 +1,351 @@
+//! Discovery: the test tool itself lists its tests, and none is lost.
+//!
+//! * Discovery runs the user's own command (the same program, interpreter and
+//!   arguments, less the `{unit}` placeholder), so `--discover pytest --
+//!   venv/bin/python -m pytest -q` collects with that python.
+//! * Ids are taken whole from a machine-readable listing (pytest: node ids
+//!   written by hopper's plugin; nextest and rspec: their JSON), with spaces,
+//!   brackets, quotes and unicode.
+//! * The number of tests is checked against the tool's own count (pytest's
+//!   "N tests collected", nextest's `test-count`, libtest's "N tests" lines,
+//!   rspec's `example_count`): a mismatch, or an id listed twice, is an error
+//!   that says what was lost, and nothing runs.
+//! * Programs are started with argv elements, never through a shell.
+
+pub mod libtest;
+pub mod nextest;
+pub mod pytest;
+pub mod rspec;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+use leasehold_core::{UnitId, UnitSpec};
+
+use crate::agent::plugins::Plugins;
+use crate::errors::UnitsError;
+use crate::template::PLACEHOLDER;
+
+/// A tool that can list its own tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscoverKind {
+    /// `cargo nextest list --message-format json`; one unit per test, named
+    /// by the nextest filterset that selects exactly it,
+    /// `binary_id(=<binary-id>) & test(=<test name>)`.
+    Nextest,
+    /// `cargo test -- --list`; one unit per test name: run one with
+    /// `cargo test -- --exact {unit}`.
+    CargoTest,
+    /// pytest's collection (`--collect-only` with hopper's plugin); one unit
+    /// per node id.
+    Pytest,
+    /// `rspec --dry-run --format json`; one unit per example id
+    /// (`./spec/a_spec.rb[1:2]`).
+    Rspec,
+}
+
+impl DiscoverKind {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscoverKind::Nextest => "nextest",
+            DiscoverKind::CargoTest => "cargo-test",
+            DiscoverKind::Pytest => "pytest",
+            DiscoverKind::Rspec => "rspec",
+        }
+    }
+
+    /// The kind label stored with each unit.
+    pub fn unit_kind(self) -> &'static str {
+        "test"
+    }
+}
+
+impl fmt::Display for DiscoverKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DiscoverKind {
+    type Err = UnitsError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "nextest" => Ok(DiscoverKind::Nextest),
+            "cargo-test" => Ok(DiscoverKind::CargoTest),
+            "pytest" => Ok(DiscoverKind::Pytest),
+            "rspec" => Ok(DiscoverKind::Rspec),
+            other => Err(UnitsError::UnknownDiscoverKind { kind: other.to_owned() }),
+        }
+    }
+}
+
+/// What a tool listed: the ids in its order, and the count it printed itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Every id the listing named (before any check).
+    pub ids: Vec<String>,
+    /// How many tests the tool says it has.
+    pub counted: usize,
+}
+
+/// The result of a discovery: checked units, and for nextest how to run each
+/// test binary directly.
+#[derive(Debug, Clone)]
+pub struct Discovered {
+    /// One unit per test, in the tool's order.
+    pub units: Vec<UnitSpec>,
+    /// nextest only: the binary, cwd and environment of every unit.
+    pub nextest: Option<nextest::NextestTests>,
+}
+
+/// Lists the tests of `kind` with the user's `command` (empty: the tool's
+/// default program) and checks them against the tool's own count.
+pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins) -> Result<Discovered, UnitsError> {
+    let source_name = format!("--discover {kind}");
+    let (shown, listing, nextest) = match kind {
+        DiscoverKind::Pytest => {
+            let (shown, listing) = pytest::list(command, plugins).await?;
+            (shown, listing, None)
+        }
+        DiscoverKind::Nextest => {
+            let (shown, listing, tests) = nextest::list(command).await?;
+            (shown, listing, Some(tests))
+        }
+        DiscoverKind::CargoTest => {
+            let (shown, listing) = libtest::list(command).await?;
+            (shown, listing, None)
+        }
+        DiscoverKind::Rspec => {
+            let (shown, listing) = rspec::list(command, plugins).await?;
+            (shown, listing, None)
+        }
+    };
+    let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
+    Ok(Discovered { units, nextest })
+}
+
+/// The units of a listing, or the error that says what would be lost: ids
+/// the tool counted but did not list, an id listed twice, or an id that is
+/// not a valid unit.
+pub fn checked_units(
+    command: &str,
+    listing: Listing,
+    kind: &str,
+    source_name: &str,
+) -> Result<Vec<UnitSpec>, UnitsError> {
+    let mut seen = HashSet::new();
+    let mut duplicates = Vec::new();
+    let mut units = Vec::with_capacity(listing.ids.len());
+    for name in &listing.ids {
+        if !seen.insert(name.as_str()) {
+            duplicates.push(name.clone());
+            continue;
+        }
+        let id = UnitId::new(name).map_err(|error| UnitsError::BadUnit {
+            source_name: source_name.to_owned(),
+            value: name.escape_debug().to_string(),
+            error,
+        })?;
+        units.push(UnitSpec::new(id, kind));
+    }
+    if !duplicates.is_empty() {
+        return Err(UnitsError::CountMismatch {
+            command: command.to_owned(),
+            counted: listing.counted,
+            units: units.len(),
+            lost: format!("listed more than once: {}", name_some(&duplicates)),
+        });
+    }
+    if units.len() != listing.counted {
+        let lost = if units.len() < listing.counted {
+            format!("{} test(s) the tool counted have no id in its listing", listing.counted - units.len())
+        } else {
+            format!("the listing names {} more test(s) than the tool counted", units.len() - listing.counted)
+        };
+        return Err(UnitsError::CountMismatch {
+            command: command.to_owned(),
+            counted: listing.counted,
+            units: units.len(),
+            lost,
+        });
+    }
+    if units.is_empty() {
+        return Err(UnitsError::Empty { source_name: source_name.to_owned() });
+    }
+    Ok(units)
+}
+
+fn name_some(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names.iter().take(SHOWN).map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+/// The user's command without the `{unit}` placeholder (and without a
+/// `flag {unit}` pair when `flag` is one of `flags_taking_unit`).
+pub fn without_placeholder(command: &[String], flags_taking_unit: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(command.len());
+    for part in command {
+        if part.contains(PLACEHOLDER) {
+            if out.last().is_some_and(|prev| flags_taking_unit.contains(&prev.as_str())) {
+                out.pop();
+            }
+            continue;
+        }
+        out.push(part.clone());
+    }
+    out
+}
+
+/// A command line for messages (each element quoted when it needs it).
+pub fn shown(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Exit status of a shell or a version-manager shim (pyenv, asdf) whose
+/// program does not exist.
+const NOT_FOUND_STATUS: i32 = 127;
+
+/// A listing command and the environment it needs.
+#[derive(Debug, Clone, Default)]
+pub struct ListCommand {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// Runs the first of `candidates` whose program is installed (the last one is
+/// run, and its failure reported, whatever happens); returns its command line
+/// and output.
+pub async fn run_first_installed(candidates: &[ListCommand]) -> Result<(String, std::process::Output), UnitsError> {
+    let Some((last, earlier)) = candidates.split_last() else {
+        return Err(UnitsError::DiscoverSpawn {
+            command: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no listing command"),
+        });
+    };
+    for candidate in earlier {
+        let (command, result) = run_listing(candidate).await;
+        match result {
+            Ok(output) if output.status.code() == Some(NOT_FOUND_STATUS) => {
+                tracing::debug!(%command, "not installed (exit 127); trying the next command");
+            }
+            Ok(output) => return Ok((command, output)),
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(%command, "not installed; trying the next command");
+            }
+            Err(source) => return Err(UnitsError::DiscoverSpawn { command, source }),
+        }
+    }
+    let (command, result) = run_listing(last).await;
+    match result {
+        Ok(output) => Ok((command, output)),
+        Err(source) => Err(UnitsError::DiscoverSpawn { command, source }),
+    }
+}
+
+async fn run_listing(list: &ListCommand) -> (String, std::io::Result<std::process::Output>) {
+    let command = shown(&list.argv);
+    tracing::debug!(%command, "discovering units");
+    let Some((program, args)) = list.argv.split_first() else {
+        return (command, Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")));
+    };
+    let result = tokio::process::Command::new(program)
+        .args(args)
+        .envs(list.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await;
+    (command, result)
+}
+
+/// A failed listing as an error: its status and its last line of output.
+pub fn failed(command: String, output: &std::process::Output) -> UnitsError {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let detail = stderr
+        .lines()
+        .chain(stdout.lines())
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("no output")
+        .to_owned();
+    UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing(ids: &[&str], counted: usize) -> Listing {
+        Listing { ids: ids.iter().map(|s| s.to_string()).collect(), counted }
+    }
+
+    #[test]
+    fn ids_are_kept_whole_and_counts_must_agree() {
+        let ids = ["t.py::test[a b]", "t.py::test[c]d]", "t.py::test['q' é]"];
+        let units = checked_units("x", listing(&ids, 3), "test", "s").unwrap();
+        assert_eq!(units.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), ids);
+
+        let err = checked_units("pytest -q", listing(&ids, 4), "test", "s").unwrap_err();
+        assert!(matches!(err, UnitsError::CountMismatch { counted: 4, units: 3, .. }), "{err}");
+        assert!(err.to_string().contains("1 test(s) the tool counted have no id"), "{err}");
+
+        let err = checked_units("x", listing(&["a", "b", "a"], 3), "test", "s").unwrap_err();
+        assert!(err.to_string().contains("listed more than once: \"a\""), "{err}");
+
+        assert!(matches!(checked_units("x", listing(&[], 0), "test", "s"), Err(UnitsError::Empty { .. })));
+        assert!(matches!(checked_units("x", listing(&["a\nb"], 1), "test", "s"), Err(UnitsError::BadUnit { .. })));
+    }
+
+    #[test]
+    fn the_placeholder_and_its_flag_are_dropped() {
+        let cmd: Vec<String> = ["cargo", "nextest", "run", "-E", "{unit}", "-p", "x"].map(String::from).to_vec();
+        assert_eq!(without_placeholder(&cmd, &["-E"]), ["cargo", "nextest", "run", "-p", "x"]);
+        let cmd: Vec<String> = ["python", "-m", "pytest", "-q", "{unit}"].map(String::from).to_vec();
+        assert_eq!(without_placeholder(&cmd, &[]), ["python", "-m", "pytest", "-q"]);
+    }
+
+    #[test]
+    fn shown_commands_quote_what_needs_it() {
+        let argv: Vec<String> = ["pytest", "t.py::x[a b]", "it's"].map(String::from).to_vec();
+        assert_eq!(shown(&argv), "pytest 't.py::x[a b]' 'it'\\''s'");
+    }
+
+    #[tokio::test]
+    async fn discovery_falls_back_when_a_program_is_not_installed() {
+        let cmd = |argv: &[&str]| ListCommand { argv: argv.iter().map(|s| s.to_string()).collect(), env: vec![] };
+        let missing = cmd(&["hopper-test-no-such-program", "--collect-only"]);
+        let shim_missing = cmd(&["sh", "-c", "echo 'shim: command not found' >&2; exit 127"]);
+        let works = cmd(&["sh", "-c", "echo listed"]);
+        let (command, output) =
+            run_first_installed(&[missing.clone(), shim_missing.clone(), works.clone()]).await.unwrap();
+        assert_eq!(command, "sh -c 'echo listed'");
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "listed\n");
+
+        // A program that runs and fails is the answer: no fallback.
+        let (_, output) = run_first_installed(&[cmd(&["sh", "-c", "exit 3"]), works]).await.unwrap();
+        assert_eq!(output.status.code(), Some(3));
+
+        // The last candidate's failure to start is reported.
+        let err = run_first_installed(&[shim_missing, missing]).await.unwrap_err();
+        assert!(matches!(err, UnitsError::DiscoverSpawn { .. }), "{err}");
+        assert!(err.to_string().contains("hopper-test-no-such-program --collect-only"), "{err}");
+    }
+}

@@ -1,0 +1,244 @@
+//! nextest discovery: `cargo nextest list --message-format json` with the
+//! user's cargo and arguments. Besides the units it keeps what running a
+//! test binary directly needs (path, working directory, environment), so
+//! hopper can run each test as nextest does, without cargo.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use leasehold_core::UnitId;
+
+use crate::errors::{ListingError, UnitsError};
+
+use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+
+/// One listed test, and how to run it on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextestTest {
+    /// The binary's nextest id (`crate::bin/name`).
+    pub binary_id: String,
+    /// The test binary.
+    pub binary_path: PathBuf,
+    /// The test's name inside its binary.
+    pub name: String,
+    /// Where nextest runs it (the package's directory).
+    pub cwd: PathBuf,
+    /// The package name (`CARGO_PKG_NAME`).
+    pub package_name: String,
+    /// The package version (`CARGO_PKG_VERSION`), when the package id tells it.
+    pub package_version: Option<String>,
+}
+
+/// Every unit's test, and the library path the binaries need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NextestTests {
+    /// By unit id (the filterset).
+    pub tests: HashMap<UnitId, NextestTest>,
+    /// `LD_LIBRARY_PATH` entries nextest gives the tests, in order.
+    pub library_path: Vec<PathBuf>,
+}
+
+/// The listing command for the user's `cargo nextest run ...` (or none).
+pub fn list_command(command: &[String]) -> Vec<String> {
+    let mut base = without_placeholder(command, &["-E", "--filterset", "--filter-expr"]);
+    if let Some(end) = base.iter().position(|a| a == "--") {
+        base.truncate(end);
+    }
+    let nextest = base.iter().position(|a| a == "nextest");
+    let run = nextest.and_then(|n| base.iter().skip(n + 1).position(|a| a == "run").map(|r| n + 1 + r));
+    let mut argv = match run {
+        Some(run) => {
+            base[run] = "list".into();
+            base
+        }
+        None => vec!["cargo".into(), "nextest".into(), "list".into()],
+    };
+    argv.extend(["--message-format".into(), "json".into()]);
+    argv
+}
+
+/// Lists the tests; returns the command shown in messages, the listing and
+/// the tests by unit.
+pub async fn list(command: &[String]) -> Result<(String, Listing, NextestTests), UnitsError> {
+    let argv = list_command(command);
+    let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
+    if !output.status.success() {
+        return Err(failed(shown, &output));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (listing, tests) = parse(&stdout).map_err(|detail| UnitsError::DiscoverParse {
+        command: shown.clone(),
+        source: ListingError::Inconsistent(detail),
+    })?;
+    Ok((shown, listing, tests))
+}
+
+/// The nextest filterset that selects exactly one test: `binary_id(=ID) &
+/// test(=NAME)`, with the characters the matchers treat specially escaped.
+pub fn filterset(binary_id: &str, test_name: &str) -> String {
+    fn escape(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        for c in text.chars() {
+            match c {
+                '\\' | ')' | ',' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    format!("binary_id(={}) & test(={})", escape(binary_id), escape(test_name))
+}
+
+fn text<'a>(value: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(|v| v.as_str())
+}
+
+/// Parses nextest's JSON listing. The count checked is `test-count` against
+/// every test case listed (ignored and filtered-out ones included); the units
+/// are the cases that match and are not ignored.
+pub fn parse(stdout: &str) -> Result<(Listing, NextestTests), String> {
+    let start = stdout.find('{').ok_or("no JSON object in the output")?;
+    let value: serde_json::Value = serde_json::from_str(stdout[start..].trim()).map_err(|e| e.to_string())?;
+    let counted = value.get("test-count").and_then(|c| c.as_u64()).ok_or("no \"test-count\"")? as usize;
+    let suites = value
+        .get("rust-suites")
+        .and_then(|s| s.as_object())
+        .ok_or("no \"rust-suites\" object (is this `cargo nextest list --message-format json` output?)")?;
+    let mut listed = 0;
+    let mut ids = Vec::new();
+    let mut tests = NextestTests { library_path: library_path(&value), ..NextestTests::default() };
+    for (binary_id, suite) in suites {
+        let Some(cases) = suite.get("testcases").and_then(|c| c.as_object()) else {
+            continue;
+        };
+        let binary_path = PathBuf::from(text(suite, "binary-path").ok_or("a suite without \"binary-path\"")?);
+        let cwd = PathBuf::from(text(suite, "cwd").ok_or("a suite without \"cwd\"")?);
+        let package_name = text(suite, "package-name")
+            .map(str::to_owned)
+            .unwrap_or_else(|| binary_id.split("::").next().unwrap_or(binary_id).to_owned());
+        let package_version = text(suite, "package-id").and_then(|id| id.rsplit_once('@')).map(|(_, v)| v.to_owned());
+        for (name, case) in cases {
+            listed += 1;
+            let ignored = case.get("ignored").and_then(|v| v.as_bool()).unwrap_or(false);
+            let matches = case
+                .get("filter-match")
+                .and_then(|m| m.get("status"))
+                .and_then(|s| s.as_str())
+                .is_none_or(|s| s == "matches");
+            if ignored || !matches {
+                continue;
+            }
+            let id = filterset(binary_id, name);
+            if let Ok(unit) = UnitId::new(&id) {
+                tests.tests.insert(
+                    unit,
+                    NextestTest {
+                        binary_id: binary_id.clone(),
+                        binary_path: binary_path.clone(),
+                        name: name.clone(),
+                        cwd: cwd.clone(),
+                        package_name: package_name.clone(),
+                        package_version: package_version.clone(),
+                    },
+                );
+            }
+            ids.push(id);
+        }
+    }
+    if listed != counted {
+        return Err(format!("nextest counted {counted} tests (\"test-count\") but listed {listed}"));
+    }
+    // The checked count is that of the selected tests.
+    let counted = ids.len();
+    Ok((Listing { ids, counted }, tests))
+}
+
+/// What nextest puts on `LD_LIBRARY_PATH`: the build's output directories
+/// (and their `deps`), the linked paths build scripts asked for, and the
+/// host toolchain's libraries.
+fn library_path(value: &serde_json::Value) -> Vec<PathBuf> {
+    let meta = value.get("rust-build-meta");
+    let mut out = Vec::new();
+    let target = meta.and_then(|m| text(m, "target-directory")).map(PathBuf::from);
+    if let Some(target) = &target {
+        let bases = meta.and_then(|m| m.get("base-output-directories")).and_then(|b| b.as_array());
+        for base in bases.into_iter().flatten().filter_map(|b| b.as_str()) {
+            out.push(target.join(base));
+            out.push(target.join(base).join("deps"));
+        }
+        let linked = meta.and_then(|m| m.get("linked-paths")).and_then(|b| b.as_array());
+        for path in linked.into_iter().flatten().filter_map(|b| b.as_str()) {
+            out.push(target.join(path));
+        }
+    }
+    let libdir = meta
+        .and_then(|m| m.get("platforms"))
+        .and_then(|p| p.get("host"))
+        .and_then(|h| h.get("libdir"))
+        .and_then(|l| text(l, "path"))
+        .map(PathBuf::from);
+    if let Some(libdir) = libdir {
+        // <sysroot>/lib/rustlib/<triple>/lib, then <sysroot>/lib.
+        let sysroot_lib = libdir.ancestors().nth(3).map(|p| p.to_path_buf());
+        out.push(libdir);
+        out.extend(sysroot_lib);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTING: &str = r#"{"rust-build-meta":{"target-directory":"/t","base-output-directories":["debug"],
+        "linked-paths":[],"platforms":{"host":{"libdir":{"status":"available","path":"/r/lib/rustlib/x86/lib"}}}},
+        "test-count":4,"rust-suites":{
+        "core::lib":{"package-name":"core","binary-path":"/t/debug/deps/core-1","cwd":"/src/core",
+            "package-id":"path+file:///src/core#core@0.2.0","testcases":{
+            "a::works":{"ignored":false,"filter-match":{"status":"matches"}},
+            "a::slow":{"ignored":true,"filter-match":{"status":"matches"}},
+            "a::other":{"ignored":false,"filter-match":{"status":"mismatch","reason":"expression"}}}},
+        "core::it":{"binary-path":"/t/debug/deps/it-2","cwd":"/src/core","testcases":{
+            "b":{"ignored":false,"filter-match":{"status":"matches"}}}}}}"#;
+
+    #[test]
+    fn parses_tests_and_how_to_run_them() {
+        let (listing, tests) = parse(LISTING).unwrap();
+        let mut ids = listing.ids.clone();
+        ids.sort();
+        assert_eq!(ids, vec!["binary_id(=core::it) & test(=b)", "binary_id(=core::lib) & test(=a::works)"]);
+        assert_eq!(listing.counted, 2);
+        let works = &tests.tests[&UnitId::new("binary_id(=core::lib) & test(=a::works)").unwrap()];
+        assert_eq!(works.binary_path, PathBuf::from("/t/debug/deps/core-1"));
+        assert_eq!(works.cwd, PathBuf::from("/src/core"));
+        assert_eq!(works.name, "a::works");
+        assert_eq!(works.package_version.as_deref(), Some("0.2.0"));
+        let b = &tests.tests[&UnitId::new("binary_id(=core::it) & test(=b)").unwrap()];
+        assert_eq!(b.package_name, "core");
+        let paths: Vec<_> = tests.library_path.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(paths, ["/t/debug", "/t/debug/deps", "/r/lib/rustlib/x86/lib", "/r/lib"]);
+        assert!(parse("{}").is_err());
+        let short = LISTING.replace("\"test-count\":4", "\"test-count\":5");
+        assert!(parse(&short).unwrap_err().contains("counted 5 tests"));
+    }
+
+    #[test]
+    fn filtersets_escape_the_matcher_syntax() {
+        assert_eq!(filterset("my-crate::bin/tool", "t::x"), "binary_id(=my-crate::bin/tool) & test(=t::x)");
+        assert_eq!(filterset("c", "case(a, b)\\z\tq"), "binary_id(=c) & test(=case(a\\, b\\)\\\\z\\tq)");
+    }
+
+    #[test]
+    fn the_users_nextest_command_lists() {
+        let cmd: Vec<String> =
+            ["cargo", "nextest", "run", "-p", "x", "-E", "{unit}", "--", "--nocapture"].map(String::from).to_vec();
+        assert_eq!(list_command(&cmd), ["cargo", "nextest", "list", "-p", "x", "--message-format", "json"]);
+        assert_eq!(list_command(&[]), ["cargo", "nextest", "list", "--message-format", "json"]);
+    }
+}
