@@ -8,7 +8,11 @@ mod hopper_local;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
+mod sync_hot;
+mod sync_initial;
+mod sync_noop;
 mod sync_ownership;
+mod sync_support;
 
 use anyhow::{bail, Result};
 
@@ -19,6 +23,9 @@ const BENCHES: &[(&str, &str)] = &[
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
+    ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
+    ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
+    ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
 ];
 
 fn main() -> Result<()> {
@@ -37,6 +44,9 @@ fn main() -> Result<()> {
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
+            "sync-initial" => sync_initial::run().await,
+            "sync-hot" => sync_hot::run().await,
+            "sync-noop" => sync_noop::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

@@ -45,7 +45,8 @@ enum Cmd {
         #[arg(long)]
         list: bool,
     },
-    /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql, postgresql-client (Debian), pytest (PyPI).
+    /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
+    /// postgresql-client, chromium, ruby-rspec (Debian), pytest (PyPI).
     Setup,
 }
 
@@ -98,6 +99,10 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     // Its Postgres tests: databases made with psql, private servers from initdb.
     ("psql", "postgresql-client"),
     ("pg_ctlcluster", "postgresql"),
+    // hopper's HTML timeline is checked in headless Chromium; its batch verdicts on rspec.
+    ("chromium", "chromium"),
+    ("chromedriver", "chromium-driver"),
+    ("rspec", "ruby-rspec"),
 ];
 
 fn setup() -> Result<()> {

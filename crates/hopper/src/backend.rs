@@ -121,9 +121,10 @@ mod redis_wiring {
     use super::*;
 
     fn connect_error(url: &str, error: ConnectError) -> BackendError {
+        let may_come_back = error.may_come_back();
         match error {
             ConnectError::Connect { source, .. } => {
-                BackendError::Unreachable { url: redact_url(url), source: source.into() }
+                BackendError::Unreachable { url: redact_url(url), may_come_back, source: source.into() }
             }
             other => BackendError::BadConfig { source: other.into() },
         }
@@ -134,7 +135,11 @@ mod redis_wiring {
         let store = RedisStore::connect_with(config).await.map_err(|e| connect_error(url, e))?;
         // A cheap round trip that fails now, with a clear message, when the
         // server is not usable (and saves loading the scripts later).
-        store.load_scripts().await.map_err(|e| BackendError::Unreachable { url: redact_url(url), source: e.into() })?;
+        store.load_scripts().await.map_err(|e| BackendError::Unreachable {
+            url: redact_url(url),
+            may_come_back: leasehold_redis::may_come_back(&e),
+            source: e.into(),
+        })?;
         let timings: Arc<dyn TimingsStore> = match &options.timings {
             TimingsChoice::Off => Arc::new(NoTimings),
             TimingsChoice::File(path) => Arc::new(FileTimings::new(path)),

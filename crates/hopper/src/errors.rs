@@ -147,6 +147,9 @@ pub enum BackendError {
     Unreachable {
         /// The URL (password removed).
         url: String,
+        /// Whether it may answer later (refused, reset or timed out, as a
+        /// restarting server is), unlike a refused certificate.
+        may_come_back: bool,
         /// The cause.
         #[source]
         source: BoxError,
@@ -157,6 +160,13 @@ pub enum BackendError {
         /// The subcommand.
         command: &'static str,
     },
+}
+
+impl BackendError {
+    /// Whether trying again later may succeed.
+    pub fn may_come_back(&self) -> bool {
+        matches!(self, BackendError::Unreachable { may_come_back: true, .. })
+    }
 }
 
 /// Why timings could not be read or written (never fatal to a run: logged).
@@ -171,6 +181,9 @@ pub enum HopperError {
     /// The queue backend could not be made.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// `--results`, `--batch-size` and the command do not fit together.
+    #[error(transparent)]
+    Verdicts(#[from] crate::verdicts::VerdictsError),
     /// No command to run each unit was given.
     #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
     MissingCommand,
@@ -289,6 +302,15 @@ pub enum HopperError {
     /// The JUnit file could not be written.
     #[error("cannot write JUnit XML to {path}")]
     JunitWrite {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTML timeline could not be written.
+    #[error("cannot write the HTML report to {path}")]
+    Html {
         /// The file.
         path: PathBuf,
         /// The cause.

@@ -17,9 +17,11 @@
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
+//! * [`verdicts`]: each unit's result in a batch, from the tool's own report;
 //! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
 //! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
+//! * [`timeline`] and [`html`]: the build's lanes over time, as one HTML page;
 //! * [`timings`]: earlier durations that order units slowest first;
 //! * [`backend`]: the one module that turns a `--queue` URL into a backend;
 //! * [`subcommands`]: `run`, `report` and `status` as functions;
@@ -28,6 +30,7 @@
 
 pub mod backend;
 pub mod errors;
+pub mod html;
 pub mod identity;
 pub mod observer;
 mod orphans;
@@ -38,8 +41,12 @@ pub mod runner;
 pub mod status;
 pub mod subcommands;
 pub mod template;
+#[cfg(test)]
+mod test_queue;
+pub mod timeline;
 pub mod timings;
 pub mod unit_groups;
 pub mod units;
+pub mod verdicts;
 
 pub use errors::{exit, HopperError};

@@ -13,6 +13,7 @@ use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT
 use hopper::identity::process_env;
 use hopper::subcommands::{self, ReportOptions, RunOptions, StatusOptions};
 use hopper::units::{DiscoverKind, UnitSource};
+use hopper::verdicts::ResultsFormat;
 use hopper::{exit, HopperError};
 use leasehold_core::Budgets;
 use tokio_util::sync::CancellationToken;
@@ -91,12 +92,30 @@ struct RunArgs {
     /// Times one unit may be reclaimed from a dead worker before it fails.
     #[arg(long, value_name = "N", default_value_t = Budgets::default().max_reclaims)]
     max_reclaims: u32,
-    /// Units per invocation (`{unit}` expands to all of them).
+    /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
+    /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
     batch_size: usize,
+    /// Where each unit's result comes from: exit-code, junit, libtest-json or rspec-json.
+    ///
+    /// The tool writes its report to `{report}` (a fresh path per invocation, also in
+    /// $HOPPER_REPORT); hopper reads it when the invocation ends. A unit missing from the
+    /// report is retried, never passed. Default: exit-code for --batch-size 1; for larger
+    /// batches the discovered tool's report (pytest and nextest: junit, cargo-test:
+    /// libtest-json, rspec: rspec-json). For pytest and rspec hopper adds the option that
+    /// writes it when the command has no `{report}` (`--junitxml={report}`,
+    /// `--format progress --format json --out {report}`); for nextest and cargo test the
+    /// command names `{report}` itself (the README has both recipes).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_results)]
+    results: Option<ResultsFormat>,
     /// Write JUnit XML here (mem:// only; use `hopper report --junit` with a shared queue).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write the build's timeline here as one self-contained HTML page: each worker's slots
+    /// over time, a bar per unit coloured by outcome, idle time at the end, the slowest,
+    /// flaky and failed units (mem:// only; use `hopper report --html` with a shared queue).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Keep timings in this file [default: .hopper/timings.json with mem://, Redis otherwise].
     #[arg(long, value_name = "FILE", env = "HOPPER_TIMINGS")]
     timings: Option<PathBuf>,
@@ -115,7 +134,8 @@ struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
-    /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent).
+    /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent),
+    /// `{report}` by the path the tool writes its report to (see --results).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
@@ -127,6 +147,11 @@ struct ReportArgs {
     /// Write JUnit XML here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write the build's timeline here as one self-contained HTML page: each worker's slots
+    /// over time, a bar per unit coloured by outcome, idle time at the end, the slowest,
+    /// flaky and failed units.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Give up (naming the unfinished units) after this many seconds.
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_secs)]
     wait_timeout: Duration,
@@ -151,6 +176,10 @@ struct StatusArgs {
 fn parse_secs(raw: &str) -> Result<Duration, String> {
     leasehold_core::duration::parse_duration(raw, leasehold_core::duration::PlainUnit::Seconds)
         .map_err(|e| e.to_string())
+}
+
+fn parse_results(raw: &str) -> Result<ResultsFormat, String> {
+    raw.parse().map_err(|e: hopper::verdicts::VerdictsError| e.to_string())
 }
 
 fn backend_options(queue: &QueueArgs, timings: TimingsChoice) -> BackendOptions {
@@ -178,6 +207,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         worker: args.worker,
         slots,
         batch_size: args.batch_size,
+        results: args.results,
         source,
         reclaim_timeout: args.timeout,
         unit_timeout: args.unit_timeout,
@@ -191,6 +221,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         run_ttl: args.run_ttl,
         command: args.command,
         junit: args.junit,
+        html: args.html,
         slowest: args.slowest,
         quiet: args.quiet,
         outage_grace: args.queue.outage_grace,
@@ -256,6 +287,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 queue: args.queue.queue,
                 build: args.queue.build,
                 junit: args.junit,
+                html: args.html,
                 wait_timeout: args.wait_timeout,
                 worker_timeout: args.worker_timeout,
                 appear_timeout: args.start_timeout,

@@ -11,7 +11,10 @@
 //!
 //! Re-sending is safe because every transition is fenced: a re-sent finalize
 //! whose first send was applied before its reply was lost answers `STALE`
-//! and changes nothing, so a result is never counted twice. A re-sent
+//! and changes nothing, so a result is never counted twice. (That `STALE`
+//! is then checked against the event log: when the log holds this worker's
+//! finalize of that very delivery, the answer is `OK`, so the worker does
+//! not report its own result as refused.) A re-sent
 //! reserve is the one call whose lost reply would strand work (units
 //! delivered to nobody until the reclaim timeout): the `orphans` module
 //! adopts what such a reply delivered.
@@ -28,9 +31,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    AbandonReply, Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
-    LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    AbandonReply, Ack, Budgets, Delivery, Event, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply,
+    InitOutcome, LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest,
+    ReserveBatch, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -57,7 +60,7 @@ pub enum OutageNotice<'a> {
         /// The failed operation.
         op: &'static str,
         /// Its error.
-        error: &'a QueueError,
+        error: &'a (dyn std::error::Error + 'static),
         /// How long calls are retried.
         grace: Duration,
     },
@@ -92,6 +95,45 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+/// Connects with `connect`, riding out a server that is not up yet (a
+/// Redis restarting as the job starts) for `grace`, announced like an
+/// outage. `may_come_back` tells such an error from one that waiting cannot
+/// mend (a bad certificate, a wrong password).
+pub async fn connect_within<T, E, F, Fut>(
+    grace: Duration,
+    notify: &OutageNotify,
+    may_come_back: impl Fn(&E) -> bool,
+    mut connect: F,
+) -> Result<T, E>
+where
+    E: std::error::Error + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let started = Instant::now();
+    let mut delay = FIRST_BACKOFF;
+    let mut failed = false;
+    loop {
+        match connect().await {
+            Ok(connected) => {
+                if failed {
+                    notify(&OutageNotice::Ended { after: started.elapsed() });
+                }
+                return Ok(connected);
+            }
+            Err(error) if may_come_back(&error) && started.elapsed() < grace => {
+                if !failed {
+                    failed = true;
+                    notify(&OutageNotice::Began { op: "connect", error: &error, grace });
+                }
+                tokio::time::sleep(jitter(delay).min(grace.saturating_sub(started.elapsed()))).await;
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The cause of a [`QueueError::Backend`] when the grace window ran out.
@@ -266,6 +308,41 @@ impl OutageQueue {
         }
     }
 
+    /// Which of `deliveries` (by index) this worker has finalized, by the
+    /// event log: a re-sent finalize answers `STALE` when its first send was
+    /// applied and only the reply was lost, and that is this worker's result,
+    /// not a refused one. Only called after such a re-send.
+    async fn finalized_by(&self, run: &RunId, worker: &WorkerId, deliveries: &[&Delivery]) -> Vec<usize> {
+        const PAGE: usize = 1000;
+        let mut applied = Vec::new();
+        let mut after = None;
+        loop {
+            let page = match self.events(run, after, PAGE).await {
+                Ok(page) => page,
+                // Unknown: the STALE stands, which drops nothing the queue holds.
+                Err(_) => return applied,
+            };
+            let full = page.len() == PAGE;
+            after = page.last().map(|record| record.id);
+            for record in page {
+                if let Event::Finalized { header, stream, entry_id, previous_worker_id: None, .. } = record.event {
+                    let ours = |d: &&Delivery| {
+                        header.worker_id == *worker
+                            && header.unit_id == d.unit
+                            && stream == d.stream
+                            && entry_id == d.entry_id
+                    };
+                    if let Some(i) = deliveries.iter().position(ours) {
+                        applied.push(i);
+                    }
+                }
+            }
+            if !full {
+                return applied;
+            }
+        }
+    }
+
     /// A transition on `delivery` was answered: it is no longer handed out.
     fn done<T>(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery, reply: &Result<T, QueueError>) {
         if reply.is_ok() {
@@ -353,7 +430,11 @@ impl UnitQueue for OutageQueue {
         delivery: &Delivery,
         request: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError> {
-        let reply = self.retry("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
+        let sent = self.retry_noting("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
+        let reply = match sent {
+            Ok((Ack::Stale, true)) if self.finalized_by(run, worker, &[delivery]).await.contains(&0) => Ok(Ack::Ok),
+            other => other.map(|(reply, _)| reply),
+        };
         self.done(run, worker, delivery, &reply);
         reply
     }
@@ -364,7 +445,20 @@ impl UnitQueue for OutageQueue {
         worker: &WorkerId,
         items: &[(Delivery, FinalizeRequest)],
     ) -> Result<Vec<FinalizeReply>, QueueError> {
-        let replies = self.retry("finalize", || self.inner.finalize_batch(run, worker, items)).await;
+        let replies = match self.retry_noting("finalize", || self.inner.finalize_batch(run, worker, items)).await {
+            Ok((mut replies, true)) if replies.contains(&Ack::Stale) => {
+                let stale: Vec<&Delivery> =
+                    items.iter().zip(&replies).filter(|(_, r)| **r == Ack::Stale).map(|((d, _), _)| d).collect();
+                let applied = self.finalized_by(run, worker, &stale).await;
+                for (nth_stale, reply) in replies.iter_mut().filter(|r| **r == Ack::Stale).enumerate() {
+                    if applied.contains(&nth_stale) {
+                        *reply = Ack::Ok;
+                    }
+                }
+                Ok(replies)
+            }
+            other => other.map(|(replies, _)| replies),
+        };
         for (delivery, _) in items {
             self.done(run, worker, delivery, &replies);
         }
@@ -475,137 +569,10 @@ impl UnitQueue for OutageQueue {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use leasehold_mem::MemoryStore;
+    use std::sync::atomic::Ordering;
 
     use super::*;
-
-    /// A queue whose `progress` fails in transport `failures` times, then
-    /// answers from a memory store, and whose reserves lose their reply
-    /// (after the store ran them) `lost_reserves` times.
-    struct Flaky {
-        store: MemoryStore,
-        failures: AtomicU32,
-        calls: AtomicU32,
-        lost_reserves: AtomicU32,
-    }
-
-    impl Flaky {
-        fn lose_reply<T>(&self, run: &RunId, reply: Result<T, QueueError>) -> Result<T, QueueError> {
-            if self.lost_reserves.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-                let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
-                return Err(QueueError::backend("reserve", run, io));
-            }
-            reply
-        }
-    }
-
-    #[async_trait]
-    impl UnitQueue for Flaky {
-        async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
-            self.store.initialize(spec).await
-        }
-        async fn reserve(&self, r: &RunId, w: &WorkerId, t: Ttl) -> Result<ReserveReply, QueueError> {
-            let reply = self.store.reserve(r, w, t).await;
-            self.lose_reply(r, reply)
-        }
-        async fn reserve_batch(
-            &self,
-            r: &RunId,
-            w: &WorkerId,
-            max: NonZeroUsize,
-            t: Ttl,
-        ) -> Result<ReserveBatch, QueueError> {
-            let reply = self.store.reserve_batch(r, w, max, t).await;
-            self.lose_reply(r, reply)
-        }
-        async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {
-            self.store.heartbeat(r, w, d).await
-        }
-        async fn finalize(
-            &self,
-            r: &RunId,
-            w: &WorkerId,
-            d: &Delivery,
-            q: &FinalizeRequest,
-        ) -> Result<FinalizeReply, QueueError> {
-            self.store.finalize(r, w, d, q).await
-        }
-        async fn requeue(
-            &self,
-            r: &RunId,
-            w: &WorkerId,
-            d: &Delivery,
-            q: &RequeueRequest,
-        ) -> Result<RequeueReply, QueueError> {
-            self.store.requeue(r, w, d, q).await
-        }
-        async fn abandon(&self, r: &RunId, w: &WorkerId, d: &Delivery, ms: u64) -> Result<AbandonReply, QueueError> {
-            self.store.abandon(r, w, d, ms).await
-        }
-        async fn release(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<ReleaseReply, QueueError> {
-            self.store.release(r, w, d).await
-        }
-        async fn liveness(&self, r: &RunId, w: &WorkerId, u: Option<&UnitId>) -> Result<LivenessReply, QueueError> {
-            self.store.liveness(r, w, u).await
-        }
-        async fn record_worker_error(
-            &self,
-            r: &RunId,
-            w: &WorkerId,
-            u: Option<&UnitId>,
-            m: &str,
-        ) -> Result<(), QueueError> {
-            self.store.record_worker_error(r, w, u, m).await
-        }
-        async fn record_stale_rejected(
-            &self,
-            r: &RunId,
-            w: &WorkerId,
-            d: &Delivery,
-            t: &str,
-        ) -> Result<(), QueueError> {
-            self.store.record_stale_rejected(r, w, d, t).await
-        }
-        async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let left = self.failures.load(Ordering::SeqCst);
-            if left > 0 {
-                self.failures.store(left - 1, Ordering::SeqCst);
-                let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
-                return Err(QueueError::backend("progress", run, io));
-            }
-            self.store.progress(run).await
-        }
-        async fn budgets(&self, r: &RunId) -> Result<Option<Budgets>, QueueError> {
-            self.store.budgets(r).await
-        }
-        async fn units(&self, r: &RunId) -> Result<Vec<UnitSpec>, QueueError> {
-            self.store.units(r).await
-        }
-        async fn unit_state(&self, r: &RunId, u: &UnitId) -> Result<Option<UnitState>, QueueError> {
-            self.store.unit_state(r, u).await
-        }
-        async fn events(&self, r: &RunId, a: Option<EventId>, l: usize) -> Result<Vec<EventRecord>, QueueError> {
-            self.store.events(r, a, l).await
-        }
-        async fn workers(&self, r: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
-            self.store.workers(r).await
-        }
-        async fn pending(&self, r: &RunId) -> Result<Vec<PendingDelivery>, QueueError> {
-            self.store.pending(r).await
-        }
-    }
-
-    fn flaky(failures: u32) -> Arc<Flaky> {
-        Arc::new(Flaky {
-            store: MemoryStore::new(),
-            failures: AtomicU32::new(failures),
-            calls: AtomicU32::new(0),
-            lost_reserves: AtomicU32::new(0),
-        })
-    }
+    use crate::test_queue::flaky;
 
     fn recorder() -> (OutageNotify, Arc<Mutex<Vec<String>>>) {
         let lines = Arc::new(Mutex::new(Vec::new()));
@@ -659,7 +626,7 @@ mod tests {
         let budgets = Budgets { max_reclaims: 0, ..Budgets::default() };
         let spec = RunSpec { run: run.clone(), units, budgets, ttl: Duration::from_secs(600) };
         queue.initialize(&spec).await.unwrap();
-        let reclaim_after = Ttl::from_secs(30);
+        let reclaim_after = Ttl::new("reclaim", Duration::from_secs(30)).unwrap();
 
         // u1's reply is lost: the re-sent reserve delivers u2, and u1 is adopted.
         inner.lost_reserves.store(1, Ordering::SeqCst);
@@ -678,6 +645,29 @@ mod tests {
             let state = queue.unit_state(&run, &UnitId::new(unit).unwrap()).await.unwrap().unwrap();
             assert_eq!(state.reclaim_count, 0, "{unit} spent no reclaim");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finalize_whose_reply_was_lost_is_ok_not_stale_but_a_second_one_is_stale() {
+        let inner = flaky(0);
+        let (notify, _) = recorder();
+        let queue = OutageQueue::new(inner.clone(), Duration::from_secs(120), notify, CancellationToken::new());
+        let run = RunId::new("b").unwrap();
+        let worker = WorkerId::new("w").unwrap();
+        let units = vec![UnitSpec::new(UnitId::new("u1").unwrap(), "file")];
+        let spec = RunSpec { run: run.clone(), units, budgets: Budgets::default(), ttl: Duration::from_secs(600) };
+        queue.initialize(&spec).await.unwrap();
+        let batch = queue
+            .reserve_batch(&run, &worker, NonZeroUsize::MIN, Ttl::new("reclaim", Duration::from_secs(30)).unwrap())
+            .await
+            .unwrap();
+        let delivery = &batch.deliveries[0];
+        let request = FinalizeRequest::new(leasehold_core::Outcome::Passed, 1);
+
+        inner.lost_finalizes.store(1, Ordering::SeqCst);
+        assert_eq!(queue.finalize(&run, &worker, delivery, &request).await.unwrap(), Ack::Ok, "the result is ours");
+        assert!(queue.progress(&run).await.unwrap().unwrap().is_complete());
+        assert_eq!(queue.finalize(&run, &worker, delivery, &request).await.unwrap(), Ack::Stale, "sent twice: STALE");
     }
 
     #[tokio::test(start_paused = true)]

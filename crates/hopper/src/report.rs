@@ -21,6 +21,8 @@ use crate::errors::HopperError;
 
 /// Events read per page.
 const EVENT_PAGE: usize = 1000;
+/// A queue call slower than this was an outage, not a slow answer.
+const QUEUE_PAUSE: Duration = Duration::from_secs(1);
 /// Lines of output shown per failure in the text report.
 const TAIL_LINES: usize = 30;
 
@@ -461,7 +463,15 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
     };
     let mut seen_run = false;
     loop {
-        match queue.progress(run).await? {
+        let asked = Instant::now();
+        let progress = queue.progress(run).await?;
+        // Time spent waiting for the queue (an outage ridden out) is not the
+        // workers' silence: they could not be heard either.
+        let waited_for_queue = asked.elapsed();
+        if waited_for_queue > QUEUE_PAUSE {
+            last_sign_of_life = (last_sign_of_life + waited_for_queue).min(Instant::now());
+        }
+        match progress {
             // It was there: a queue that restarted without persistence, or a
             // flush, took it. Waiting longer cannot bring it back.
             None if seen_run => return Err(HopperError::StateLost { run: run.clone() }),
@@ -575,6 +585,43 @@ mod tests {
         assert!(text.contains("| boom"), "{text}");
         assert!(text.contains("FLAKY flaky"), "{text}");
         assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 1 unfinished"), "{text}");
+    }
+
+    /// Twice 90 s of waiting for the queue (an outage) is not the workers'
+    /// silence: the report fails for gone workers only 60 s after the queue
+    /// answers promptly again and they still say nothing.
+    #[tokio::test(start_paused = true)]
+    async fn time_waiting_for_the_queue_is_not_the_workers_silence() {
+        let inner = crate::test_queue::flaky(0);
+        let run = RunId::new("b").unwrap();
+        let worker = WorkerId::new("w1").unwrap();
+        let spec = leasehold_core::RunSpec {
+            run: run.clone(),
+            units: vec![leasehold_core::UnitSpec::new(UnitId::new("u").unwrap(), "file")],
+            budgets: leasehold_core::Budgets::default(),
+            ttl: Duration::from_secs(86_400),
+        };
+        inner.initialize(&spec).await.unwrap();
+        inner.liveness(&run, &worker, None).await.unwrap();
+        *inner.progress_delay.lock() = Duration::from_secs(90);
+        let slow = Arc::clone(&inner);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(200)).await;
+            *slow.progress_delay.lock() = Duration::ZERO;
+        });
+        let queue: Arc<dyn UnitQueue> = inner;
+        let options = WaitOptions {
+            wait_timeout: Duration::from_secs(3600),
+            worker_timeout: Duration::from_secs(60),
+            appear_timeout: Duration::from_secs(60),
+            poll: Duration::from_millis(250),
+        };
+        let started = Instant::now();
+        let error = wait_for_end(&queue, &run, options).await.unwrap_err();
+        assert!(matches!(error, HopperError::WorkersGone { .. }), "{error}");
+        // Calls end at 90, 180 and 270 s; then 60 s of real silence. Counting the
+        // waits as silence would have given up at 180 s.
+        assert!(started.elapsed() >= Duration::from_secs(320), "gave up after {:?}", started.elapsed());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //!
 //! A batch is the general case: `batch_size` 1 (the default) runs one unit
 //! per invocation. A [`BatchResults`] turns an invocation into one verdict per
-//! unit; a unit it has no verdict for is treated as failed and retried within
-//! the budgets.
+//! unit (from the exit code, or from the tool's own report: see
+//! [`crate::verdicts`]); a unit it has no verdict for is treated as failed and
+//! retried within the budgets.
 //!
 //! The worker only speaks the [`UnitQueue`] trait, so the same code runs a
 //! local parallel runner (memory queue, `slots` local slots) and one worker of
@@ -14,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,12 +34,15 @@ use crate::errors::HopperError;
 use crate::observer::{AttemptEnd, RunObserver};
 use crate::process::{run_process, ProcessLimits, ProcessResult, Termination};
 use crate::template::CommandTemplate;
+use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitVerdict {
     /// It passed.
     Passed,
+    /// It did not run by design (every test of it skipped).
+    Skipped,
     /// It failed.
     Failed {
         /// `exit`, `timeout`, `signal`, `spawn` or `no_result`.
@@ -47,16 +52,43 @@ pub enum UnitVerdict {
     },
 }
 
+/// What an invocation says about one of its units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitResult {
+    /// The verdict.
+    pub verdict: UnitVerdict,
+    /// The unit's own duration, when the tool reports it (otherwise the
+    /// unit gets an equal share of the invocation's).
+    pub duration: Option<Duration>,
+    /// The unit's own output (its failure), when the tool reports it
+    /// (otherwise the tail of the invocation's output).
+    pub output: Option<String>,
+}
+
+impl From<UnitVerdict> for UnitResult {
+    fn from(verdict: UnitVerdict) -> Self {
+        Self { verdict, duration: None, output: None }
+    }
+}
+
 /// Turns one invocation's result into one verdict per unit. Units missing
 /// from the map have no result and are retried.
 pub trait BatchResults: Send + Sync {
-    /// The verdicts for `units`, all run by the invocation that gave `result`.
+    /// Where the next invocation's tool writes its report (replacing
+    /// `{report}` and set as `HOPPER_REPORT`); `None` when nothing is read.
+    fn report_path(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The verdicts for `units`, all run by the invocation that gave
+    /// `result` and wrote `report` (the path [`Self::report_path`] gave).
     fn verdicts(
         &self,
         units: &[UnitId],
         result: &ProcessResult,
         limits: &ProcessLimits,
-    ) -> HashMap<UnitId, UnitVerdict>;
+        report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult>;
 }
 
 /// Every unit of the invocation gets the invocation's own verdict: exit 0
@@ -90,9 +122,10 @@ impl BatchResults for ExitCodeResults {
         units: &[UnitId],
         result: &ProcessResult,
         limits: &ProcessLimits,
-    ) -> HashMap<UnitId, UnitVerdict> {
+        _report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult> {
         let verdict = termination_verdict(&result.termination, limits);
-        units.iter().map(|u| (u.clone(), verdict.clone())).collect()
+        units.iter().map(|u| (u.clone(), UnitResult::from(verdict.clone()))).collect()
     }
 }
 
@@ -257,7 +290,7 @@ impl Worker {
 
     /// Runs units until every unit of the run is finalized, or until shutdown.
     /// On shutdown, running units are stopped and released (another worker
-    /// reclaims them) and [`HopperError::Interrupted`] is returned.
+    /// takes them at once) and [`HopperError::Interrupted`] is returned.
     pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
         let shared = &self.shared;
         let mut slots = JoinSet::new();
@@ -377,8 +410,18 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     let config = &shared.config;
     let (run, worker) = (&config.run, &config.worker);
     let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
-    let argv = config.command.render(&units);
+    let report = config.results.report_path();
+    let mut argv = config.command.render(&units);
     let mut env = config.env.clone();
+    if let Some(path) = &report {
+        let path = path.to_string_lossy();
+        for arg in &mut argv {
+            if arg.contains(REPORT_PLACEHOLDER) {
+                *arg = arg.replace(REPORT_PLACEHOLDER, &path);
+            }
+        }
+        env.push((REPORT_ENV.into(), path.into_owned()));
+    }
     env.push(("HOPPER_BUILD".into(), run.to_string()));
     env.push(("HOPPER_WORKER".into(), worker.to_string()));
     if let [single] = deliveries.as_slice() {
@@ -433,22 +476,27 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         return Ok(());
     }
 
-    let verdicts = config.results.verdicts(&units, &result, &config.limits);
-    let per_unit = result.duration / deliveries.len().max(1) as u32;
-    let per_unit_ms = millis(per_unit);
+    let verdicts = config.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let share = result.duration / deliveries.len().max(1) as u32;
     let output = result.output.text(MAX_SUMMARY_LEN / 2);
     for (i, delivery) in deliveries.iter().enumerate() {
         if lost[i] {
             continue;
         }
-        let verdict = verdicts.get(&delivery.unit).cloned().unwrap_or(UnitVerdict::Failed {
-            reason: "no_result",
-            detail: "the invocation reported no result for this unit".into(),
+        let unit_result = verdicts.get(&delivery.unit).cloned().unwrap_or_else(|| {
+            UnitResult::from(UnitVerdict::Failed {
+                reason: "no_result",
+                detail: "the invocation reported no result for this unit".into(),
+            })
         });
+        let per_unit = unit_result.duration.unwrap_or(share);
+        let per_unit_ms = millis(per_unit);
+        let output = unit_result.output.as_ref().unwrap_or(&output);
         shared.summary.lock().timings.push((delivery.unit.to_string(), per_unit_ms));
-        match verdict {
-            UnitVerdict::Passed => {
-                let request = FinalizeRequest::new(Outcome::Passed, per_unit_ms);
+        match unit_result.verdict {
+            verdict @ (UnitVerdict::Passed | UnitVerdict::Skipped) => {
+                let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
+                let request = FinalizeRequest::new(outcome, per_unit_ms);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;

@@ -4,7 +4,7 @@
 //! Every input is checked (queue URL, command, budgets, ids, unit list)
 //! before a backend is contacted, so bad input never writes to the queue.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,16 +13,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
 use crate::errors::{exit, BackendError, HopperError};
+use crate::html::write_html;
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
 use crate::observer::{default_observer, QuietObserver, RunObserver};
-use crate::outage::{OutageNotice, OutageNotify, OutageQueue};
+use crate::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
 use crate::process::ProcessLimits;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
-use crate::runner::{ExitCodeResults, Worker, WorkerConfig};
+use crate::runner::{Worker, WorkerConfig};
 use crate::status::{now_ms, StatusSnapshot};
 use crate::template::CommandTemplate;
+use crate::timeline::Timeline;
 use crate::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
+use crate::verdicts::{ResultsFormat, ResultsPlan};
 
 /// The build id memory mode uses when none is given.
 pub const LOCAL_BUILD: &str = "local";
@@ -42,6 +45,9 @@ pub struct RunOptions {
     pub slots: usize,
     /// Units per invocation.
     pub batch_size: usize,
+    /// `--results`: where each unit's result comes from (resolved against
+    /// the batch size and the tool when `None`).
+    pub results: Option<ResultsFormat>,
     /// Where the units come from.
     pub source: UnitSource,
     /// `--timeout`: a delivery idle this long is reclaimed; heartbeats run at a third of it.
@@ -60,6 +66,8 @@ pub struct RunOptions {
     pub command: Vec<String>,
     /// JUnit XML output (memory mode, where `run` prints the report).
     pub junit: Option<PathBuf>,
+    /// The HTML timeline (memory mode, where `run` prints the report).
+    pub html: Option<PathBuf>,
     /// How many slowest units the report lists.
     pub slowest: usize,
     /// No progress output.
@@ -79,6 +87,8 @@ pub struct ReportOptions {
     pub build: Option<String>,
     /// JUnit XML output.
     pub junit: Option<PathBuf>,
+    /// The HTML timeline.
+    pub html: Option<PathBuf>,
     /// Give up after this long.
     pub wait_timeout: Duration,
     /// A worker silent this long is gone.
@@ -131,7 +141,12 @@ fn shared_kind(url: &str, command: &'static str) -> Result<QueueKind, HopperErro
 /// the report; returns the exit code.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
-    let command = CommandTemplate::new(options.command.clone())?;
+    let tool = match &options.source {
+        UnitSource::Discover(kind) => Some(*kind),
+        _ => None,
+    };
+    let plan = ResultsPlan::resolve(options.results, options.batch_size, tool, options.command.clone())?;
+    let command = CommandTemplate::new(plan.command.clone())?;
     options.budgets.validate()?;
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
     let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
@@ -152,7 +167,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         },
         idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
         env: Vec::new(),
-        results: Arc::new(ExitCodeResults),
+        results: plan.results()?,
     };
     config.validate()?;
     let units = collect_units(&options.source).await?;
@@ -161,12 +176,18 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
 
     let observer: Arc<dyn RunObserver> =
         if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
-    let backend = connect(&kind, &options.backend).await?;
     let announce = Arc::clone(&observer);
     let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
+    let backend = tokio::select! {
+        backend = connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend)) => backend?,
+        _ = shutdown.cancelled() => return Err(HopperError::Interrupted),
+    };
     let queue = riding_out(&backend, options.outage_grace, notify, shutdown.clone());
     if backend.shared && options.junit.is_some() {
         observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
+    }
+    if backend.shared && options.html.is_some() {
+        observer.warn("--html is ignored with a shared queue: `hopper report --html FILE` writes it");
     }
     let units = match backend.timings.load().await {
         Ok(timings) => order_slowest_first(units, &timings),
@@ -191,16 +212,44 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         return Ok(exit::PASSED);
     }
     let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
-    finish_report(&report, options.junit.as_deref(), options.slowest)
+    let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
+    finish_report(&queue, &report, outputs, options.slowest).await
 }
 
-fn finish_report(report: &RunReport, junit: Option<&std::path::Path>, slowest: usize) -> Result<i32, HopperError> {
+/// The files a finished report writes.
+#[derive(Debug, Clone, Copy)]
+struct ReportOutputs<'a> {
+    junit: Option<&'a Path>,
+    html: Option<&'a Path>,
+}
+
+async fn finish_report(
+    queue: &Arc<dyn UnitQueue>,
+    report: &RunReport,
+    outputs: ReportOutputs<'_>,
+    slowest: usize,
+) -> Result<i32, HopperError> {
     print!("{}", report.render(slowest));
-    if let Some(path) = junit {
+    write_files(queue, report, outputs, slowest).await?;
+    Ok(report.exit_code())
+}
+
+async fn write_files(
+    queue: &Arc<dyn UnitQueue>,
+    report: &RunReport,
+    outputs: ReportOutputs<'_>,
+    slowest: usize,
+) -> Result<(), HopperError> {
+    if let Some(path) = outputs.junit {
         report.write_junit(path)?;
         println!("hopper: JUnit XML written to {}", path.display());
     }
-    Ok(report.exit_code())
+    if let Some(path) = outputs.html {
+        let timeline = Timeline::load(queue, &report.run).await?;
+        write_html(path, report, &timeline, slowest)?;
+        println!("hopper: HTML timeline written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// `hopper report`: waits for the build's end, prints the verdict, writes
@@ -208,36 +257,41 @@ fn finish_report(report: &RunReport, junit: Option<&std::path::Path>, slowest: u
 pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
     let kind = shared_kind(&options.queue, "report")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
-    let backend = connect(&kind, &options.backend).await?;
-    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
+    let notify = notify_on_stderr();
+    let backend =
+        connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
+            .await?;
+    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
     let wait = WaitOptions {
         wait_timeout: options.wait_timeout,
         worker_timeout: options.worker_timeout,
         appear_timeout: options.appear_timeout,
         poll: Duration::from_millis(250).min(options.worker_timeout / 4).max(Duration::from_millis(10)),
     };
+    let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     let waited = wait_for_end(&queue, &run_id, wait).await;
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
         if let Some(report) = RunReport::load(&queue, &run_id).await? {
             print!("{}", report.render(options.slowest));
-            if let Some(path) = options.junit.as_deref() {
-                report.write_junit(path)?;
-            }
+            write_files(&queue, &report, outputs, options.slowest).await?;
         }
         return Err(error);
     }
     waited?;
     let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
-    finish_report(&report, options.junit.as_deref(), options.slowest)
+    finish_report(&queue, &report, outputs, options.slowest).await
 }
 
 /// `hopper status`: prints a snapshot of the build.
 pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
     let kind = shared_kind(&options.queue, "status")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
-    let backend = connect(&kind, &options.backend).await?;
-    let queue = riding_out(&backend, options.outage_grace, notify_on_stderr(), CancellationToken::new());
+    let notify = notify_on_stderr();
+    let backend =
+        connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
+            .await?;
+    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
     print!("{}", status_text(&queue, &run_id).await?);
     Ok(exit::PASSED)
 }

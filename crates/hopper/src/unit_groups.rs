@@ -109,13 +109,3 @@ pub fn kill_all() {
         kill_group(*pgid, Signal::SIGKILL);
     }
 }
-
-/// How many unit groups are running.
-pub fn running() -> usize {
-    registry().lock().groups.len()
-}
-
-/// The reaper's process id, when it runs (for tests).
-pub fn reaper_pid() -> Option<u32> {
-    registry().lock().reaper.as_ref().map(|(child, _)| child.id())
-}

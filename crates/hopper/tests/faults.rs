@@ -275,3 +275,23 @@ fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
         assert!(!stderr.contains("no worker has started it"), "{stderr}");
     }
 }
+
+#[test]
+fn a_worker_started_while_redis_is_down_waits_for_it() {
+    let server = RedisServer::start().unwrap();
+    server.kill();
+    let build = Build::new(server.url(), "outage-start");
+    let mut suite = Suite::new();
+    suite.passing("a.sh").passing("b.sh");
+    let worker = build.worker(&suite, "w1", "30");
+    std::thread::sleep(Duration::from_secs(2));
+    server.restart().expect("redis-server starts on its port");
+    let (output, stdout, stderr) = finished("worker", worker);
+    assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("the queue is unreachable (connect:"), "{stderr}");
+    assert!(stderr.contains("the queue answers again"), "{stderr}");
+    let report = hopper(suite.path()).arg("report").args(build.args()).output().unwrap();
+    let (stdout, stderr) = texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("PASSED: 2 units, 2 passed"), "{stdout}");
+}

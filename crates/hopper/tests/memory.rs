@@ -129,7 +129,7 @@ fn batches_run_several_units_per_invocation() {
     // Each invocation appends one line with its arguments.
     let script = format!("echo \"$*\" >> '{}'", log.display());
     let output = hopper(suite.path())
-        .args(["run", "-j", "1", "--batch-size", "3", "--no-timings", "--units-from"])
+        .args(["run", "-j", "1", "--batch-size", "3", "--results", "exit-code", "--no-timings", "--units-from"])
         .arg(&list)
         .args(["--", "sh", "-c", &script, "batch", "{unit}"])
         .output()
@@ -200,13 +200,19 @@ fn bad_input_gives_one_line_errors_and_nothing_runs() {
     let out = hopper(suite.path()).args(["run", "--units-from", "missing.txt", "--", "sh"]).output().unwrap();
     assert_one_line_error(&out, "cannot read unit list missing.txt");
 
+    // An unreachable Redis is waited for (--outage-grace), said once, then the error.
     let out = hopper(suite.path())
-        .args(["run", "--queue", "redis://127.0.0.1:1", "--build", "b1", "--units-from"])
+        .args(["run", "--queue", "redis://127.0.0.1:1", "--build", "b1", "--outage-grace", "2", "--units-from"])
         .arg(&list)
         .args(["--", "sh", "{unit}"])
         .output()
         .unwrap();
-    assert_one_line_error(&out, "cannot reach Redis at redis://127.0.0.1:1");
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].contains("the queue is unreachable (connect: Connection refused"), "{stderr}");
+    assert!(lines[1].starts_with("hopper: error: cannot reach Redis at redis://127.0.0.1:1"), "{stderr}");
 
     let out = hopper(suite.path())
         .args(["run", "--queue", "redis://127.0.0.1:1", "--units-from"])

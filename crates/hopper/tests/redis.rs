@@ -106,6 +106,7 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
     suite.failing("f_fail.sh").flaky("g_flaky.sh").slow("h_slow.sh", 1.0).slow("i_slow.sh", 1.0);
     let list = suite.unit_list();
     let junit = suite.path().join("junit.xml");
+    let html = suite.path().join("timeline.html");
 
     let started = fifo_watch(&fifo, 1);
     let mut doomed = build.worker(&suite, &list, "doomed", &["--no-timings"]);
@@ -118,6 +119,8 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
         .args(build.args())
         .arg("--junit")
         .arg(&junit)
+        .arg("--html")
+        .arg(&html)
         .args(["--worker-timeout", "10", "--wait-timeout", "120"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -159,6 +162,31 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
     assert!(matches!(&cases[&victim], TestCaseStatus::Success { flaky_runs } if flaky_runs.is_empty()));
     let passed = cases.values().filter(|s| matches!(s, TestCaseStatus::Success { .. })).count();
     assert_eq!(passed, 8, "JUnit agrees with the report");
+
+    // The timeline: the killed worker's unit is a lost bar on its lane, and
+    // every attempt of the build is a bar (9 units, 2 retries, 1 lost).
+    let page = std::fs::read_to_string(&html).unwrap();
+    let json = page
+        .split("<script type=\"application/json\" id=\"timeline-data\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</script>").next())
+        .expect("the timeline's data block");
+    let data: serde_json::Value = serde_json::from_str(json).unwrap();
+    let lanes = data["lanes"].as_array().unwrap();
+    let kinds: Vec<&str> = data["kinds"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    let bars: Vec<(&str, &str, &str)> = data["bars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let lane = &lanes[b[0].as_u64().unwrap() as usize];
+            (lane["worker"].as_str().unwrap(), kinds[b[3].as_u64().unwrap() as usize], b[4].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(bars.len(), 12, "{bars:?}");
+    assert!(bars.contains(&("doomed", "lost", victim.as_str())), "{bars:?}");
+    assert_eq!(bars.iter().filter(|b| b.1 == "failed").count(), 1, "{bars:?}");
+    assert_eq!(bars.iter().filter(|b| b.1 == "flaky").count(), 1, "{bars:?}");
 }
 
 #[test]

@@ -107,6 +107,7 @@ fn a_build_and_its_report_run_over_rediss() {
     let (_, stderr) = texts(&untrusted);
     assert_eq!(untrusted.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("cannot reach Redis at {url}")) && stderr.contains("certificate"), "{stderr}");
+    assert!(!stderr.contains("retrying"), "waiting cannot mend a certificate: {stderr}");
 
     let worker = hopper(suite.path())
         .env("SSL_CERT_FILE", &certs.ca)

@@ -118,6 +118,27 @@ pub enum ConnectError {
     },
 }
 
+impl ConnectError {
+    /// Whether trying again later may succeed: the server refused, dropped
+    /// or did not answer the connection, as a restarting server does. A bad
+    /// URL, a refused certificate or a failed login will not mend.
+    pub fn may_come_back(&self) -> bool {
+        match self {
+            ConnectError::Connect { source, .. } => may_come_back(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a Redis error says the server may answer later: a refused,
+/// dropped or timed-out connection, or a server still loading its data.
+pub fn may_come_back(error: &redis::RedisError) -> bool {
+    error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

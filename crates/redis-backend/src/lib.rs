@@ -58,6 +58,6 @@ mod timings;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 
-pub use config::{ConnectError, RedisConfig, DEFAULT_PREFIX};
+pub use config::{may_come_back, ConnectError, RedisConfig, DEFAULT_PREFIX};
 pub use reply::ReplyError;
 pub use store::RedisStore;

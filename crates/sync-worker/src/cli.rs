@@ -25,7 +25,7 @@ use crate::{reconcile, wiring, Config, Coordinator, Deps};
 #[derive(Parser, Debug)]
 #[command(name = "sync-worker", version, about = "Owns a fair share of the live IMAP accounts and keeps them synced")]
 pub struct Cli {
-    /// This worker's id (default: <hostname>-<pid>-<random>).
+    /// This worker's id (default: `<hostname>-<pid>-<random>`).
     #[arg(long, env = "WORKER_ID", global = true)]
     worker_id: Option<String>,
     /// Log filter (tracing-subscriber syntax).
@@ -40,6 +40,10 @@ pub struct Cli {
 enum Command {
     /// Run the sync engine: own a fair share of the accounts and sync them.
     Worker,
+    /// Run the API, the console and a worker in one process (LISTEN, default 127.0.0.1:8080).
+    Serve,
+    /// Run the API and the console alone (scale-out: next to `worker`s, on Redis and Postgres).
+    Api,
     /// Manage users.
     #[command(subcommand)]
     User(UserCommand),
@@ -110,6 +114,8 @@ pub async fn run() -> anyhow::Result<()> {
     let config = Config::from_env().context("invalid configuration")?;
     match cli.command.unwrap_or(Command::Worker) {
         Command::Worker => worker(cli.worker_id, config).await,
+        Command::Serve => api(Some(worker_id(cli.worker_id.as_deref(), &config)?), config).await,
+        Command::Api => api(None, config).await,
         Command::User(UserCommand::Add { email }) => {
             let storage = open_storage().await?;
             let user = storage.add_user(&email).await?;
@@ -134,7 +140,9 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
         Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID")?,
         None => leasehold_core::WorkerId::for_this_process(),
     };
-    let storage = open_storage().await?;
+    // New mail reaches the API processes' WebSockets through the event bus.
+    let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
+    let storage = open_storage().await?.with_events(bus);
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     if config.redis_url.is_none() {
         // The in-memory lease store restarts its fencing tokens at 1 with the
@@ -163,6 +171,45 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
             Ok(())
         }
         Some(r) => r.context("the coordinator ended unexpectedly"),
+    }
+}
+
+fn worker_id(flag: Option<&str>, config: &Config) -> anyhow::Result<WorkerId> {
+    match flag.or(config.worker_id.as_ref().map(WorkerId::as_str)) {
+        Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID"),
+        None => Ok(WorkerId::for_this_process()),
+    }
+}
+
+/// `serve` (with a worker) and `api` (without).
+async fn api(worker: Option<WorkerId>, config: Config) -> anyhow::Result<()> {
+    let settings = crate::api::ApiSettings::from_env(&config).context("invalid configuration")?;
+    let storage = open_storage().await?;
+    let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
+    let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
+    if worker.is_some() && config.redis_url.is_none() {
+        // As for `worker`: the in-memory store's tokens restart at 1.
+        storage.reset_fences().await?;
+    }
+    if worker.is_none() && config.redis_url.is_none() {
+        tracing::warn!("`api` on the in-memory backend sees no worker: use `serve`, or set REDIS_URL");
+    }
+    tracing::info!(backend = %wiring::backend_name(&config), database = ?storage.kind(), "starting the API");
+    let parts = crate::api::process::Parts { storage: storage.clone(), store, bus, config, settings };
+    let mut running = crate::api::process::start(parts, worker).await?;
+    println!("sync-worker API on http://{}/", running.addr());
+    let ended = tokio::select! {
+        r = shutdown_signal() => { r?; None }
+        r = running.finished() => Some(r),
+    };
+    match ended {
+        None => {
+            tracing::info!("shutdown signal: stopping the API and releasing leases");
+            running.shutdown().await?;
+            storage.close().await;
+            Ok(())
+        }
+        Some(r) => r,
     }
 }
 

@@ -1,7 +1,7 @@
 //! # sync-worker
 //!
-//! Keeps many users' IMAP accounts synced. This crate holds the part that
-//! decides **who syncs which account and how hard**:
+//! Keeps many users' IMAP accounts synced into SQL: who syncs which account
+//! and how hard, the IMAP engine, the storage, and the operator CLI.
 //!
 //! * [`coordinator`]: workers own accounts through leases
 //!   ([`leasehold_core::LeaseStore`]): a fair share each, renewed every third
@@ -17,19 +17,27 @@
 //!   folders and messages, every write of an owned account fenced by the
 //!   lease's token; [`secret`] encrypts the IMAP passwords in it.
 //! * [`directory`]: account -> user.
+//! * [`reconcile`]: the live set follows the accounts table.
+//! * [`cli`]: the `sync-worker` command line (worker and operator commands).
 //! * [`config`]: settings from the environment.
 //! * [`wiring`]: the one place that turns `REDIS_URL` into a backend.
+//! * `testing` (feature `test-support`): private Dovecot and Postgres
+//!   servers and realistic mail for tests and benchmarks.
+//! * [`api`]: the HTTP + WebSocket API and the console; [`events`]: how
+//!   the engine's writes reach its WebSockets.
 //!
 //! The coordinator and runner depend only on the core traits
 //! (`Arc<dyn LeaseStore>`), so they run unchanged on the in-memory backend
 //! and on Redis.
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod directory;
 pub mod errors;
+pub mod events;
 pub mod imap;
 pub mod reconcile;
 pub mod runner;

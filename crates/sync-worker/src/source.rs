@@ -1,5 +1,5 @@
-//! The mail source: what the runner drives. The IMAP engine implements it in a
-//! later issue; [`crate::scripted::ScriptedSource`] is the in-process stand-in
+//! The mail source: what the runner drives. [`crate::imap::ImapSource`] is the
+//! real one; `scripted::ScriptedSource` (feature `test-support`) the in-process stand-in
 //! for tests and benchmarks.
 
 use std::fmt;

@@ -246,8 +246,12 @@ fn worker_syncs_and_resumes_after_a_kill(pg: bool, tag: &str) {
     e.ok(&["user", "add", "--email", "carol@example.org"], "");
     let out = e.add_account(PASSWORD);
     let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let msgs: Vec<Vec<u8>> = (0..3000).map(|i| mail_gen::message(42, i).raw).collect();
-    e.dovecot.append_many(USER, "INBOX", msgs.iter().map(|m| m.as_slice())).unwrap();
+    for slice in 0..6 {
+        let msgs: Vec<Vec<u8>> = (slice * 500..(slice + 1) * 500).map(|i| mail_gen::message(42, i).raw).collect();
+        e.dovecot
+            .append_many(USER, "INBOX", msgs.iter().map(|m| m.as_slice()))
+            .unwrap_or_else(|err| panic!("append: {err}"));
+    }
     let spawn = || {
         e.cmd(&["worker"])
             .env("POLL_WARM", "1")

@@ -354,37 +354,26 @@ fn the_proxy_records_every_command_and_can_cut_connections() {
 
 #[test]
 fn a_database_left_by_a_killed_process_is_dropped_by_the_next() {
-    // A process that dies without running Drop: its database stays behind.
+    // A process that dies without running Drop leaves its database behind.
     let leftover = format!("lh_harness_leftover_{}_0_0", dead_pid());
-    let server = Postgres::fresh("harness_probe").unwrap_or_else(|e| panic!("{e}"));
-    server.execute(&format!("CREATE DATABASE \"{leftover}\"")).expect("create the leftover");
-    let exists = format!("SELECT count(*) FROM pg_database WHERE datname = '{leftover}'");
-    assert_eq!(server.query_one(&exists).expect("catalog"), "1");
-
-    // The cleanup runs once per process and server: this test's private server is new to it.
-    let own = PostgresServer::start().unwrap_or_else(|e| panic!("{e}"));
-    let probe = own.fresh_database("probe").expect("fresh");
-    probe.execute(&format!("CREATE DATABASE \"{leftover}\"")).expect("create the leftover on it");
     let live = format!("lh_harness_live_{}_0_0", std::process::id());
-    probe.execute(&format!("CREATE DATABASE \"{live}\"")).expect("a live process's database");
-    drop(probe);
-    let next = own.fresh_database("next").expect("fresh again");
-    assert_eq!(next.query_one(&exists).expect("catalog"), "1", "the cleanup ran only once for this server");
+    let db = Postgres::fresh("harness_probe").unwrap_or_else(|e| panic!("{e}"));
+    db.execute(&format!("CREATE DATABASE \"{leftover}\"")).expect("create the leftover");
+    db.execute(&format!("CREATE DATABASE \"{live}\"")).expect("a live process's database");
+    let exists = |name: &str| db.query_one(&format!("SELECT count(*) FROM pg_database WHERE datname = '{name}'"));
+    assert_eq!(exists(&leftover).expect("catalog"), "1");
 
-    // A new process (the harness itself, run in a child) cleans up on first use.
+    // A new process (this test binary, running one other test) cleans up at its first database.
     let status = std::process::Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", "unique_names_are_unique_and_plain", "--quiet"])
-        .env("TEST_POSTGRES_URL", own.url())
         .env("HARNESS_CHILD_USES_POSTGRES", "1")
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run a child test process");
     assert!(status.success());
-    assert_eq!(next.query_one(&exists).expect("catalog"), "0", "the dead process's database is dropped");
-    let live_exists = format!("SELECT count(*) FROM pg_database WHERE datname = '{live}'");
-    assert_eq!(next.query_one(&live_exists).expect("catalog"), "1", "a live process's database is kept");
-    next.execute(&format!("DROP DATABASE \"{live}\"")).expect("clean up");
-    server.execute(&format!("DROP DATABASE \"{leftover}\"")).expect("clean up the machine's server");
+    assert_eq!(exists(&leftover).expect("catalog"), "0", "the dead process's database is dropped");
+    assert_eq!(exists(&live).expect("catalog"), "1", "a live process's database is kept");
+    db.execute(&format!("DROP DATABASE \"{live}\"")).expect("clean up");
 }
 
 /// A pid no process has: one past the kernel's limit.

@@ -147,6 +147,8 @@ both_databases!(
     mail_between_fetch_and_idle_is_not_missed,
     hot_account_sees_new_mail_within_2s,
     wrong_password_sets_last_error_without_a_storm,
+    idle_has_a_hard_deadline_and_notices_a_dead_connection,
+    a_failing_folder_does_not_stop_the_others,
 );
 
 async fn initial_sync_stores_mail_and_finds_special_folders(pg: bool, tag: &str) {
@@ -232,7 +234,12 @@ async fn expunges_are_reflected_including_500_at_once(pg: bool, tag: &str) {
     conn.poll(Scope::Inbox).await.expect("poll");
     assert!(!w.rows("INBOX").await.iter().any(|(u, _)| *u == 7));
     w.dovecot.expunge(USER, "INBOX", &["uid", "1:501"]).expect("mass expunge");
+    drop(conn);
+    let source = w.source();
+    let mut conn = source.connect(&w.fence(1)).await.expect("connect");
     conn.poll(Scope::Inbox).await.expect("poll");
+    // Dovecot offers QRESYNC: VANISHED named the expunges, no UID SEARCH ALL diff was needed.
+    assert_eq!(source.commands().get("UID SEARCH"), Some(&1), "{:?}", source.commands());
     let rows = w.rows("INBOX").await;
     assert_eq!(rows.len() as u32, w.server_count("INBOX"));
     assert_eq!(rows.len(), 99);
@@ -427,4 +434,58 @@ async fn wrong_password_sets_last_error_without_a_storm(pg: bool, tag: &str) {
     let failures = log.matches("auth failed").count().max(log.matches("Authentication failed").count());
     // One for the direct connect, at most one each for the watch and the periodic poll.
     assert!((1..=3).contains(&failures), "{failures} failed logins in 4 s:\n{}", w.dovecot.log_tail());
+}
+
+async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let settings = ImapSettings {
+        idle_deadline: Duration::from_secs(1),
+        idle_silence: Duration::from_millis(300),
+        ..ImapSettings::default()
+    };
+    let source = ImapSource::new(w.storage.clone(), settings);
+    let mut conn = source.connect(&w.fence(1)).await.expect("connect");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    // No mail: the wait ends by itself at the deadline, the connection alive.
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), conn.wait_new_mail()).await.expect("no hard deadline").expect("wait");
+    assert!(started.elapsed() >= Duration::from_millis(300), "IDLE ended at once");
+    conn.poll(Scope::Inbox).await.expect("the connection survived the re-issue");
+    assert!(source.commands().get("IDLE").is_some_and(|n| *n >= 1), "{:?}", source.commands());
+    // The server side dies during IDLE: the wait fails soon, it does not hang
+    // (deadlines far away, so only the dead connection can end it).
+    let long = ImapSettings {
+        idle_deadline: Duration::from_secs(120),
+        idle_silence: Duration::from_secs(120),
+        ..ImapSettings::default()
+    };
+    let mut conn = ImapSource::new(w.storage.clone(), long).connect(&w.fence(1)).await.expect("connect");
+    conn.poll(Scope::Inbox).await.expect("poll");
+    let waiter = tokio::spawn(async move { conn.wait_new_mail().await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the wait ended without mail, deadline or failure");
+    w.dovecot.kill_imap_processes(USER).expect("kill");
+    let r =
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("a dead connection went unnoticed").unwrap();
+    assert!(r.is_err(), "a wait on a dead connection succeeded");
+}
+
+async fn a_failing_folder_does_not_stop_the_others(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::All).await.expect("poll");
+    // Archive becomes unreadable to the server (it answers NO); mail arrives in the others.
+    use std::os::unix::fs::PermissionsExt;
+    let archive = w.dovecot.dir().join("home").join(USER).join("Maildir").join(".Archive");
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o000)).expect("chmod Archive");
+    w.append("INBOX", 2, 20);
+    w.append("Trash", 1, 21);
+    let report = conn.poll(Scope::All).await.expect("a refused folder failed the whole poll");
+    assert_eq!(report.new_messages, 3);
+    assert_eq!(w.rows("INBOX").await.len(), 2);
+    assert_eq!(w.rows("Trash").await.len(), 1);
+    let e = w.last_error().await.expect("the refused folder is reported");
+    assert!(e.contains("Archive"), "{e}");
+    // The connection is still usable.
+    conn.poll(Scope::Inbox).await.expect("poll after the refusal");
 }

@@ -75,25 +75,71 @@ pub struct Folder {
 /// The special folders among a LIST answer: by attribute first, then (for
 /// roles no folder carries) by usual name. Unselectable names are skipped.
 pub fn special_folders(names: &[Name]) -> Vec<Folder> {
-    let selectable: Vec<&Name> =
-        names.iter().filter(|n| !n.attributes().iter().any(|a| matches!(a, NameAttribute::NoSelect))).collect();
+    let listed: Vec<(&str, &[NameAttribute<'_>])> = names.iter().map(|n| (n.name(), n.attributes())).collect();
+    special_folders_of(&listed)
+}
+
+/// [`special_folders`] over `(name, attributes)` pairs.
+pub fn special_folders_of(names: &[(&str, &[NameAttribute<'_>])]) -> Vec<Folder> {
+    let selectable: Vec<&(&str, &[NameAttribute<'_>])> =
+        names.iter().filter(|(_, attrs)| !attrs.iter().any(|a| matches!(a, NameAttribute::NoSelect))).collect();
     let mut found: Vec<Folder> = Vec::new();
     for role in Role::ALL {
-        let by_attr = selectable.iter().find(|n| n.attributes().iter().any(|a| Role::of_attribute(a) == Some(role)));
+        let by_attr = selectable.iter().find(|(_, attrs)| attrs.iter().any(|a| Role::of_attribute(a) == Some(role)));
         let by_name = || {
-            selectable.iter().find(|n| {
-                let lower = n.name().to_lowercase();
-                let bare =
-                    lower.strip_prefix("inbox.").or_else(|| lower.strip_prefix("inbox/")).unwrap_or(&lower).to_string();
-                role.usual_names().contains(&bare.as_str())
+            selectable.iter().find(|(name, _)| {
+                let lower = name.to_lowercase();
+                let bare = lower.strip_prefix("inbox.").or_else(|| lower.strip_prefix("inbox/")).unwrap_or(&lower);
+                role.usual_names().contains(&bare)
             })
         };
-        if let Some(n) = by_attr.or_else(by_name) {
-            if n.name().eq_ignore_ascii_case("INBOX") || found.iter().any(|f| f.name == n.name()) {
+        if let Some((name, _)) = by_attr.or_else(by_name) {
+            if name.eq_ignore_ascii_case("INBOX") || found.iter().any(|f| f.name == *name) {
                 continue;
             }
-            found.push(Folder { name: n.name().to_string(), role: Some(role) });
+            found.push(Folder { name: name.to_string(), role: Some(role) });
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roles(found: &[Folder]) -> Vec<(&str, Role)> {
+        found.iter().map(|f| (f.name.as_str(), f.role.expect("a role"))).collect()
+    }
+
+    #[test]
+    fn attributes_win_over_names() {
+        let sent = [NameAttribute::Sent];
+        let none: [NameAttribute<'_>; 0] = [];
+        let found = special_folders_of(&[("INBOX", &none), ("Sent", &none), ("Gesendet", &sent), ("Trash", &none)]);
+        assert_eq!(roles(&found), vec![("Gesendet", Role::Sent), ("Trash", Role::Trash)]);
+    }
+
+    #[test]
+    fn usual_names_are_the_fallback_with_or_without_an_inbox_prefix() {
+        let none: [NameAttribute<'_>; 0] = [];
+        let noselect = [NameAttribute::NoSelect];
+        let found = special_folders_of(&[
+            ("INBOX", &none),
+            ("INBOX.Sent Items", &none),
+            ("Drafts", &noselect),
+            ("INBOX/Spam", &none),
+            ("Deleted Messages", &none),
+            ("Archive", &none),
+            ("Projects", &none),
+        ]);
+        assert_eq!(
+            roles(&found),
+            vec![
+                ("INBOX.Sent Items", Role::Sent),
+                ("Archive", Role::Archive),
+                ("INBOX/Spam", Role::Junk),
+                ("Deleted Messages", Role::Trash)
+            ]
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! servers, on async-imap (tokio) with tokio-rustls, writing into
 //! [`Storage`] under the lease's fence.
 //!
-//! **Per folder, incrementally** ([`sync`]): a STATUS first; when UIDNEXT,
+//! **Per folder, incrementally**: a STATUS first; when UIDNEXT,
 //! UIDVALIDITY and HIGHESTMODSEQ (CONDSTORE servers) are what storage holds,
 //! nothing else is sent, no FETCH at all. Otherwise SELECT, then:
 //! * a changed UIDVALIDITY deletes the folder's rows and starts it over;
@@ -12,9 +12,10 @@
 //!   only updates flags (the key is account + folder + UIDVALIDITY + UID);
 //! * flag changes: `CHANGEDSINCE` the stored HIGHESTMODSEQ on CONDSTORE
 //!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages;
-//! * expunges: when storage holds more messages below the SELECT's UIDNEXT
-//!   than the server's EXISTS, a `UID SEARCH ALL` diff deletes the missing
-//!   ones (QRESYNC `VANISHED` is not used yet);
+//! * expunges: QRESYNC servers name them (`CHANGEDSINCE ... VANISHED`, in
+//!   the same FETCH as the flag changes); then, on every server, when storage
+//!   still holds more messages below the SELECT's UIDNEXT than the server's
+//!   EXISTS, a `UID SEARCH ALL` diff deletes the missing ones;
 //! * HIGHESTMODSEQ and UIDNEXT are stored last, once everything they cover is
 //!   committed.
 //!
@@ -44,7 +45,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
-pub use folders::{special_folders, Folder, Role};
+pub use folders::{special_folders, special_folders_of, Folder, Role};
 
 use crate::config::Config;
 use crate::errors::SourceError;

@@ -23,6 +23,7 @@ const INBOX: &str = "INBOX";
 #[derive(Debug, Clone, Copy, Default)]
 struct Caps {
     condstore: bool,
+    qresync: bool,
     idle: bool,
 }
 
@@ -101,7 +102,17 @@ impl Connection {
             selected: None,
         };
         let caps = imap!(conn, "CAPABILITY", |s| s.capabilities()).map_err(FolderFailure::into_error)?;
-        conn.caps = Caps { condstore: caps.has_str("CONDSTORE"), idle: caps.has_str("IDLE") };
+        conn.caps =
+            Caps { condstore: caps.has_str("CONDSTORE"), qresync: caps.has_str("QRESYNC"), idle: caps.has_str("IDLE") };
+        if conn.caps.qresync {
+            // RFC 7162: VANISHED answers are only sent once QRESYNC is enabled.
+            if imap!(conn, "ENABLE QRESYNC", |s| s.run_command_and_check_ok("ENABLE QRESYNC")).is_err() {
+                conn.caps.qresync = false;
+                if conn.session.is_none() {
+                    return Err(conn.io("ENABLE QRESYNC", "the connection was lost".into()));
+                }
+            }
+        }
         Ok(conn)
     }
 
@@ -289,8 +300,9 @@ impl Connection {
         if old_last == 0 {
             return Ok(());
         }
+        let vanished = if self.caps.qresync { " VANISHED" } else { "" };
         let query = match (self.caps.condstore, state.highestmodseq) {
-            (true, Some(modseq)) => Some(format!("(UID FLAGS) (CHANGEDSINCE {modseq})")),
+            (true, Some(modseq)) => Some(format!("(UID FLAGS) (CHANGEDSINCE {modseq}{vanished})")),
             // A first sync that was interrupted: its flags may have moved since.
             (true, None) => None,
             (false, _) => None,
@@ -321,14 +333,39 @@ impl Connection {
         };
         let changes: Vec<(u32, String)> =
             fetched.iter().filter_map(|f| f.uid.filter(|u| *u <= old_last).map(|u| (u, flags_of(f)))).collect();
-        if changes.is_empty() {
+        let gone = self.take_vanished(old_last);
+        if changes.is_empty() && gone.is_empty() {
             return Ok(());
         }
         let mut tx = self.write().await?;
         let n = tx.set_flags(name, state.uidvalidity, &changes).await.map_err(|e| self.store_err(e))?;
+        let expunged = tx.delete_uids(name, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
         tx.commit().await.map_err(|e| self.store_err(e))?;
-        tracing::debug!(account = %self.fence.account, folder = name, changed = n, "flags updated");
+        tracing::debug!(account = %self.fence.account, folder = name, changed = n, expunged, "flags and VANISHED applied");
         Ok(())
+    }
+
+    /// The UIDs (up to `up_to`) of the `VANISHED (EARLIER)` answers the last
+    /// command left in async-imap's unsolicited channel. That channel drops
+    /// what does not fit, so this is a fast path only: the EXISTS count check
+    /// of [`Connection::sync_expunges`] catches anything missed.
+    fn take_vanished(&mut self, up_to: u32) -> Vec<u32> {
+        use async_imap::imap_proto::Response;
+        use async_imap::types::UnsolicitedResponse;
+        let Some(session) = self.session.as_mut() else { return Vec::new() };
+        let mut gone = Vec::new();
+        while let Ok(r) = session.unsolicited_responses.try_recv() {
+            if let UnsolicitedResponse::Other(data) = r {
+                if let Response::Vanished { uids, .. } = data.parsed() {
+                    for range in uids {
+                        gone.extend(range.clone().filter(|u| *u <= up_to));
+                    }
+                }
+            }
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        gone
     }
 
     /// Deletes stored messages the server no longer has. Storage holding no

@@ -5,6 +5,7 @@ use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::{Any, Row, Transaction};
 
 use super::{now_ms, query_err, Storage, StorageError};
+use crate::events::{MailEvent, MailEventKind, MailEventSink};
 use crate::source::Fence;
 
 /// Rows per multi-row INSERT: 13 columns each stays far below SQLite's and
@@ -152,7 +153,7 @@ impl Storage {
                 }
             });
         }
-        Ok(FencedTx { tx, account: a.to_string() })
+        Ok(FencedTx { tx, account: a.to_string(), events: self.events.clone(), pending: Vec::new() })
     }
 }
 
@@ -163,6 +164,9 @@ impl Storage {
 pub struct FencedTx {
     tx: Transaction<'static, Any>,
     account: String,
+    events: Option<std::sync::Arc<dyn MailEventSink>>,
+    /// What this transaction did to which message, announced after the commit.
+    pending: Vec<(MailEventKind, String, u32, u32)>,
 }
 
 impl FencedTx {
@@ -251,6 +255,7 @@ impl FencedTx {
                 .await
                 .map_err(query_err(format!("insert messages into {}/{folder}", self.account)))?;
         }
+        self.announce(MailEventKind::New, folder, uidvalidity, rows.iter().map(|r| r.uid));
         Ok(())
     }
 
@@ -275,7 +280,7 @@ impl FencedTx {
     ) -> Result<u64, StorageError> {
         let mut changed = 0;
         for (uid, f) in flags {
-            changed += sqlx::query(
+            let n = sqlx::query(
                 "UPDATE messages SET flags = $1 WHERE account_id = $2 AND folder = $3 AND uidvalidity = $4 \
                  AND uid = $5 AND flags <> $1",
             )
@@ -288,6 +293,10 @@ impl FencedTx {
             .await
             .map_err(query_err(format!("update flags in {}/{folder}", self.account)))?
             .rows_affected();
+            if n > 0 {
+                self.announce(MailEventKind::Updated, folder, uidvalidity, [*uid]);
+            }
+            changed += n;
         }
         Ok(changed)
     }
@@ -313,6 +322,7 @@ impl FencedTx {
                 .map_err(query_err(format!("delete expunged messages of {}/{folder}", self.account)))?
                 .rows_affected();
         }
+        self.announce(MailEventKind::Deleted, folder, uidvalidity, uids.iter().copied());
         Ok(gone)
     }
 
@@ -350,9 +360,44 @@ impl FencedTx {
         Ok(())
     }
 
-    /// Commits everything written through this transaction.
-    pub async fn commit(self) -> Result<(), StorageError> {
+    fn announce(&mut self, kind: MailEventKind, folder: &str, uidvalidity: u32, uids: impl IntoIterator<Item = u32>) {
+        if self.events.is_some() {
+            self.pending.extend(uids.into_iter().map(|uid| (kind, folder.to_string(), uidvalidity, uid)));
+        }
+    }
+
+    /// Commits everything written through this transaction, then announces
+    /// its messages to the storage's event sink, if it has one.
+    pub async fn commit(mut self) -> Result<(), StorageError> {
         let a = self.account;
-        self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))
+        let announce = match self.events.take() {
+            Some(sink) if !self.pending.is_empty() => {
+                let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
+                    .bind(&a)
+                    .fetch_one(&mut *self.tx)
+                    .await
+                    .map_err(query_err(format!("read the user of {a}")))?;
+                let user: String = row.try_get(0).map_err(query_err(format!("read the user of {a}")))?;
+                Some((sink, user))
+            }
+            _ => None,
+        };
+        self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))?;
+        if let Some((sink, user)) = announce {
+            let events = self
+                .pending
+                .into_iter()
+                .map(|(kind, folder, uidvalidity, uid)| MailEvent {
+                    user: user.clone(),
+                    account: a.clone(),
+                    kind,
+                    folder,
+                    uidvalidity,
+                    uid,
+                })
+                .collect();
+            sink.publish(events);
+        }
+        Ok(())
     }
 }

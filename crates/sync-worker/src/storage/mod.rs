@@ -19,6 +19,7 @@
 //! between the check and the commit.
 
 mod accounts;
+mod api;
 mod mail;
 
 use std::str::FromStr;
@@ -29,9 +30,11 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
 pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
+pub use api::{FolderInfo, MessageDetail, MessageKey, MessageSummary, SessionRecord};
 pub use mail::{FencedTx, FolderState, MessageRow};
 
 use crate::config::redact_url;
+use crate::events::MailEventSink;
 use crate::secret::{SecretError, SecretKey};
 
 /// Which database a [`Storage`] talks to.
@@ -129,6 +132,8 @@ pub struct Storage {
     pool: AnyPool,
     kind: DbKind,
     secret: SecretKey,
+    /// Where committed writes announce their messages (the API's event bus).
+    events: Option<std::sync::Arc<dyn MailEventSink>>,
 }
 
 /// The database used when `DATABASE_URL` is unset: a SQLite file in the
@@ -161,7 +166,14 @@ impl Storage {
             .run(&pool)
             .await
             .map_err(|source| StorageError::Migrate { url: shown, source })?;
-        Ok(Self { pool, kind, secret })
+        Ok(Self { pool, kind, secret, events: None })
+    }
+
+    /// This storage, announcing every committed message write to `events`
+    /// (see [`crate::events`]).
+    pub fn with_events(mut self, events: std::sync::Arc<dyn MailEventSink>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// Which database this is.

@@ -393,6 +393,29 @@ mod tests {
     }
 
     #[test]
+    fn a_real_parser_reads_back_what_went_in() {
+        for m in MailGen::new(5).take(120) {
+            use mail_parser::MimeHeaders;
+            let parsed = mail_parser::MessageParser::default().parse(&m.raw).expect("a parsable message");
+            assert_eq!(parsed.subject(), Some(m.subject.as_str()), "{}", m.message_id);
+            assert_eq!(parsed.message_id(), Some(m.message_id.as_str()));
+            assert_eq!(parsed.date().map(|d| d.to_timestamp()), Some(m.date));
+            let from = parsed.from().and_then(|a| a.first()).and_then(|a| a.address());
+            assert_eq!(from, Some(m.from.as_str()));
+            let names: Vec<String> =
+                parsed.attachments().filter_map(|a| a.attachment_name().map(str::to_owned)).collect();
+            assert_eq!(names, m.attachments, "{}", m.message_id);
+            let text = parsed.body_text(0).expect("a text body");
+            assert!(text.split_whitespace().count() > 20, "a text body of words: {text:.80}");
+            let has_html = parsed
+                .parts
+                .iter()
+                .any(|p| p.content_type().is_some_and(|c| c.ctype() == "text" && c.subtype() == Some("html")));
+            assert_eq!(has_html, m.shape != Shape::Plain, "{:?} {}", m.shape, m.message_id);
+        }
+    }
+
+    #[test]
     fn headers_are_real_and_non_ascii_is_encoded() {
         let mut saw_encoded = false;
         for m in MailGen::new(1).take(50) {

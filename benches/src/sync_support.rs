@@ -1,0 +1,98 @@
+//! What the IMAP sync benchmarks share: a private Dovecot, a storage (a
+//! SQLite file in a temp dir, or Postgres when `DATABASE_URL` is a
+//! `postgres://` URL), accounts in it, and the process's memory figures.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use leasehold_core::{FencingToken, LeaseKey, WorkerId};
+use sync_worker::secret::SecretKey;
+use sync_worker::storage::{Email, NewAccount, Security, Storage};
+use sync_worker::testing::{mail_gen, Dovecot};
+use sync_worker::Fence;
+
+pub struct World {
+    pub dovecot: Dovecot,
+    pub storage: Storage,
+    pub database: String,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn world() -> Result<World> {
+    let dovecot = Dovecot::start().context("start Dovecot")?;
+    let dir = tempfile::tempdir()?;
+    let url = match std::env::var("DATABASE_URL") {
+        Ok(u) if u.starts_with("postgres") => u,
+        _ => format!("sqlite://{}?mode=rwc", dir.path().join("bench.db").display()),
+    };
+    let storage = Storage::open(&url, SecretKey::generate()).await.context("open the storage")?;
+    let database = format!("{:?}", storage.kind()).to_lowercase();
+    Ok(World { dovecot, storage, database, _dir: dir })
+}
+
+impl World {
+    /// A Dovecot user and its account (password `pw`).
+    pub async fn account(&self, user: &str) -> Result<LeaseKey> {
+        self.dovecot.add_user(user, "pw")?;
+        let email: Email = format!("{user}@example.org").parse()?;
+        let u = self.storage.add_user(&email).await?;
+        Ok(self
+            .storage
+            .add_account(&NewAccount {
+                user: u.id,
+                host: self.dovecot.host().to_string(),
+                port: self.dovecot.port(),
+                security: Security::Plain,
+                username: user.to_string(),
+                password: "pw".into(),
+            })
+            .await?)
+    }
+
+    /// Appends `n` realistic messages (seed `seed`) in slices, so the
+    /// generator never holds the whole mailbox in memory.
+    pub fn fill(&self, user: &str, folder: &str, n: u64, seed: u64) -> Result<()> {
+        let mut i = 0;
+        while i < n {
+            let end = (i + 500).min(n);
+            let msgs: Vec<Vec<u8>> = (i..end).map(|k| mail_gen::message(seed, k).raw).collect();
+            self.dovecot.append_many(user, folder, msgs.iter().map(|m| m.as_slice()))?;
+            i = end;
+        }
+        Ok(())
+    }
+}
+
+pub fn fence(account: &LeaseKey) -> Fence {
+    Fence { account: account.clone(), worker: WorkerId::new("bench").expect("id"), token: FencingToken(1) }
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Resident memory now, KiB.
+pub fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// Peak resident memory since the last [`reset_peak`], KiB.
+pub fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+/// Restarts the peak (`/proc/self/clear_refs`, "5").
+pub fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+pub fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}

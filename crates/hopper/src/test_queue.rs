@@ -1,0 +1,150 @@
+//! A test double: a memory queue with injected transport failures, lost
+//! replies and slow answers.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::AbandonReply;
+use leasehold_core::{
+    Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
+    LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
+    ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+};
+use leasehold_mem::MemoryStore;
+use parking_lot::Mutex;
+
+/// A queue whose `progress` fails in transport `failures` times, then
+/// answers from a memory store, and whose reserves lose their reply
+/// (after the store ran them) `lost_reserves` times.
+pub(crate) struct Flaky {
+    pub(crate) store: MemoryStore,
+    pub(crate) failures: AtomicU32,
+    pub(crate) calls: AtomicU32,
+    pub(crate) lost_reserves: AtomicU32,
+    /// Finalizes that lose their reply (after the store applied them).
+    pub(crate) lost_finalizes: AtomicU32,
+    /// How long each `progress` call takes.
+    pub(crate) progress_delay: Mutex<Duration>,
+}
+
+impl Flaky {
+    fn lose_reply<T>(&self, run: &RunId, reply: Result<T, QueueError>) -> Result<T, QueueError> {
+        if self.lost_reserves.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            return Err(QueueError::backend("reserve", run, io));
+        }
+        reply
+    }
+}
+
+#[async_trait]
+impl UnitQueue for Flaky {
+    async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
+        self.store.initialize(spec).await
+    }
+    async fn reserve(&self, r: &RunId, w: &WorkerId, t: leasehold_core::Ttl) -> Result<ReserveReply, QueueError> {
+        let reply = self.store.reserve(r, w, t).await;
+        self.lose_reply(r, reply)
+    }
+    async fn reserve_batch(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        max: std::num::NonZeroUsize,
+        t: leasehold_core::Ttl,
+    ) -> Result<ReserveBatch, QueueError> {
+        let reply = self.store.reserve_batch(r, w, max, t).await;
+        self.lose_reply(r, reply)
+    }
+    async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {
+        self.store.heartbeat(r, w, d).await
+    }
+    async fn finalize(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        d: &Delivery,
+        q: &FinalizeRequest,
+    ) -> Result<FinalizeReply, QueueError> {
+        let reply = self.store.finalize(r, w, d, q).await;
+        if self.lost_finalizes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            return Err(QueueError::backend("finalize", r, io));
+        }
+        reply
+    }
+    async fn requeue(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        d: &Delivery,
+        q: &RequeueRequest,
+    ) -> Result<RequeueReply, QueueError> {
+        self.store.requeue(r, w, d, q).await
+    }
+    async fn abandon(&self, r: &RunId, w: &WorkerId, d: &Delivery, ms: u64) -> Result<AbandonReply, QueueError> {
+        self.store.abandon(r, w, d, ms).await
+    }
+    async fn release(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<ReleaseReply, QueueError> {
+        self.store.release(r, w, d).await
+    }
+    async fn liveness(&self, r: &RunId, w: &WorkerId, u: Option<&UnitId>) -> Result<LivenessReply, QueueError> {
+        self.store.liveness(r, w, u).await
+    }
+    async fn record_worker_error(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        u: Option<&UnitId>,
+        m: &str,
+    ) -> Result<(), QueueError> {
+        self.store.record_worker_error(r, w, u, m).await
+    }
+    async fn record_stale_rejected(&self, r: &RunId, w: &WorkerId, d: &Delivery, t: &str) -> Result<(), QueueError> {
+        self.store.record_stale_rejected(r, w, d, t).await
+    }
+    async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.progress_delay.lock();
+        tokio::time::sleep(delay).await;
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+            return Err(QueueError::backend("progress", run, io));
+        }
+        self.store.progress(run).await
+    }
+    async fn budgets(&self, r: &RunId) -> Result<Option<Budgets>, QueueError> {
+        self.store.budgets(r).await
+    }
+    async fn units(&self, r: &RunId) -> Result<Vec<UnitSpec>, QueueError> {
+        self.store.units(r).await
+    }
+    async fn unit_state(&self, r: &RunId, u: &UnitId) -> Result<Option<UnitState>, QueueError> {
+        self.store.unit_state(r, u).await
+    }
+    async fn events(&self, r: &RunId, a: Option<EventId>, l: usize) -> Result<Vec<EventRecord>, QueueError> {
+        self.store.events(r, a, l).await
+    }
+    async fn workers(&self, r: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
+        self.store.workers(r).await
+    }
+    async fn pending(&self, r: &RunId) -> Result<Vec<PendingDelivery>, QueueError> {
+        self.store.pending(r).await
+    }
+}
+
+/// A [`Flaky`] whose `progress` fails `failures` times.
+pub(crate) fn flaky(failures: u32) -> Arc<Flaky> {
+    Arc::new(Flaky {
+        store: MemoryStore::new(),
+        failures: AtomicU32::new(failures),
+        calls: AtomicU32::new(0),
+        lost_reserves: AtomicU32::new(0),
+        lost_finalizes: AtomicU32::new(0),
+        progress_delay: Mutex::new(Duration::ZERO),
+    })
+}

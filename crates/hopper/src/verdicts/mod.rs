@@ -1,0 +1,520 @@
+//! Per-unit verdicts of a batch, read from the test tool's own report.
+//!
+//! With `--batch-size N` one invocation runs N units, and its exit code says
+//! only that *something* failed. So each unit's result is read from the
+//! report the tool writes: JUnit XML (pytest `--junitxml`, nextest, most
+//! tools), libtest JSON lines, or RSpec's JSON. A unit the report does not
+//! mention has no result: it is retried within the budgets, never passed.
+//!
+//! The report reaches the tool through the `{report}` placeholder: hopper
+//! replaces it, in any argument, with a fresh path per invocation in a private
+//! directory (also given as `HOPPER_REPORT`), reads the file when the
+//! invocation ends and deletes it. For discovered pytest and rspec suites
+//! hopper adds the tool's own option when the command has no `{report}`
+//! (`--junitxml={report}`, `--format progress --format json --out {report}`).
+
+pub mod junit;
+pub mod libtest;
+pub mod matching;
+pub mod rspec;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold_core::UnitId;
+
+use crate::process::{ProcessLimits, ProcessResult, Termination};
+use crate::runner::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
+use crate::units::DiscoverKind;
+use matching::CaseIndex;
+
+/// The placeholder replaced by the path the tool writes its report to.
+pub const REPORT_PLACEHOLDER: &str = "{report}";
+/// The environment variable that carries the same path.
+pub const REPORT_ENV: &str = "HOPPER_REPORT";
+/// Bytes of one test's own output kept with its failure.
+const CASE_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// Where each unit's result comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultsFormat {
+    /// The invocation's exit code, for every unit of it.
+    ExitCode,
+    /// A JUnit XML report.
+    Junit,
+    /// libtest's JSON lines.
+    LibtestJson,
+    /// RSpec's JSON formatter.
+    RspecJson,
+}
+
+impl ResultsFormat {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultsFormat::ExitCode => "exit-code",
+            ResultsFormat::Junit => "junit",
+            ResultsFormat::LibtestJson => "libtest-json",
+            ResultsFormat::RspecJson => "rspec-json",
+        }
+    }
+
+    /// The report a discovered tool writes.
+    pub fn of_tool(tool: DiscoverKind) -> Self {
+        match tool {
+            DiscoverKind::Pytest | DiscoverKind::Nextest => ResultsFormat::Junit,
+            DiscoverKind::CargoTest => ResultsFormat::LibtestJson,
+            DiscoverKind::Rspec => ResultsFormat::RspecJson,
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            ResultsFormat::Junit => "xml",
+            ResultsFormat::ExitCode | ResultsFormat::LibtestJson | ResultsFormat::RspecJson => "json",
+        }
+    }
+}
+
+impl fmt::Display for ResultsFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ResultsFormat {
+    type Err = VerdictsError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "exit-code" => Ok(ResultsFormat::ExitCode),
+            "junit" => Ok(ResultsFormat::Junit),
+            "libtest-json" => Ok(ResultsFormat::LibtestJson),
+            "rspec-json" => Ok(ResultsFormat::RspecJson),
+            other => Err(VerdictsError::UnknownFormat { format: other.to_owned() }),
+        }
+    }
+}
+
+/// A bad combination of `--results`, `--batch-size`, the tool and the command.
+#[derive(Debug, thiserror::Error)]
+pub enum VerdictsError {
+    /// `--results` names no known format.
+    #[error("unknown --results format {format:?}: use exit-code, junit, libtest-json or rspec-json")]
+    UnknownFormat {
+        /// What was given.
+        format: String,
+    },
+    /// A batch with no way to tell its units apart.
+    #[error(
+        "--batch-size {batch_size} runs several units per invocation, and its exit code cannot say which of them \
+         failed: pass --results junit|libtest-json|rspec-json with {REPORT_PLACEHOLDER} where the tool writes its \
+         report (e.g. `-- pytest --junitxml={REPORT_PLACEHOLDER}`), or --results exit-code to give every unit \
+         the batch's verdict"
+    )]
+    BatchNeedsResults {
+        /// `--batch-size`.
+        batch_size: usize,
+    },
+    /// A report format with no way to tell the tool where to write it.
+    #[error(
+        "--results {format} reads the report the tool writes at {REPORT_PLACEHOLDER}, and the command has no \
+         {REPORT_PLACEHOLDER}: {advice}"
+    )]
+    NoReportPlaceholder {
+        /// The format.
+        format: ResultsFormat,
+        /// How to pass the path for this tool.
+        advice: &'static str,
+    },
+    /// `{report}` with a format that reads no report.
+    #[error("the command has {REPORT_PLACEHOLDER} but --results exit-code reads no report: pass --results junit|libtest-json|rspec-json")]
+    PlaceholderWithoutReport,
+    /// The private directory for reports could not be made.
+    #[error("cannot create a private directory for the tools' reports")]
+    TempDir(#[source] std::io::Error),
+}
+
+/// How a run reads its units' results: the format and the command that
+/// writes it (with the tool's report option added where hopper knows it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultsPlan {
+    /// The format.
+    pub format: ResultsFormat,
+    /// The command template, `{report}` included when the format reads a report.
+    pub command: Vec<String>,
+}
+
+impl ResultsPlan {
+    /// Resolves `--results` (`requested`) against the batch size, the
+    /// discovered tool and the command.
+    ///
+    /// Without `--results`, a batch of one reads the exit code and a larger
+    /// batch reads the tool's report (an error when the tool is unknown). A
+    /// report format with no `{report}` in the command gets the tool's own
+    /// option (pytest, rspec), inserted before a lone `--` if there is one.
+    pub fn resolve(
+        requested: Option<ResultsFormat>,
+        batch_size: usize,
+        tool: Option<DiscoverKind>,
+        mut command: Vec<String>,
+    ) -> Result<Self, VerdictsError> {
+        let has_placeholder = command.iter().any(|p| p.contains(REPORT_PLACEHOLDER));
+        let format = match (requested, tool) {
+            (Some(format), _) => format,
+            (None, Some(tool)) if batch_size > 1 || has_placeholder => ResultsFormat::of_tool(tool),
+            (None, None) if batch_size > 1 => return Err(VerdictsError::BatchNeedsResults { batch_size }),
+            (None, _) => ResultsFormat::ExitCode,
+        };
+        if format == ResultsFormat::ExitCode {
+            if has_placeholder {
+                return Err(VerdictsError::PlaceholderWithoutReport);
+            }
+            return Ok(Self { format, command });
+        }
+        if !has_placeholder {
+            let added: &[&str] = match (format, tool) {
+                (ResultsFormat::Junit, Some(DiscoverKind::Pytest)) => &["--junitxml={report}"],
+                (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => {
+                    &["--format", "progress", "--format", "json", "--out", "{report}"]
+                }
+                _ => return Err(VerdictsError::NoReportPlaceholder { format, advice: advice(format) }),
+            };
+            let at = command.iter().position(|p| p == "--").unwrap_or(command.len());
+            command.splice(at..at, added.iter().map(|a| (*a).to_owned()));
+        }
+        Ok(Self { format, command })
+    }
+
+    /// The [`BatchResults`] that reads this plan's format.
+    pub fn results(&self) -> Result<std::sync::Arc<dyn BatchResults>, VerdictsError> {
+        Ok(match self.format {
+            ResultsFormat::ExitCode => std::sync::Arc::new(crate::runner::ExitCodeResults),
+            format => std::sync::Arc::new(ToolReports::new(format)?),
+        })
+    }
+}
+
+fn advice(format: ResultsFormat) -> &'static str {
+    match format {
+        ResultsFormat::Junit => {
+            "pytest: add --junitxml={report}; nextest: set [profile.NAME.junit] path in a file given with \
+             --tool-config-file hopper:FILE, or any tool: write the JUnit XML to {report} or $HOPPER_REPORT"
+        }
+        ResultsFormat::LibtestJson => {
+            "libtest prints its JSON on stdout (unstable: nightly, or RUSTC_BOOTSTRAP=1): run e.g. `sh -c 'cargo \
+             test -q --lib -- -Z unstable-options --format json --report-time --exact \"$@\" > {report}' sh {unit}`"
+        }
+        ResultsFormat::RspecJson => "add --format progress --format json --out {report}",
+        ResultsFormat::ExitCode => "",
+    }
+}
+
+/// The state of one test case in a tool's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseStatus {
+    /// It passed.
+    Passed,
+    /// It failed (a failure or an error).
+    Failed,
+    /// It did not run by design (skipped, ignored, pending).
+    Skipped,
+}
+
+/// One test case as the tool reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedCase {
+    /// The ids it answers to (see [`matching`]).
+    pub ids: Vec<String>,
+    /// Its state.
+    pub status: CaseStatus,
+    /// Its own duration, when reported.
+    pub duration: Option<Duration>,
+    /// The failure message, when it failed.
+    pub message: Option<String>,
+    /// Its failure text and captured output (may be empty).
+    pub output: String,
+}
+
+/// Why a report could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportReadError {
+    /// The tool wrote no report (or an unreadable one).
+    #[error("the {format} report {path} could not be read")]
+    Read {
+        /// The format.
+        format: ResultsFormat,
+        /// Where it should have been.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The report is not valid JUnit XML.
+    #[error("the JUnit report {path} is not valid JUnit XML")]
+    Junit {
+        /// The report.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: quick_junit::DeserializeError,
+    },
+    /// The report is not RSpec's JSON.
+    #[error("the RSpec report {path} is not RSpec's JSON")]
+    Rspec {
+        /// The report.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Reads the report at `path` in `format`.
+pub fn read_report(format: ResultsFormat, path: &Path) -> Result<Vec<ReportedCase>, ReportReadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReportReadError::Read {
+        format,
+        path: path.to_owned(),
+        source,
+    })?;
+    match format {
+        ResultsFormat::Junit => {
+            junit::parse(&text).map_err(|source| ReportReadError::Junit { path: path.to_owned(), source })
+        }
+        ResultsFormat::LibtestJson => Ok(libtest::parse(&text)),
+        ResultsFormat::RspecJson => {
+            rspec::parse(&text).map_err(|source| ReportReadError::Rspec { path: path.to_owned(), source })
+        }
+        ResultsFormat::ExitCode => Ok(Vec::new()),
+    }
+}
+
+/// The verdicts of `units` from the cases of their invocation's report.
+///
+/// A unit's verdict sums its cases: failed when one failed, skipped when all
+/// were skipped, passed otherwise; its duration is the sum of theirs. A unit
+/// with no case gets `missing` (it is retried, never passed).
+pub fn verdicts_from_cases(
+    units: &[UnitId],
+    cases: &[ReportedCase],
+    missing: &UnitVerdict,
+) -> HashMap<UnitId, UnitResult> {
+    let index = CaseIndex::new(cases.iter().map(|c| c.ids.clone()));
+    units
+        .iter()
+        .map(|unit| {
+            let mine: Vec<&ReportedCase> = index.cases_of(unit).into_iter().map(|i| &cases[i]).collect();
+            (unit.clone(), sum_cases(&mine, missing))
+        })
+        .collect()
+}
+
+fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
+    if cases.is_empty() {
+        return UnitResult { verdict: missing.clone(), duration: None, output: None };
+    }
+    let duration = cases.iter().map(|c| c.duration).sum::<Option<Duration>>();
+    let failed: Vec<&&ReportedCase> = cases.iter().filter(|c| c.status == CaseStatus::Failed).collect();
+    if let Some(first) = failed.first() {
+        let mut detail = first.message.clone().unwrap_or_default();
+        if cases.len() > 1 {
+            detail = format!("{} of {} tests failed; first: {detail}", failed.len(), cases.len());
+        }
+        let output: Vec<&str> = failed.iter().map(|c| c.output.as_str()).filter(|o| !o.is_empty()).collect();
+        return UnitResult {
+            verdict: UnitVerdict::Failed { reason: "test_failed", detail },
+            duration,
+            output: Some(tail(&output.join("\n"), CASE_OUTPUT_BYTES)),
+        };
+    }
+    let verdict =
+        if cases.iter().all(|c| c.status == CaseStatus::Skipped) { UnitVerdict::Skipped } else { UnitVerdict::Passed };
+    UnitResult { verdict, duration, output: None }
+}
+
+fn tail(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_owned()
+}
+
+/// Reads each invocation's report from a fresh path in a private directory.
+#[derive(Debug)]
+pub struct ToolReports {
+    format: ResultsFormat,
+    dir: tempfile::TempDir,
+    next: AtomicU64,
+}
+
+impl ToolReports {
+    /// Reports in `format`, written under a new private temporary directory
+    /// (removed when this is dropped).
+    pub fn new(format: ResultsFormat) -> Result<Self, VerdictsError> {
+        let dir = tempfile::Builder::new().prefix("hopper-reports-").tempdir().map_err(VerdictsError::TempDir)?;
+        Ok(Self { format, dir, next: AtomicU64::new(0) })
+    }
+
+    /// The verdict of a unit the report does not mention.
+    fn missing(&self, termination: &Termination, limits: &ProcessLimits, why: &str) -> UnitVerdict {
+        let invocation = match termination_verdict(termination, limits) {
+            UnitVerdict::Failed { reason, detail } if reason != "exit" => {
+                return UnitVerdict::Failed { reason, detail: format!("{detail}; {why}") }
+            }
+            UnitVerdict::Failed { detail, .. } => detail,
+            UnitVerdict::Passed | UnitVerdict::Skipped => "exit code 0".to_owned(),
+        };
+        UnitVerdict::Failed { reason: "no_result", detail: format!("{why} (the invocation ended with {invocation})") }
+    }
+}
+
+impl BatchResults for ToolReports {
+    fn report_path(&self) -> Option<PathBuf> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        Some(self.dir.path().join(format!("report-{n}.{}", self.format.extension())))
+    }
+
+    fn verdicts(
+        &self,
+        units: &[UnitId],
+        result: &ProcessResult,
+        limits: &ProcessLimits,
+        report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult> {
+        let Some(path) = report else {
+            let missing = self.missing(&result.termination, limits, "no report path was given");
+            return units.iter().map(|u| (u.clone(), UnitResult::from(missing.clone()))).collect();
+        };
+        let read = read_report(self.format, path);
+        if let Err(error) = std::fs::remove_file(path) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(path = %path.display(), %error, "could not remove a read report");
+            }
+        }
+        match read {
+            Ok(cases) => {
+                let missing = self.missing(&result.termination, limits, &format!("not in the {} report", self.format));
+                verdicts_from_cases(units, &cases, &missing)
+            }
+            Err(error) => {
+                let why = error_chain(&error);
+                tracing::warn!(units = units.len(), error = %why, "the batch's report is unusable; its units will be retried");
+                let missing = self.missing(&result.termination, limits, &why);
+                units.iter().map(|u| (u.clone(), UnitResult::from(missing.clone()))).collect()
+            }
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(parts: &[&str]) -> Vec<String> {
+        parts.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn units(names: &[&str]) -> Vec<UnitId> {
+        names.iter().map(|n| UnitId::new(*n).unwrap()).collect()
+    }
+
+    #[test]
+    fn plans_follow_batch_size_tool_and_command() {
+        let plan = ResultsPlan::resolve(None, 1, None, cmd(&["sh", "{unit}"])).unwrap();
+        assert_eq!(plan.format, ResultsFormat::ExitCode);
+        let plan = ResultsPlan::resolve(None, 50, Some(DiscoverKind::Pytest), cmd(&["pytest", "-q"])).unwrap();
+        assert_eq!(plan.format, ResultsFormat::Junit);
+        assert_eq!(plan.command, cmd(&["pytest", "-q", "--junitxml={report}"]));
+        let plan = ResultsPlan::resolve(None, 5, Some(DiscoverKind::Rspec), cmd(&["rspec", "--", "{unit}"])).unwrap();
+        assert_eq!(
+            plan.command,
+            cmd(&["rspec", "--format", "progress", "--format", "json", "--out", "{report}", "--", "{unit}"])
+        );
+        let mine = cmd(&["pytest", "--junit-xml", "{report}"]);
+        let plan = ResultsPlan::resolve(Some(ResultsFormat::Junit), 5, None, mine.clone()).unwrap();
+        assert_eq!(plan.command, mine, "the user's own {{report}} is kept");
+
+        let err = ResultsPlan::resolve(None, 5, None, cmd(&["sh"])).unwrap_err().to_string();
+        assert!(err.contains("--results exit-code") && err.contains("{report}"), "{err}");
+        let err = ResultsPlan::resolve(Some(ResultsFormat::Junit), 5, None, cmd(&["x"])).unwrap_err().to_string();
+        assert!(err.contains("--junitxml={report}"), "{err}");
+        assert!(ResultsPlan::resolve(Some(ResultsFormat::ExitCode), 5, None, cmd(&["x", "{report}"])).is_err());
+        assert!(ResultsPlan::resolve(Some(ResultsFormat::ExitCode), 5, None, cmd(&["x"])).is_ok());
+        assert!("xml".parse::<ResultsFormat>().unwrap_err().to_string().contains("junit, libtest-json"));
+    }
+
+    fn case(ids: &[&str], status: CaseStatus, ms: u64) -> ReportedCase {
+        ReportedCase {
+            ids: ids.iter().map(|s| s.to_string()).collect(),
+            status,
+            duration: Some(Duration::from_millis(ms)),
+            message: (status == CaseStatus::Failed).then(|| "assert 1 == 2".to_owned()),
+            output: if status == CaseStatus::Failed { "E  assert 1 == 2".into() } else { String::new() },
+        }
+    }
+
+    #[test]
+    fn each_unit_gets_its_own_cases_verdict() {
+        let cases = vec![
+            case(&["t.test_a"], CaseStatus::Passed, 10),
+            case(&["t.test_b"], CaseStatus::Failed, 20),
+            case(&["t.test_c"], CaseStatus::Skipped, 0),
+            case(&["u.test_p[1]"], CaseStatus::Passed, 1),
+            case(&["u.test_p[2]"], CaseStatus::Failed, 2),
+        ];
+        let missing = UnitVerdict::Failed { reason: "no_result", detail: "not in the report".into() };
+        let got = verdicts_from_cases(
+            &units(&["t.py::test_a", "t.py::test_b", "t.py::test_c", "t.py::test_gone", "u.py"]),
+            &cases,
+            &missing,
+        );
+        let of = |n: &str| got[&UnitId::new(n).unwrap()].clone();
+        assert_eq!(of("t.py::test_a").verdict, UnitVerdict::Passed);
+        assert_eq!(of("t.py::test_a").duration, Some(Duration::from_millis(10)));
+        assert!(matches!(of("t.py::test_b").verdict, UnitVerdict::Failed { reason: "test_failed", .. }));
+        assert_eq!(of("t.py::test_b").output.as_deref(), Some("E  assert 1 == 2"));
+        assert_eq!(of("t.py::test_c").verdict, UnitVerdict::Skipped);
+        assert_eq!(of("t.py::test_gone").verdict, missing, "a unit with no case is never passed");
+        assert!(matches!(of("u.py").verdict, UnitVerdict::Failed { ref detail, .. } if detail.starts_with("1 of 2")));
+        assert_eq!(of("u.py").duration, Some(Duration::from_millis(3)));
+    }
+
+    #[test]
+    fn a_missing_report_leaves_every_unit_without_result() {
+        let reports = ToolReports::new(ResultsFormat::Junit).unwrap();
+        let path = reports.report_path().unwrap();
+        let result = ProcessResult {
+            termination: Termination::Exited(0),
+            duration: Duration::from_millis(5),
+            output: crate::process::OutputTail::new(64),
+        };
+        let got = reports.verdicts(&units(&["a", "b"]), &result, &ProcessLimits::default(), Some(&path));
+        assert_eq!(got.len(), 2);
+        for result in got.values() {
+            assert!(
+                matches!(&result.verdict, UnitVerdict::Failed { reason: "no_result", detail }
+                    if detail.contains("could not be read") && detail.contains("exit code 0")),
+                "{result:?}"
+            );
+        }
+        let timed_out = ProcessResult { termination: Termination::TimedOut, ..result };
+        let limits = ProcessLimits { timeout: Some(Duration::from_secs(3)), ..ProcessLimits::default() };
+        let got = reports.verdicts(&units(&["a"]), &timed_out, &limits, Some(&path));
+        assert!(matches!(&got[&UnitId::new("a").unwrap()].verdict, UnitVerdict::Failed { reason: "timeout", .. }));
+    }
+}

@@ -1,0 +1,106 @@
+//! RSpec's JSON formatter (`--format json --out FILE`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{CaseStatus, ReportedCase};
+
+#[derive(Deserialize)]
+struct Document {
+    examples: Vec<Example>,
+}
+
+#[derive(Deserialize)]
+struct Example {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    full_description: Option<String>,
+    status: String,
+    file_path: String,
+    #[serde(default)]
+    line_number: Option<u64>,
+    #[serde(default)]
+    run_time: Option<f64>,
+    #[serde(default)]
+    exception: Option<Exception>,
+}
+
+#[derive(Deserialize)]
+struct Exception {
+    #[serde(default)]
+    class: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    backtrace: Option<Vec<String>>,
+}
+
+/// Parses RSpec's JSON report into its examples, in report order.
+pub fn parse(text: &str) -> Result<Vec<ReportedCase>, serde_json::Error> {
+    // rspec may print a warning before the document when it shares stdout.
+    let start = text.find('{').unwrap_or(0);
+    let document: Document = serde_json::from_str(text[start..].trim())?;
+    Ok(document
+        .examples
+        .into_iter()
+        .map(|example| {
+            let file = example.file_path.strip_prefix("./").unwrap_or(&example.file_path).to_owned();
+            let mut ids = vec![file.clone()];
+            if let Some(line) = example.line_number {
+                ids.push(format!("{file}:{line}"));
+            }
+            ids.extend(example.id.clone());
+            ids.extend(example.full_description.clone());
+            let status = match example.status.as_str() {
+                "passed" => CaseStatus::Passed,
+                "pending" => CaseStatus::Skipped,
+                _ => CaseStatus::Failed,
+            };
+            let (message, output) = match (&status, example.exception) {
+                (CaseStatus::Failed, Some(e)) => {
+                    let message = e.message.unwrap_or_else(|| "the example failed".into());
+                    let class = e.class.unwrap_or_default();
+                    let trace = e.backtrace.unwrap_or_default().join("\n");
+                    (Some(message.clone()), format!("{class}: {message}\n{trace}").trim().to_owned())
+                }
+                (CaseStatus::Failed, None) => (Some(format!("status {}", example.status)), String::new()),
+                _ => (None, String::new()),
+            };
+            ReportedCase {
+                ids,
+                status,
+                duration: example.run_time.filter(|t| t.is_finite() && *t >= 0.0).map(Duration::from_secs_f64),
+                message,
+                output,
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_examples() {
+        let json = r#"{"version":"3.12.0","examples":[
+          {"id":"./spec/a_spec.rb[1:1]","description":"works","full_description":"A works","status":"passed",
+           "file_path":"./spec/a_spec.rb","line_number":2,"run_time":0.25,"pending_message":null},
+          {"id":"./spec/a_spec.rb[1:2]","description":"breaks","full_description":"A breaks","status":"failed",
+           "file_path":"./spec/a_spec.rb","line_number":5,"run_time":0.001,"pending_message":null,
+           "exception":{"class":"RSpec::Expectations::ExpectationNotMetError","message":"expected 2\n     got 3","backtrace":["./spec/a_spec.rb:6"]}},
+          {"id":"./spec/b_spec.rb[1:1]","status":"pending","file_path":"./spec/b_spec.rb","line_number":1,"run_time":0.0}
+        ],"summary":{"example_count":3}}"#;
+        let cases = parse(json).unwrap();
+        assert_eq!(cases.len(), 3);
+        assert_eq!(cases[0].ids, vec!["spec/a_spec.rb", "spec/a_spec.rb:2", "./spec/a_spec.rb[1:1]", "A works"]);
+        assert_eq!(cases[0].duration, Some(Duration::from_millis(250)));
+        assert_eq!(cases[1].status, CaseStatus::Failed);
+        assert_eq!(cases[1].message.as_deref(), Some("expected 2\n     got 3"));
+        assert!(cases[1].output.contains("./spec/a_spec.rb:6"));
+        assert_eq!(cases[2].status, CaseStatus::Skipped);
+        assert!(parse("not json").is_err());
+    }
+}

@@ -1,0 +1,335 @@
+//! Accounts, folders and messages, each only for the user who owns them:
+//! another user's account answers 404, as one that does not exist.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use base64::Engine as _;
+use leasehold_core::LeaseKey;
+
+use super::auth::AuthUser;
+use super::errors::ApiError;
+use super::json::ApiJson;
+use super::ApiState;
+use crate::imap::{ImapSource, LoginError};
+use crate::storage::{AccountSummary, Credentials, FolderInfo, MessageKey, NewAccount, Security};
+
+/// Default page size of a message list.
+pub const DEFAULT_LIMIT: u32 = 50;
+/// Largest page size of a message list.
+pub const MAX_LIMIT: u32 = 500;
+
+/// `POST /v1/accounts`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddAccount {
+    /// The IMAP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// `tls`, `starttls` or `plain`.
+    pub security: Security,
+    /// The IMAP login.
+    pub username: String,
+    /// The IMAP password (stored encrypted).
+    pub password: String,
+}
+
+/// An account as the API shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct AccountView {
+    /// Its id.
+    pub id: String,
+    /// The IMAP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How it is reached.
+    pub security: Security,
+    /// The IMAP login.
+    pub username: String,
+    /// `hot`, `warm` or `cold`; `None` until a worker has claimed it.
+    pub tier: Option<String>,
+    /// The worker that holds its lease (or last wrote for it).
+    pub owner: Option<String>,
+    /// When its last poll ended well (ms since the epoch).
+    pub last_sync_at: Option<i64>,
+    /// The last poll's error, cleared by the next good one.
+    pub last_error: Option<String>,
+    /// Its folders with their message counts (only for one account).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folders: Option<Vec<FolderInfo>>,
+}
+
+fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        return Err(ApiError::field(field, "must not be empty"));
+    }
+    Ok(())
+}
+
+/// `POST /v1/accounts`: checks the login against the server, then saves the
+/// account (password encrypted) and marks it live.
+pub async fn add(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    ApiJson(body): ApiJson<AddAccount>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let host = body.host.trim().to_string();
+    required("host", &host)?;
+    if host.len() > 253 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ApiError::field("host", "must be a host name or address, without spaces"));
+    }
+    if body.port == 0 {
+        return Err(ApiError::field("port", "must be 1 to 65535"));
+    }
+    required("username", &body.username)?;
+    required("password", &body.password)?;
+    if state.storage.account_exists(&host, body.port, &body.username).await? {
+        return Err(ApiError::Conflict(format!("account {}@{host}:{}", body.username, body.port)));
+    }
+    let creds = Credentials {
+        host: host.clone(),
+        port: body.port,
+        security: body.security,
+        username: body.username.clone(),
+        password: body.password,
+    };
+    match ImapSource::verify_login(&creds, state.settings.imap).await {
+        Ok(()) => {}
+        Err(LoginError::Refused { answer }) => return Err(ApiError::ImapRefused { answer }),
+        Err(e @ LoginError::Unreachable { .. }) => {
+            let server = format!("{host}:{}", body.port);
+            return Err(ApiError::ImapUnreachable { server, reason: crate::runner::error_chain(&e) });
+        }
+    }
+    let id = state
+        .storage
+        .add_account(&NewAccount {
+            user: auth.user.clone(),
+            host,
+            port: body.port,
+            security: body.security,
+            username: body.username,
+            password: creds.password,
+        })
+        .await?;
+    state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
+    tracing::info!(account = %id, user = %auth.user, "account added");
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": id.as_str() }))))
+}
+
+/// The account `id` when `auth`'s user owns it; 404 otherwise.
+async fn owned(state: &ApiState, auth: &AuthUser, id: &str) -> Result<AccountSummary, ApiError> {
+    let not_found = || ApiError::NotFound { what: "account", id: id.to_string() };
+    if state.storage.account_user(id).await?.as_ref() != Some(&auth.user) {
+        return Err(not_found());
+    }
+    state.storage.account(id).await?.ok_or_else(not_found)
+}
+
+async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Result<AccountView, ApiError> {
+    let (mut tier, mut owner) = (None, a.owner.clone());
+    if let Ok(key) = LeaseKey::new(&a.id) {
+        let lease_err = |e| ApiError::internal(format!("read the lease of account {}", a.id), e);
+        tier = state.store.tier(&key).await.map_err(lease_err)?.map(|t| t.to_string());
+        if let Some(lease) = state.store.holder(&key).await.map_err(lease_err)? {
+            owner = Some(lease.owner.to_string());
+        }
+    }
+    let folders = if with_folders { Some(state.storage.folders(&a.id).await?) } else { None };
+    Ok(AccountView {
+        id: a.id,
+        host: a.host,
+        port: a.port,
+        security: a.security,
+        username: a.username,
+        tier,
+        owner,
+        last_sync_at: a.last_sync_at,
+        last_error: a.last_error,
+        folders,
+    })
+}
+
+/// `GET /v1/accounts`: the caller's accounts, oldest first.
+pub async fn list(State(state): State<ApiState>, auth: AuthUser) -> Result<Json<Vec<AccountView>>, ApiError> {
+    let mut out = Vec::new();
+    for id in state.storage.account_ids_of(&auth.user).await? {
+        if let Some(a) = state.storage.account(&id).await? {
+            out.push(view(&state, a, false).await?);
+        }
+    }
+    Ok(Json(out))
+}
+
+/// `GET /v1/accounts/{id}`: tier, owner, last sync, last error and folders.
+pub async fn get(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path(id): Path<String>,
+) -> Result<Json<AccountView>, ApiError> {
+    let a = owned(&state, &auth, &id).await?;
+    Ok(Json(view(&state, a, true).await?))
+}
+
+/// `DELETE /v1/accounts/{id}`: removes the account and its mail, and takes
+/// it out of the live set (its owner's next renew fails and its sync stops).
+pub async fn delete(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    owned(&state, &auth, &id).await?;
+    // The rows go first: a write racing this one finds no account and fails.
+    state.storage.remove_account(&id).await?;
+    if let Ok(key) = LeaseKey::new(&id) {
+        state
+            .store
+            .mark_not_live(&key)
+            .await
+            .map_err(|e| ApiError::internal(format!("mark account {id} not live"), e))?;
+    }
+    tracing::info!(account = %id, user = %auth.user, "account removed");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/accounts/{id}/folders`.
+pub async fn folders(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<FolderInfo>>, ApiError> {
+    owned(&state, &auth, &id).await?;
+    Ok(Json(state.storage.folders(&id).await?))
+}
+
+/// What a message list asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    /// The folder (default `INBOX`).
+    pub folder: String,
+    /// The page size.
+    pub limit: u32,
+    /// Where the previous page ended: (UIDVALIDITY, last UID).
+    pub cursor: Option<(u32, u32)>,
+}
+
+/// A cursor: after `uid` of a folder under `uidvalidity`.
+pub fn encode_cursor(uidvalidity: u32, uid: u32) -> String {
+    B64URL.encode(format!("{uidvalidity}:{uid}"))
+}
+
+fn decode_cursor(s: &str) -> Option<(u32, u32)> {
+    let raw = String::from_utf8(B64URL.decode(s).ok()?).ok()?;
+    let (v, u) = raw.split_once(':')?;
+    Some((v.parse().ok()?, u.parse().ok()?))
+}
+
+impl ListQuery {
+    /// Reads `folder`, `limit` and `cursor`; anything else, or a bad value, is a 400 naming it.
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut q = ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "folder" if !v.is_empty() => q.folder = v.clone(),
+                "folder" => return Err(ApiError::field("folder", "must not be empty")),
+                "limit" => {
+                    q.limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_LIMIT).contains(n))
+                        .ok_or_else(|| ApiError::field("limit", format!("must be 1 to {MAX_LIMIT}, got {v:?}")))?
+                }
+                "cursor" => {
+                    q.cursor = Some(decode_cursor(v).ok_or_else(|| {
+                        ApiError::field("cursor", "is not a cursor from a previous page's next_cursor")
+                    })?)
+                }
+                other => {
+                    return Err(ApiError::field(other, "unknown parameter: expected folder, limit or cursor"));
+                }
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// `GET /v1/accounts/{id}/messages?folder=INBOX&limit=50&cursor=…`: newest
+/// first; `next_cursor` is set when there may be more.
+pub async fn messages(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path(id): Path<String>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let q = ListQuery::parse(&pairs)?;
+    owned(&state, &auth, &id).await?;
+    let Some(uidvalidity) = state.storage.folder_uidvalidity(&id, &q.folder).await? else {
+        return Err(ApiError::NotFound { what: "folder", id: q.folder });
+    };
+    let before = match q.cursor {
+        Some((v, _)) if v != uidvalidity => {
+            return Err(ApiError::field("cursor", "the folder was reset since (UIDVALIDITY changed): start over"))
+        }
+        Some((_, uid)) => Some(uid),
+        None => None,
+    };
+    let page = state.storage.list_messages(&id, &q.folder, uidvalidity, before, q.limit).await?;
+    let next = match page.last() {
+        Some(last) if page.len() == q.limit as usize => Some(encode_cursor(uidvalidity, last.uid)),
+        _ => None,
+    };
+    Ok(Json(serde_json::json!({ "messages": page, "next_cursor": next })))
+}
+
+/// `GET /v1/accounts/{id}/messages/{message_id}`.
+pub async fn message(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path((id, message_id)): Path<(String, String)>,
+) -> Result<Json<crate::storage::MessageDetail>, ApiError> {
+    owned(&state, &auth, &id).await?;
+    let not_found = || ApiError::NotFound { what: "message", id: message_id.clone() };
+    let key = MessageKey::decode(&message_id).ok_or_else(not_found)?;
+    Ok(Json(state.storage.message(&id, &key).await?.ok_or_else(not_found)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    fn bad_field(v: &[(&str, &str)]) -> String {
+        match ListQuery::parse(&pairs(v)) {
+            Err(ApiError::BadField { field, .. }) => field,
+            other => panic!("{v:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn list_queries_default_and_name_bad_parameters() {
+        let q = ListQuery::parse(&[]).unwrap();
+        assert_eq!(q, ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None });
+        let c = encode_cursor(7, 99);
+        let q = ListQuery::parse(&pairs(&[("folder", "Sent"), ("limit", "10"), ("cursor", &c)])).unwrap();
+        assert_eq!(q, ListQuery { folder: "Sent".into(), limit: 10, cursor: Some((7, 99)) });
+        assert_eq!(bad_field(&[("limit", "0")]), "limit");
+        assert_eq!(bad_field(&[("limit", "x")]), "limit");
+        assert_eq!(bad_field(&[("limit", "100000")]), "limit");
+        assert_eq!(bad_field(&[("cursor", "zz")]), "cursor");
+        assert_eq!(bad_field(&[("folder", "")]), "folder");
+        assert_eq!(bad_field(&[("sort", "asc")]), "sort");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_query_parses_or_names_a_field(k in ".{0,12}", v in ".{0,24}") {
+            let _ = ListQuery::parse(&[(k, v)]);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The API's one error shape: `{"error":{"code","message"}}` with the
+//! matching status. Internal failures are logged here, once, and answered
+//! without their details.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::storage::StorageError;
+
+/// What went wrong with a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No token, or one that is wrong or expired.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// Bad e-mail address or password at login.
+    #[error("wrong e-mail address or password")]
+    BadLogin,
+    /// Too many failed logins.
+    #[error("too many failed logins for this address or client: retry in {retry_after_s} s")]
+    RateLimited {
+        /// Seconds until the next attempt is allowed.
+        retry_after_s: u64,
+    },
+    /// The body is not valid JSON, or a field is missing or wrong.
+    #[error("{field}: {message}")]
+    BadField {
+        /// The field (`email`, `port`, ...; `body` when the JSON itself is broken).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Nothing of this kind that the caller may see.
+    #[error("no {what} {id}")]
+    NotFound {
+        /// `account`, `message`, `folder`, `route`.
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// Something unique already exists.
+    #[error("{0} already exists")]
+    Conflict(String),
+    /// Sign-up is closed on this server.
+    #[error("sign-up is closed on this server: ask the operator (`sync-worker user add`)")]
+    SignupClosed,
+    /// The IMAP server refused the login.
+    #[error("the IMAP server refused the login: {answer}")]
+    ImapRefused {
+        /// The server's answer.
+        answer: String,
+    },
+    /// The IMAP server could not be reached.
+    #[error("could not reach the IMAP server {server}: {reason}")]
+    ImapUnreachable {
+        /// `host:port`.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+    /// Anything else: a storage or backend failure.
+    #[error("internal error while trying to {op}")]
+    Internal {
+        /// What was being done.
+        op: String,
+        /// Why.
+        #[source]
+        source: crate::errors::BoxError,
+    },
+}
+
+impl ApiError {
+    /// A bad field.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::BadField { field: field.into(), message: message.into() }
+    }
+
+    /// An internal failure while doing `op`.
+    pub fn internal(op: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ApiError::Internal { op: op.into(), source: Box::new(source) }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::BadLogin => (StatusCode::UNAUTHORIZED, "bad_login"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::BadField { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::SignupClosed => (StatusCode::FORBIDDEN, "signup_closed"),
+            ApiError::ImapRefused { .. } => (StatusCode::BAD_REQUEST, "imap_login_refused"),
+            ApiError::ImapUnreachable { .. } => (StatusCode::BAD_REQUEST, "imap_unreachable"),
+            ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Duplicate { what } => ApiError::Conflict(what),
+            e => ApiError::internal("use the database", e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Internal { .. } = &self {
+            tracing::error!(error = %crate::runner::error_chain(&self), "request failed");
+        }
+        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after_s } = self {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&retry_after_s.to_string()) {
+                response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+/// The answer to a route that does not exist.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound { what: "route", id: uri.path().to_string() }
+}
+
+/// The answer to a route called with a method it does not take.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let body = serde_json::json!({ "error": {
+        "code": "method_not_allowed",
+        "message": format!("{method} is not allowed on {}", uri.path()),
+    }});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}

@@ -1,0 +1,79 @@
+//! Request bodies: JSON whose errors name the field that is wrong.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use super::errors::ApiError;
+
+/// A JSON body of type `T`. Broken JSON, a missing, unknown or mistyped
+/// field is a 400 naming the field (`port: invalid type: string "x", expected u16`).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+/// Reads `T` from `bytes`, naming the bad field on failure.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        let field = if inner.is_syntax() || inner.is_eof() {
+            "body".to_string()
+        } else if path == "." {
+            // serde names a missing or unknown field only in its message.
+            message.split('`').nth(1).map_or_else(|| "body".to_string(), str::to_string)
+        } else {
+            path
+        };
+        ApiError::field(field, message)
+    })
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError::field("body", e.body_text()))?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Req {
+        email: String,
+        port: u16,
+    }
+
+    fn field_of(body: &str) -> String {
+        match parse::<Req>(body.as_bytes()) {
+            Err(ApiError::BadField { field, .. }) => field,
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_kind_of_bad_body_names_its_field() {
+        assert_eq!(field_of(r#"{"email":"a@b"}"#), "port");
+        assert_eq!(field_of(r#"{"email":"a@b","port":"x"}"#), "port");
+        assert_eq!(field_of(r#"{"email":"a@b","port":70000}"#), "port");
+        assert_eq!(field_of(r#"{"email":5,"port":1}"#), "email");
+        assert_eq!(field_of(r#"{"email":"a@b","port":1,"extra":1}"#), "extra");
+        assert_eq!(field_of(r#"{"email":"#), "body");
+        assert_eq!(field_of("[]"), "body");
+        assert_eq!(field_of(""), "body");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_parse_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let _ = parse::<Req>(&bytes);
+        }
+    }
+}

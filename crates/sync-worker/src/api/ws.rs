@@ -1,0 +1,127 @@
+//! `GET /v1/ws`: presence in, mail events out.
+//!
+//! Authenticated by `Authorization: Bearer` or, for browsers (which cannot
+//! set headers on a WebSocket), a `token` query parameter. Connecting and
+//! every ping (a WebSocket ping, or the text `{"type":"ping"}` that
+//! browsers can send) refresh the user's presence and publish `user.active`,
+//! which promotes the user's accounts to hot. The server first sends
+//! `{"type":"ready"}` (from then on no event is missed), then one JSON text
+//! per event of the user's accounts:
+//! `{"type":"message.new","account","folder","id","uid","message":{...}}`
+//! (`message.updated` alike, `message.deleted` without `message`). A ping
+//! after the session has ended or expired closes the socket (code 4001).
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::response::Response;
+
+use super::auth::{authenticate, bearer, AuthUser};
+use super::errors::ApiError;
+use super::ApiState;
+use crate::events::{MailEvent, MailEventKind};
+use crate::storage::MessageKey;
+
+/// Close code for a session that ended while the socket was open.
+pub const CLOSE_SESSION_ENDED: u16 = 4001;
+
+/// The user of a WebSocket request: bearer header or `?token=`.
+#[derive(Debug)]
+pub struct WsAuth(pub AuthUser);
+
+impl FromRequestParts<ApiState> for WsAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
+        if let Some(token) = bearer(parts)? {
+            return authenticate(state, token).await.map(WsAuth);
+        }
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::Unauthorized("the query string is malformed"))?;
+        match pairs.iter().find(|(k, _)| k == "token") {
+            Some((_, token)) => authenticate(state, token).await.map(WsAuth),
+            None => Err(ApiError::Unauthorized("no token: send `Authorization: Bearer <token>` or `?token=`")),
+        }
+    }
+}
+
+/// `GET /v1/ws`.
+pub async fn upgrade(State(state): State<ApiState>, WsAuth(auth): WsAuth, ws: WebSocketUpgrade) -> Response {
+    ws.on_upgrade(move |socket| async move {
+        if let Err(e) = session(state, auth, socket).await {
+            tracing::debug!(error = %e, "websocket ended");
+        }
+    })
+}
+
+async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Result<(), axum::Error> {
+    let mut events = match state.bus.subscribe(&auth.user).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %crate::runner::error_chain(&e), "websocket without events");
+            return socket.send(Message::Close(Some(CloseFrame { code: 1011, reason: "no event bus".into() }))).await;
+        }
+    };
+    if let Err(e) = state.present(&auth.user).await {
+        tracing::warn!(error = %e, user = %auth.user, "could not refresh presence on connect");
+    }
+    socket.send(Message::Text(r#"{"type":"ready"}"#.into())).await?;
+    loop {
+        tokio::select! {
+            incoming = socket.recv() => {
+                let Some(incoming) = incoming else { return Ok(()) };
+                let text_ping = match &incoming? {
+                    Message::Ping(_) => false,
+                    Message::Text(t) if is_ping(t.as_str()) => true,
+                    Message::Close(_) => return Ok(()),
+                    _ => continue,
+                };
+                match state.storage.session(&auth.token_hash).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        let frame = CloseFrame { code: CLOSE_SESSION_ENDED, reason: "session ended: log in again".into() };
+                        return socket.send(Message::Close(Some(frame))).await;
+                    }
+                    Err(e) => tracing::warn!(error = %crate::runner::error_chain(&e), "could not check a websocket's session"),
+                }
+                if let Err(e) = state.present(&auth.user).await {
+                    tracing::warn!(error = %e, user = %auth.user, "could not refresh presence on ping");
+                }
+                if text_ping {
+                    socket.send(Message::Text(r#"{"type":"pong"}"#.into())).await?;
+                }
+            }
+            event = events.recv() => {
+                let Some(event) = event else { return Ok(()) };
+                let text = render(&state, &event).await;
+                socket.send(Message::Text(text.into())).await?;
+            }
+        }
+    }
+}
+
+fn is_ping(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v.get("type").cloned())
+        == Some(serde_json::Value::String("ping".into()))
+}
+
+/// The JSON text of `event`, with the message as listed for new and updated ones.
+pub async fn render(state: &ApiState, event: &MailEvent) -> String {
+    let key = MessageKey { folder: event.folder.clone(), uidvalidity: event.uidvalidity, uid: event.uid };
+    let mut v = serde_json::json!({
+        "type": event.kind.as_str(),
+        "account": event.account,
+        "folder": event.folder,
+        "id": key.encode(),
+        "uid": event.uid,
+    });
+    if event.kind != MailEventKind::Deleted {
+        match state.storage.message(&event.account, &key).await {
+            Ok(Some(m)) => v["message"] = serde_json::json!(m.summary),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %crate::runner::error_chain(&e), "could not read an event's message"),
+        }
+    }
+    v.to_string()
+}

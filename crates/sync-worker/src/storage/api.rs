@@ -1,0 +1,323 @@
+//! What the API reads and writes: users' password hashes, sessions, and
+//! accounts, folders and messages as one user sees them.
+//!
+//! **Message ids.** A message is named by its folder, the folder's
+//! UIDVALIDITY and its UID ([`MessageKey`]), encoded as one opaque
+//! URL-safe token. **Order and cursor.** Messages are listed newest first
+//! in arrival order (UID descending, which the primary key serves); the
+//! cursor is the last UID returned, bound to the folder's UIDVALIDITY, so
+//! pages neither repeat nor skip while new mail arrives.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use base64::Engine as _;
+use leasehold_core::UserId;
+use sqlx::Row;
+
+use super::{now_ms, query_err, Storage, StorageError};
+
+/// A stored session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// Its user.
+    pub user: UserId,
+    /// When it expires (ms since the epoch).
+    pub expires_at: i64,
+}
+
+/// One folder of an account, with how many messages are stored for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FolderInfo {
+    /// The folder's IMAP name.
+    pub name: String,
+    /// Its special use (`sent`, `drafts`, ...), if any.
+    pub role: Option<String>,
+    /// Its UIDVALIDITY, once synced.
+    pub uidvalidity: Option<u32>,
+    /// Messages stored for it.
+    pub messages: i64,
+}
+
+/// Which message: folder, UIDVALIDITY and UID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageKey {
+    /// The folder.
+    pub folder: String,
+    /// The folder's UIDVALIDITY.
+    pub uidvalidity: u32,
+    /// The UID.
+    pub uid: u32,
+}
+
+impl MessageKey {
+    /// The opaque id the API shows.
+    pub fn encode(&self) -> String {
+        B64URL.encode(format!("{}:{}:{}", self.uidvalidity, self.uid, self.folder))
+    }
+
+    /// Reads an id made by [`MessageKey::encode`]; `None` when it is not one.
+    pub fn decode(id: &str) -> Option<Self> {
+        let raw = String::from_utf8(B64URL.decode(id).ok()?).ok()?;
+        let mut parts = raw.splitn(3, ':');
+        let uidvalidity = parts.next()?.parse().ok()?;
+        let uid = parts.next()?.parse().ok()?;
+        let folder = parts.next()?.to_string();
+        Some(Self { folder, uidvalidity, uid })
+    }
+}
+
+/// A message as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MessageSummary {
+    /// Its id ([`MessageKey::encode`]).
+    pub id: String,
+    /// Its folder.
+    pub folder: String,
+    /// Its UID.
+    pub uid: u32,
+    /// The subject.
+    pub subject: Option<String>,
+    /// The first sender.
+    pub from: Option<String>,
+    /// The recipients, comma-separated.
+    pub to: Option<String>,
+    /// INTERNALDATE (ms since the epoch).
+    pub date: Option<i64>,
+    /// Its flags.
+    pub flags: Vec<String>,
+    /// RFC822.SIZE.
+    pub size: Option<i64>,
+    /// The start of the text body.
+    pub preview: Option<String>,
+}
+
+/// A message with everything stored of it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MessageDetail {
+    /// What the list shows.
+    #[serde(flatten)]
+    pub summary: MessageSummary,
+    /// The Message-ID header.
+    pub message_id: Option<String>,
+    /// The raw header.
+    pub header: Option<String>,
+}
+
+const MESSAGE_COLUMNS: &str =
+    "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview, message_id, header";
+
+fn corrupt(account: &str, field: &'static str, value: impl ToString) -> StorageError {
+    StorageError::Corrupt { account: account.into(), field, value: value.to_string() }
+}
+
+fn message_of(
+    account: &str,
+    folder: &str,
+    uidvalidity: u32,
+    row: &sqlx::any::AnyRow,
+) -> Result<MessageDetail, StorageError> {
+    let get = |c| query_err(format!("read message column {c} of {account}/{folder}"));
+    let uid: i64 = row.try_get(0).map_err(get("uid"))?;
+    let uid = u32::try_from(uid).map_err(|_| corrupt(account, "uid", uid))?;
+    let flags: String = row.try_get(5).map_err(get("flags"))?;
+    Ok(MessageDetail {
+        summary: MessageSummary {
+            id: MessageKey { folder: folder.to_string(), uidvalidity, uid }.encode(),
+            folder: folder.to_string(),
+            uid,
+            subject: row.try_get(1).map_err(get("subject"))?,
+            from: row.try_get(2).map_err(get("from_addr"))?,
+            to: row.try_get(3).map_err(get("to_addrs"))?,
+            date: row.try_get(4).map_err(get("internal_date"))?,
+            flags: flags.split_whitespace().map(str::to_string).collect(),
+            size: row.try_get(6).map_err(get("size"))?,
+            preview: row.try_get(7).map_err(get("preview"))?,
+        },
+        message_id: row.try_get(8).map_err(get("message_id"))?,
+        header: row.try_get(9).map_err(get("header"))?,
+    })
+}
+
+impl Storage {
+    /// Records `user`'s password hash (a PHC string).
+    pub async fn set_password_hash(&self, user: &UserId, hash: &str) -> Result<(), StorageError> {
+        sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(user.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(query_err(format!("set the password of user {user}")))?;
+        Ok(())
+    }
+
+    /// The user with `email` and their password hash (`None`: no password set).
+    pub async fn password_hash(&self, email: &super::Email) -> Result<Option<(UserId, Option<String>)>, StorageError> {
+        let row = sqlx::query("SELECT id, password_hash FROM users WHERE email = $1")
+            .bind(email.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read the password of user {email}")))?;
+        let Some(row) = row else { return Ok(None) };
+        let id: String = row.try_get(0).map_err(query_err("read user id"))?;
+        let id = UserId::new(&id).map_err(|_| corrupt("", "user id", &id))?;
+        Ok(Some((id, row.try_get(1).map_err(query_err("read password hash"))?)))
+    }
+
+    /// Stores a session for `user`, named by the hash of its token.
+    pub async fn add_session(&self, token_hash: &str, user: &UserId, expires_at: i64) -> Result<(), StorageError> {
+        sqlx::query("INSERT INTO sessions (token_hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)")
+            .bind(token_hash)
+            .bind(user.as_str())
+            .bind(now_ms())
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await
+            .map_err(query_err(format!("store a session of user {user}")))?;
+        Ok(())
+    }
+
+    /// The unexpired session whose token hashes to `token_hash`, if any.
+    pub async fn session(&self, token_hash: &str) -> Result<Option<SessionRecord>, StorageError> {
+        let row = sqlx::query("SELECT user_id, expires_at FROM sessions WHERE token_hash = $1 AND expires_at > $2")
+            .bind(token_hash)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err("look up a session"))?;
+        let Some(row) = row else { return Ok(None) };
+        let id: String = row.try_get(0).map_err(query_err("read session user"))?;
+        Ok(Some(SessionRecord {
+            user: UserId::new(&id).map_err(|_| corrupt("", "session user", &id))?,
+            expires_at: row.try_get(1).map_err(query_err("read session expiry"))?,
+        }))
+    }
+
+    /// Deletes the session whose token hashes to `token_hash`, and every expired one.
+    pub async fn remove_session(&self, token_hash: &str) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM sessions WHERE token_hash = $1 OR expires_at <= $2")
+            .bind(token_hash)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("delete a session"))?;
+        Ok(())
+    }
+
+    /// The user of `account`, if the account exists.
+    pub async fn account_user(&self, account: &str) -> Result<Option<UserId>, StorageError> {
+        let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
+            .bind(account)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read the user of account {account}")))?;
+        let Some(row) = row else { return Ok(None) };
+        let id: String = row.try_get(0).map_err(query_err("read account user"))?;
+        Ok(Some(UserId::new(&id).map_err(|_| corrupt(account, "user_id", &id))?))
+    }
+
+    /// The ids of `user`'s accounts, oldest first.
+    pub async fn account_ids_of(&self, user: &UserId) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query("SELECT id FROM accounts WHERE user_id = $1 ORDER BY created_at, id")
+            .bind(user.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err(format!("list the accounts of user {user}")))?;
+        rows.iter().map(|r| r.try_get(0).map_err(query_err("read account id"))).collect()
+    }
+
+    /// The folders of `account` with their message counts, by name.
+    pub async fn folders(&self, account: &str) -> Result<Vec<FolderInfo>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT f.name, f.role, f.uidvalidity, COUNT(m.uid) FROM folders f \
+             LEFT JOIN messages m ON m.account_id = f.account_id AND m.folder = f.name AND m.uidvalidity = f.uidvalidity \
+             WHERE f.account_id = $1 GROUP BY f.name, f.role, f.uidvalidity ORDER BY f.name",
+        )
+        .bind(account)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_err(format!("list the folders of {account}")))?;
+        rows.iter()
+            .map(|r| {
+                let uidvalidity: Option<i64> = r.try_get(2).map_err(query_err("read uidvalidity"))?;
+                Ok(FolderInfo {
+                    name: r.try_get(0).map_err(query_err("read folder name"))?,
+                    role: r.try_get(1).map_err(query_err("read folder role"))?,
+                    uidvalidity: uidvalidity
+                        .map(|v| u32::try_from(v).map_err(|_| corrupt(account, "uidvalidity", v)))
+                        .transpose()?,
+                    messages: r.try_get(3).map_err(query_err("read message count"))?,
+                })
+            })
+            .collect()
+    }
+
+    /// The current UIDVALIDITY of `folder`, `None` when it is unknown or not synced yet.
+    pub async fn folder_uidvalidity(&self, account: &str, folder: &str) -> Result<Option<u32>, StorageError> {
+        let row = sqlx::query("SELECT uidvalidity FROM folders WHERE account_id = $1 AND name = $2")
+            .bind(account)
+            .bind(folder)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read the UIDVALIDITY of {account}/{folder}")))?;
+        let Some(row) = row else { return Ok(None) };
+        let v: Option<i64> = row.try_get(0).map_err(query_err("read uidvalidity"))?;
+        v.map(|v| u32::try_from(v).map_err(|_| corrupt(account, "uidvalidity", v))).transpose()
+    }
+
+    /// Up to `limit` messages of `folder` under `uidvalidity`, newest (highest
+    /// UID) first, below `before_uid` when given.
+    pub async fn list_messages(
+        &self,
+        account: &str,
+        folder: &str,
+        uidvalidity: u32,
+        before_uid: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<MessageSummary>, StorageError> {
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 \
+             AND uid < $4 ORDER BY uid DESC LIMIT $5"
+        );
+        // Only the constant column list is spliced in, never a value.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(account)
+            .bind(folder)
+            .bind(i64::from(uidvalidity))
+            .bind(before_uid.map_or(i64::MAX, i64::from))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err(format!("list the messages of {account}/{folder}")))?;
+        rows.iter().map(|r| message_of(account, folder, uidvalidity, r).map(|m| m.summary)).collect()
+    }
+
+    /// One message, if stored.
+    pub async fn message(&self, account: &str, key: &MessageKey) -> Result<Option<MessageDetail>, StorageError> {
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 AND uid = $4"
+        );
+        // Only the constant column list is spliced in, never a value.
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(account)
+            .bind(&key.folder)
+            .bind(i64::from(key.uidvalidity))
+            .bind(i64::from(key.uid))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read message {}/{} of {account}", key.folder, key.uid)))?;
+        row.map(|r| message_of(account, &key.folder, key.uidvalidity, &r)).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_round_trip_and_reject_garbage() {
+        let k = MessageKey { folder: "Archive:2024/ü".into(), uidvalidity: 7, uid: 42 };
+        assert_eq!(MessageKey::decode(&k.encode()), Some(k));
+        for bad in ["", "!!", "bm9wZQ", &B64URL.encode("1:x:INBOX")] {
+            assert_eq!(MessageKey::decode(bad), None, "{bad}");
+        }
+    }
+}

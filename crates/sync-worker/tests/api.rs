@@ -1,0 +1,734 @@
+//! The API end to end: a real HTTP server and a real worker in this process
+//! (exactly what `sync-worker serve` runs), a real WebSocket client, a real
+//! private Dovecot, and SQLite or Postgres (a fresh database per test).
+//! A missing Dovecot or Postgres fails these tests; they never skip.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use leasehold_core::{LeaseKey, WorkerId};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::Row;
+use sync_worker::api::process::{self, Parts, Running};
+use sync_worker::api::ApiSettings;
+use sync_worker::events::MemoryBus;
+use sync_worker::secret::SecretKey;
+use sync_worker::storage::Storage;
+use sync_worker::testing::{Dovecot, Postgres};
+use sync_worker::Config;
+use tokio_tungstenite::tungstenite::Message;
+
+const IMAP_PASSWORD: &str = "imap-Secret-4711";
+const USER_PASSWORD: &str = "console-pw-1234";
+
+enum Db {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres(#[allow(dead_code)] Postgres),
+}
+
+struct Server {
+    running: Option<Running>,
+    dovecot: Dovecot,
+    /// The same database, for checks behind the API's back.
+    storage: Storage,
+    http: reqwest::Client,
+    base: String,
+    _db: Db,
+}
+
+fn config() -> Config {
+    Config {
+        lease_ttl: Duration::from_secs(3),
+        poll_warm: Duration::from_secs(2),
+        poll_cold: Duration::from_secs(4),
+        tier_eval_interval: Duration::from_secs(1),
+        reconcile_interval: Duration::from_secs(1),
+        ..Config::default()
+    }
+}
+
+async fn server(postgres: bool, tag: &str, tune: impl FnOnce(&mut ApiSettings)) -> Server {
+    let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
+    dovecot.add_users([("alice", IMAP_PASSWORD), ("bob", IMAP_PASSWORD)]).expect("Dovecot users");
+    let (url, db) = if postgres {
+        let pg = Postgres::fresh(tag).unwrap_or_else(|e| panic!("Postgres: {e}"));
+        (pg.url().to_string(), Db::Postgres(pg))
+    } else {
+        let dir = tempfile::tempdir().expect("tempdir");
+        (format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display()), Db::Sqlite(dir))
+    };
+    let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
+    let config = config();
+    let mut settings = ApiSettings::new(&config);
+    settings.listen = "127.0.0.1:0".parse().unwrap();
+    tune(&mut settings);
+    let parts = Parts {
+        storage: storage.clone(),
+        store: Arc::new(leasehold_mem::MemoryStore::new()),
+        bus: Arc::new(MemoryBus::new()),
+        config,
+        settings,
+    };
+    let running = process::start(parts, Some(WorkerId::new(format!("w-{tag}")).unwrap())).await.expect("start");
+    let base = format!("http://{}", running.addr());
+    Server { running: Some(running), dovecot, storage, http: reqwest::Client::new(), base, _db: db }
+}
+
+/// A raw message with this subject.
+fn mail(subject: &str) -> Vec<u8> {
+    format!(
+        "From: Carol <carol@example.org>\r\nTo: alice@example.org\r\nSubject: {subject}\r\n\
+         Message-ID: <{subject}@example.org>\r\nDate: Tue, 1 Dec 2026 09:00:00 +0000\r\n\r\nHello, {subject}.\r\n"
+    )
+    .into_bytes()
+}
+
+impl Server {
+    fn running(&self) -> &Running {
+        self.running.as_ref().expect("running")
+    }
+
+    async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, v)
+    }
+
+    async fn raw(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (StatusCode, Value) {
+        let mut req = self.http.request(method.parse().unwrap(), format!("{}{path}", self.base)).body(body.to_string());
+        req = req.header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("request");
+        (resp.status(), resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Signs up and logs in; returns the token.
+    async fn user(&self, email: &str) -> String {
+        let (s, v) =
+            self.call("POST", "/v1/users", None, Some(json!({"email": email, "password": USER_PASSWORD}))).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        assert!(v["id"].is_string(), "{v}");
+        let (s, v) =
+            self.call("POST", "/v1/login", None, Some(json!({"email": email, "password": USER_PASSWORD}))).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert!(v["expires_at"].as_i64().unwrap() > 0);
+        v["token"].as_str().unwrap().to_string()
+    }
+
+    async fn add_account(&self, token: &str, imap_user: &str) -> String {
+        let body = json!({"host": self.dovecot.host(), "port": self.dovecot.port(), "security": "plain",
+                          "username": imap_user, "password": IMAP_PASSWORD});
+        let (s, v) = self.call("POST", "/v1/accounts", Some(token), Some(body)).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    fn append(&self, imap_user: &str, subject: &str) {
+        tokio::task::block_in_place(|| self.dovecot.append(imap_user, "INBOX", &mail(subject)).expect("APPEND"));
+    }
+
+    /// Waits (up to 20 s) until `INBOX` of `account` lists `n` messages.
+    async fn wait_listed(&self, token: &str, account: &str, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (s, v) =
+                self.call("GET", &format!("/v1/accounts/{account}/messages?limit=500"), Some(token), None).await;
+            if s == StatusCode::OK && v["messages"].as_array().unwrap().len() == n {
+                return v["messages"].as_array().unwrap().clone();
+            }
+            assert!(Instant::now() < deadline, "INBOX never listed {n} messages: {s} {v}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_tier(&self, token: &str, account: &str, tier: &str, within: Duration) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let (_, v) = self.call("GET", &format!("/v1/accounts/{account}"), Some(token), None).await;
+            if v["tier"] == tier {
+                return t0.elapsed();
+            }
+            assert!(t0.elapsed() < within, "account never turned {tier} within {within:?}: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn ws(&self, token: &str) -> Ws {
+        let url = format!("ws://{}/v1/ws?token={token}", self.running().addr());
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("websocket");
+        let first = next_json(&mut ws, Duration::from_secs(5)).await.expect("ready");
+        assert_eq!(first["type"], "ready");
+        ws
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn next_json(ws: &mut Ws, within: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => return None,
+            Ok(None) => panic!("websocket closed"),
+            Ok(Some(Ok(Message::Text(t)))) => return Some(serde_json::from_str(t.as_str()).expect("json event")),
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(e))) => panic!("websocket: {e}"),
+        }
+    }
+}
+
+/// The first `message.new` whose subject is `subject`.
+async fn wait_new(ws: &mut Ws, subject: &str, within: Duration) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
+        if ev["type"] == "message.new" && ev["message"]["subject"] == subject {
+            return Some(ev);
+        }
+    }
+    None
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(false, concat!(stringify!($name), "_sqlite")).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(true, concat!(stringify!($name), "_pg")).await })*
+        }
+    };
+}
+
+on_both!(
+    sign_up_log_in_add_an_account_and_see_its_mail,
+    message_new_is_pushed_within_2s_of_an_append,
+    websocket_presence_promotes_a_warm_account_to_hot_within_5s,
+    two_users_are_isolated,
+    every_auth_failure_is_401,
+    bad_input_is_a_400_naming_the_field,
+    no_plain_text_password_in_any_column,
+    deleting_an_account_stops_its_sync_and_removes_its_data,
+);
+
+async fn sign_up_log_in_add_an_account_and_see_its_mail(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    for i in 0..3 {
+        s.append("alice", &format!("hello-{i}"));
+    }
+    let token = s.user("alice@example.org").await;
+    // The IMAP login is checked first: a wrong password saves nothing and
+    // answers with the server's words.
+    let bad = json!({"host": s.dovecot.host(), "port": s.dovecot.port(), "security": "plain",
+                     "username": "alice", "password": "wrong"});
+    let (st, v) = s.call("POST", "/v1/accounts", Some(&token), Some(bad)).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["code"], "imap_login_refused");
+    assert!(v["error"]["message"].as_str().unwrap().contains("AUTHENTICATIONFAILED"), "{v}");
+    let (_, list) = s.call("GET", "/v1/accounts", Some(&token), None).await;
+    assert_eq!(list, json!([]));
+
+    let id = s.add_account(&token, "alice").await;
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/accounts",
+            Some(&token),
+            Some(json!({"host": s.dovecot.host(),
+        "port": s.dovecot.port(), "security": "plain", "username": "alice", "password": IMAP_PASSWORD})),
+        )
+        .await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::CONFLICT, json!("conflict")), "{v}");
+
+    let listed = s.wait_listed(&token, &id, 3).await;
+    let subjects: Vec<&str> = listed.iter().map(|m| m["subject"].as_str().unwrap()).collect();
+    assert_eq!(subjects, ["hello-2", "hello-1", "hello-0"], "newest first");
+    let m = &listed[0];
+    assert_eq!(m["from"], "Carol <carol@example.org>");
+    assert!(m["to"].as_str().unwrap().contains("alice@example.org"), "{m}");
+    assert!(m["size"].as_i64().unwrap() > 0 && m["date"].as_i64().unwrap() > 0, "{m}");
+    assert!(m["preview"].as_str().unwrap().contains("Hello, hello-2"), "{m}");
+    assert!(m["flags"].is_array());
+
+    // Pages of 2 with a cursor: no repeat, no gap, even with new mail in between.
+    let (_, p1) = s.call("GET", &format!("/v1/accounts/{id}/messages?folder=INBOX&limit=2"), Some(&token), None).await;
+    assert_eq!(p1["messages"].as_array().unwrap().len(), 2);
+    let cursor = p1["next_cursor"].as_str().expect("next_cursor").to_string();
+    s.append("alice", "hello-3");
+    s.wait_listed(&token, &id, 4).await;
+    let (_, p2) =
+        s.call("GET", &format!("/v1/accounts/{id}/messages?limit=2&cursor={cursor}"), Some(&token), None).await;
+    let p2: Vec<&str> = p2["messages"].as_array().unwrap().iter().map(|m| m["subject"].as_str().unwrap()).collect();
+    assert_eq!(p2, ["hello-0"]);
+
+    let mid = listed[1]["id"].as_str().unwrap();
+    let (st, one) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK, "{one}");
+    assert_eq!(one["subject"], "hello-1");
+    assert_eq!(one["message_id"], "hello-1@example.org");
+    assert!(one["header"].as_str().unwrap().contains("Subject: hello-1"));
+    let (st, _) = s.call("GET", &format!("/v1/accounts/{id}/messages/bm9wZQ"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    let (st, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK, "{a}");
+    assert_eq!(a["owner"], format!("w-{tag}"));
+    assert!(a["tier"].is_string() && a["last_sync_at"].as_i64().unwrap() > 0, "{a}");
+    assert_eq!(a["last_error"], Value::Null);
+    let inbox = a["folders"].as_array().unwrap().iter().find(|f| f["name"] == "INBOX").expect("INBOX").clone();
+    assert_eq!(inbox["messages"], 4);
+    let (_, folders) = s.call("GET", &format!("/v1/accounts/{id}/folders"), Some(&token), None).await;
+    assert_eq!(folders, a["folders"]);
+    let (_, list) = s.call("GET", "/v1/accounts", Some(&token), None).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["id"], id.as_str());
+    assert_eq!(list[0]["username"], "alice");
+}
+
+async fn message_new_is_pushed_within_2s_of_an_append(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    let mut ws = s.ws(&token).await;
+    s.wait_tier(&token, &id, "hot", Duration::from_secs(10)).await;
+    // The first sync and the IDLE are under way once INBOX is listed (empty).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.call("GET", &format!("/v1/accounts/{id}/messages"), Some(&token), None).await.0 != StatusCode::OK {
+        assert!(Instant::now() < deadline, "INBOX never synced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        let subject = format!("push-{i}");
+        let t0 = Instant::now();
+        s.append("alice", &subject);
+        let ev = wait_new(&mut ws, &subject, Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|| panic!("no message.new for {subject} within 2 s"));
+        eprintln!("{subject}: pushed {:?} after the APPEND", t0.elapsed());
+        assert_eq!(ev["account"], id.as_str());
+        assert_eq!(ev["folder"], "INBOX");
+        assert_eq!(ev["message"]["from"], "Carol <carol@example.org>");
+        let (st, m) = s
+            .call("GET", &format!("/v1/accounts/{id}/messages/{}", ev["id"].as_str().unwrap()), Some(&token), None)
+            .await;
+        assert_eq!((st, m["subject"].clone()), (StatusCode::OK, json!(subject)));
+    }
+    // Another client flags one message and expunges another: both are pushed.
+    let ids = s.wait_listed(&token, &id, 3).await;
+    let id_of = |subject: &str| ids.iter().find(|m| m["subject"] == subject).unwrap()["id"].clone();
+    tokio::task::block_in_place(|| s.dovecot.add_flags("alice", "INBOX", "\\Flagged", &["subject", "push-1"])).unwrap();
+    let ev = wait_kind(&mut ws, "message.updated", Duration::from_secs(10)).await.expect("message.updated");
+    assert_eq!(ev["id"], id_of("push-1"));
+    assert!(ev["message"]["flags"].as_array().unwrap().contains(&json!("\\Flagged")), "{ev}");
+    tokio::task::block_in_place(|| s.dovecot.expunge("alice", "INBOX", &["subject", "push-0"])).unwrap();
+    let ev = wait_kind(&mut ws, "message.deleted", Duration::from_secs(10)).await.expect("message.deleted");
+    assert_eq!(ev["id"], id_of("push-0"));
+    assert!(ev.get("message").is_none(), "{ev}");
+}
+
+/// The first event of type `kind`.
+async fn wait_kind(ws: &mut Ws, kind: &str, within: Duration) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
+        if ev["type"] == kind {
+            return Some(ev);
+        }
+    }
+    None
+}
+
+async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(pg: bool, tag: &str) {
+    // Presence lasts 2 s here, so the login's wears off and the account
+    // settles warm: its newest mail is a day old (neither recent enough for
+    // hot nor old enough for cold).
+    let s = server(pg, tag, |a| a.presence_grace = Duration::from_secs(2)).await;
+    let day_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 86_400;
+    tokio::task::block_in_place(|| s.dovecot.append_with("alice", "INBOX", &[], Some(day_ago), &mail("old")))
+        .expect("APPEND");
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    s.wait_tier(&token, &id, "hot", Duration::from_secs(10)).await;
+    s.wait_tier(&token, &id, "warm", Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(a["tier"], "warm", "{a}");
+    let mut ws = s.ws(&token).await;
+    let took = s.wait_tier(&token, &id, "hot", Duration::from_secs(5)).await;
+    eprintln!("hot {took:?} after the WebSocket connected");
+    // A text ping keeps it so and is answered.
+    ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await.unwrap();
+    let pong = next_json(&mut ws, Duration::from_secs(2)).await.expect("pong");
+    assert_eq!(pong["type"], "pong");
+}
+
+async fn two_users_are_isolated(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    let alice = s.user("alice@example.org").await;
+    let bob = s.user("bob@example.org").await;
+    let a_id = s.add_account(&alice, "alice").await;
+    let b_id = s.add_account(&bob, "bob").await;
+    let mut a_ws = s.ws(&alice).await;
+    let mut b_ws = s.ws(&bob).await;
+    s.append("alice", "for-alice");
+    s.wait_listed(&alice, &a_id, 1).await;
+    let ev = wait_new(&mut a_ws, "for-alice", Duration::from_secs(10)).await.expect("alice's push");
+    let mid = ev["id"].as_str().unwrap().to_string();
+
+    for (method, path) in [
+        ("GET", format!("/v1/accounts/{a_id}")),
+        ("GET", format!("/v1/accounts/{a_id}/folders")),
+        ("GET", format!("/v1/accounts/{a_id}/messages")),
+        ("GET", format!("/v1/accounts/{a_id}/messages/{mid}")),
+        ("DELETE", format!("/v1/accounts/{a_id}")),
+    ] {
+        let (st, v) = s.call(method, &path, Some(&bob), None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "{method} {path}: {v}");
+        assert_eq!(v["error"]["code"], "not_found");
+    }
+    let (_, bobs) = s.call("GET", "/v1/accounts", Some(&bob), None).await;
+    let ids: Vec<&str> = bobs.as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [b_id.as_str()]);
+    // Alice's account survived bob's DELETE, and bob's socket saw none of her mail.
+    s.wait_listed(&alice, &a_id, 1).await;
+    s.append("bob", "for-bob");
+    let ev = wait_new(&mut b_ws, "for-bob", Duration::from_secs(10)).await.expect("bob's push");
+    assert_eq!(ev["account"], b_id.as_str());
+    while let Some(ev) = next_json(&mut b_ws, Duration::from_millis(300)).await {
+        assert_eq!(ev["account"], b_id.as_str(), "bob got {ev}");
+    }
+    while let Some(ev) = next_json(&mut a_ws, Duration::from_millis(300)).await {
+        assert_eq!(ev["account"], a_id.as_str(), "alice got {ev}");
+    }
+}
+
+async fn every_auth_failure_is_401(pg: bool, tag: &str) {
+    let s = server(pg, tag, |a| a.login_failures_per_email = 3).await;
+    let token = s.user("alice@example.org").await;
+    let unauthorized = |st: StatusCode, v: &Value, what: &str| {
+        assert_eq!(st, StatusCode::UNAUTHORIZED, "{what}: {v}");
+        assert_eq!(v["error"]["code"], "unauthorized", "{what}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().len() > 5, "{what}: {v}");
+    };
+    let (st, v) = s.call("GET", "/v1/accounts", None, None).await;
+    unauthorized(st, &v, "no token");
+    let (st, v) = s.call("GET", "/v1/accounts", Some("not-a-token"), None).await;
+    unauthorized(st, &v, "wrong token");
+    let resp = s
+        .http
+        .get(format!("{}/v1/accounts", s.base))
+        .header("authorization", format!("Basic {token}"))
+        .send()
+        .await
+        .unwrap();
+    let st = resp.status();
+    unauthorized(st, &resp.json().await.unwrap(), "wrong scheme");
+    // An expired session, stored as the API stores them.
+    let (old, old_hash) = sync_worker::api::auth::new_token();
+    let (user, _) = s.storage.password_hash(&"alice@example.org".parse().unwrap()).await.unwrap().unwrap();
+    s.storage.add_session(&old_hash, &user, 1).await.unwrap();
+    let (st, v) = s.call("GET", "/v1/accounts", Some(&old), None).await;
+    unauthorized(st, &v, "expired token");
+    // The WebSocket refuses them all before upgrading.
+    for url in [
+        format!("ws://{}/v1/ws", s.running().addr()),
+        format!("ws://{}/v1/ws?token=nope", s.running().addr()),
+        format!("ws://{}/v1/ws?token={old}", s.running().addr()),
+    ] {
+        match tokio_tungstenite::connect_async(&url).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401, "{url}"),
+            other => panic!("{url}: {:?}", other.map(|_| ())),
+        }
+    }
+    // Logout ends the token.
+    let (st, _) = s.call("POST", "/v1/logout", Some(&token), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) = s.call("GET", "/v1/accounts", Some(&token), None).await;
+    unauthorized(st, &v, "after logout");
+    // A wrong password, an unknown user: the same 401; then the address is limited.
+    for (email, pw) in [("alice@example.org", "wrong-password"), ("nobody@example.org", USER_PASSWORD)] {
+        let (st, v) = s.call("POST", "/v1/login", None, Some(json!({"email": email, "password": pw}))).await;
+        assert_eq!((st, v["error"]["code"].clone()), (StatusCode::UNAUTHORIZED, json!("bad_login")), "{v}");
+    }
+    for _ in 0..2 {
+        s.call("POST", "/v1/login", None, Some(json!({"email": "alice@example.org", "password": "wrong-password"})))
+            .await;
+    }
+    let (st, v) =
+        s.call("POST", "/v1/login", None, Some(json!({"email": "alice@example.org", "password": USER_PASSWORD}))).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::TOO_MANY_REQUESTS, json!("rate_limited")), "{v}");
+}
+
+async fn bad_input_is_a_400_naming_the_field(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    let token = s.user("alice@example.org").await;
+    let field = |v: &Value| v["error"]["message"].as_str().unwrap().split(':').next().unwrap().to_string();
+    for (path, body, named) in [
+        ("/v1/users", r#"{"email":"x@y.org""#, "body"),
+        ("/v1/users", r#"{"email":"x@y.org"}"#, "password"),
+        ("/v1/users", r#"{"email":"not an address","password":"long enough"}"#, "email"),
+        ("/v1/users", r#"{"email":"x@y.org","password":"short"}"#, "password"),
+        ("/v1/users", r#"{"email":"x@y.org","password":"long enough","admin":true}"#, "admin"),
+        ("/v1/login", r#"{"email":7,"password":"x"}"#, "email"),
+        ("/v1/accounts", r#"{"host":"h","port":"143","security":"plain","username":"u","password":"p"}"#, "port"),
+        ("/v1/accounts", r#"{"host":"h","port":143,"security":"ssl","username":"u","password":"p"}"#, "security"),
+        ("/v1/accounts", r#"{"host":"","port":143,"security":"plain","username":"u","password":"p"}"#, "host"),
+        ("/v1/accounts", r#"{"host":"h","port":0,"security":"plain","username":"u","password":"p"}"#, "port"),
+        ("/v1/accounts", r#"{"host":"h","port":143,"security":"plain","username":"u"}"#, "password"),
+    ] {
+        let (st, v) = s.raw("POST", path, Some(&token), body).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{path} {body}: {v}");
+        assert_eq!(v["error"]["code"], "bad_request", "{v}");
+        assert_eq!(field(&v), named, "{path} {body}: {v}");
+    }
+    let id = s.add_account(&token, "alice").await;
+    for (query, named) in [("limit=0", "limit"), ("limit=x", "limit"), ("cursor=zz", "cursor"), ("order=asc", "order")]
+    {
+        let (st, v) = s.call("GET", &format!("/v1/accounts/{id}/messages?{query}"), Some(&token), None).await;
+        assert_eq!((st, field(&v)), (StatusCode::BAD_REQUEST, named.to_string()), "{query}: {v}");
+    }
+    let (st, v) =
+        s.call("POST", "/v1/users", None, Some(json!({"email": "ALICE@example.org", "password": "another-pw"}))).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::CONFLICT, json!("conflict")), "{v}");
+    let (st, v) = s.call("GET", "/v1/nothing-here", None, None).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::NOT_FOUND, json!("not_found")), "{v}");
+    let (st, v) = s.call("PUT", "/v1/accounts", Some(&token), None).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::METHOD_NOT_ALLOWED, json!("method_not_allowed")), "{v}");
+}
+
+/// Every value of every column of `table`, as text.
+async fn column_texts(storage: &Storage, table: &str) -> Vec<String> {
+    let rows =
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {table}"))).fetch_all(storage.pool()).await.unwrap();
+    let mut out = Vec::new();
+    for r in &rows {
+        for i in 0..r.len() {
+            if let Ok(Some(t)) = r.try_get::<Option<String>, _>(i) {
+                out.push(t);
+            } else if let Ok(Some(n)) = r.try_get::<Option<i64>, _>(i) {
+                out.push(n.to_string());
+            }
+        }
+    }
+    out
+}
+
+async fn no_plain_text_password_in_any_column(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    s.append("alice", "secret-check");
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    s.wait_listed(&token, &id, 1).await;
+    let mut texts = 0;
+    for table in ["users", "accounts", "folders", "messages", "sessions"] {
+        for t in column_texts(&s.storage, table).await {
+            texts += 1;
+            for secret in [IMAP_PASSWORD, USER_PASSWORD, token.as_str()] {
+                assert!(!t.contains(secret), "{table} holds {secret:?} in plain text: {t:?}");
+            }
+        }
+    }
+    assert!(texts > 20, "the scan read only {texts} values");
+    // What is stored decrypts to the password, and the hash is argon2id.
+    let key = LeaseKey::new(&id).unwrap();
+    assert_eq!(s.storage.credentials(&key).await.unwrap().password, IMAP_PASSWORD);
+    let (_, hash) = s.storage.password_hash(&"alice@example.org".parse().unwrap()).await.unwrap().unwrap();
+    assert!(hash.unwrap().starts_with("$argon2id$"));
+}
+
+async fn count(storage: &Storage, table: &str, account: &str) -> i64 {
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table} WHERE account_id = $1")))
+        .bind(account)
+        .fetch_one(storage.pool())
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn deleting_an_account_stops_its_sync_and_removes_its_data(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    s.append("alice", "before-delete");
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    s.wait_listed(&token, &id, 1).await;
+    let key = LeaseKey::new(&id).unwrap();
+    assert!(s.running().coordinator().unwrap().owns(&key));
+    assert!(count(&s.storage, "messages", &id).await > 0);
+
+    let (st, v) = s.call("DELETE", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let (st, _) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.running().coordinator().unwrap().owns(&key) {
+        assert!(Instant::now() < deadline, "the worker still syncs the removed account");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // New mail after the removal is never stored.
+    s.append("alice", "after-delete");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for table in ["messages", "folders"] {
+        assert_eq!(count(&s.storage, table, &id).await, 0, "{table} rows of the removed account");
+    }
+    let n: i64 = sqlx::query("SELECT COUNT(*) FROM accounts WHERE id = $1")
+        .bind(&id)
+        .fetch_one(s.storage.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    assert!(!s.running().coordinator().unwrap().owns(&key));
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Dropping the handle aborts the server and the worker's tasks.
+        drop(self.running.take());
+    }
+}
+
+/// A headless Chromium driven over WebDriver by a private chromedriver.
+struct Browser {
+    driver: std::process::Child,
+    http: reqwest::Client,
+    session: String,
+    base: String,
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("chromedriver (Debian's chromium-driver) is needed: {e}"));
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}}}});
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let session = loop {
+            match http.post(format!("{base}/session")).json(&caps).send().await {
+                Ok(r) => {
+                    let v: Value = r.json().await.expect("session answer");
+                    break v["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_string();
+                }
+                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("chromedriver never answered: {e}"),
+            }
+        };
+        Browser { driver, http, session, base }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let r = self.http.request(method.parse().unwrap(), url).json(&body).send().await.expect("webdriver");
+        let v: Value = r.json().await.expect("webdriver json");
+        assert!(v["value"].get("error").is_none(), "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self.cmd("POST", "/element", json!({"using": "css selector", "value": css})).await;
+        v[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {v}")).to_string()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.element(css).await;
+        self.cmd("POST", &format!("/element/{e}/clear"), json!({})).await;
+        self.cmd("POST", &format!("/element/{e}/value"), json!({"text": text})).await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.element(css).await;
+        self.cmd("POST", &format!("/element/{e}/click"), json!({})).await;
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.cmd("POST", "/execute/sync", json!({"script": script, "args": []})).await
+    }
+
+    /// Waits until `script` returns something truthy.
+    async fn wait_for(&self, script: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.eval(script).await;
+            if !(v.is_null() || v == false || v == "") {
+                return v;
+            }
+            let error = self.eval("return document.getElementById('error').textContent").await;
+            assert!(Instant::now() < deadline, "never true within {within:?}: {script}; page error: {error}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_chromium_shows_an_appended_message_within_2s() {
+    let s = server(false, "console", |_| {}).await;
+    s.append("alice", "already-there");
+    let b = Browser::start().await;
+    b.cmd("POST", "/url", json!({"url": format!("{}/", s.base)})).await;
+    b.type_into("#email", "alice@example.org").await;
+    b.type_into("#password", USER_PASSWORD).await;
+    b.click("#signup").await;
+    b.wait_for("return !document.getElementById('app').hidden", Duration::from_secs(10)).await;
+    b.type_into("#host", s.dovecot.host()).await;
+    b.type_into("#port", &s.dovecot.port().to_string()).await;
+    b.eval("document.getElementById('security').value = 'plain'").await;
+    b.type_into("#username", "alice").await;
+    b.type_into("#imap-password", IMAP_PASSWORD).await;
+    b.click("#add-account").await;
+    b.wait_for("return document.querySelector('tr.account')", Duration::from_secs(10)).await;
+    // The account row shows its tier, owner and last sync once synced.
+    let row = b
+        .wait_for(
+            "const r = document.querySelector('tr.account'); \
+             return r && !r.innerText.includes('never') && r.innerText.includes('hot') ? r.innerText : null",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(row.as_str().unwrap().contains("alice@127.0.0.1"), "{row}");
+    b.click("tr.account").await;
+    b.wait_for(
+        "return document.getElementById('messages').innerText.includes('already-there')",
+        Duration::from_secs(10),
+    )
+    .await;
+    b.wait_for("return document.getElementById('live').textContent === 'live'", Duration::from_secs(5)).await;
+    let t0 = Instant::now();
+    s.append("alice", "live-in-the-browser");
+    b.wait_for(
+        "return document.getElementById('messages').rows[0].innerText.includes('live-in-the-browser')",
+        Duration::from_secs(2),
+    )
+    .await;
+    eprintln!("the page showed the APPENDed message {:?} after the APPEND", t0.elapsed());
+    assert!(b.eval("return document.getElementById('error').textContent").await == "");
+}

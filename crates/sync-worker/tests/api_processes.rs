@@ -1,0 +1,171 @@
+//! The `sync-worker` binary's API processes, as an operator runs them:
+//! `serve` with no configuration at all, and scale-out with `api` and
+//! `worker` as separate processes on one Redis and one Postgres, where mail
+//! a worker stores must reach the `api` process's WebSocket (Redis pub/sub).
+//! A missing Redis, Postgres or Dovecot fails these tests; they never skip.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use leasehold_redis::test_support;
+use serde_json::{json, Value};
+use sync_worker::testing::{Dovecot, Postgres};
+use tokio_tungstenite::tungstenite::Message;
+
+const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// A child process killed on drop.
+struct Proc(Child, &'static str);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn sync_worker(dir: &std::path::Path, args: &[&str], env: &[(&str, String)], name: &'static str) -> Proc {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sync-worker"));
+    c.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Proc(c.spawn().unwrap_or_else(|e| panic!("spawn sync-worker {args:?}: {e}")), name)
+}
+
+async fn wait_up(http: &reqwest::Client, base: &str, procs: &mut [&mut Proc]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/")).send().await {
+            return r.text().await.unwrap();
+        }
+        for p in procs.iter_mut() {
+            if let Some(status) = p.0.try_wait().unwrap() {
+                panic!("sync-worker {} exited: {status}", p.1);
+            }
+        }
+        assert!(Instant::now() < deadline, "the API never answered at {base}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn post(http: &reqwest::Client, url: String, token: Option<&str>, body: Value) -> Value {
+    let mut req = http.post(url).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert!(status.is_success(), "{status}: {v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_with_no_configuration_and_serves_the_console() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut serve = sync_worker(dir.path(), &["serve"], &[("LISTEN", format!("127.0.0.1:{port}"))], "serve");
+    let http = reqwest::Client::new();
+    let page = wait_up(&http, &format!("http://127.0.0.1:{port}"), &mut [&mut serve]).await;
+    assert!(page.contains("sync-worker console"), "{page}");
+    assert!(dir.path().join("sync-worker.db").exists(), "the SQLite file");
+    let key = dir.path().join("sync-worker.key");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&key).expect("the key file").permissions().mode() & 0o777, 0o600);
+    let v = post(
+        &http,
+        format!("http://127.0.0.1:{port}/v1/users"),
+        None,
+        json!({"email": "a@b.org", "password": "long enough"}),
+    )
+    .await;
+    assert!(v["id"].is_string(), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process() {
+    test_support::require_binary("redis-server");
+    let redis = test_support::redis_url();
+    let prefix = test_support::unique_prefix("api2p");
+    let pg = Postgres::fresh("api_two_processes").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
+    dovecot.add_user("alice", "imap-pw").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let common = [
+        ("REDIS_URL", redis.clone()),
+        ("REDIS_KEY_PREFIX", prefix.clone()),
+        ("DATABASE_URL", pg.url().to_string()),
+        ("SECRET_KEY", KEY.to_string()),
+        ("POLL_WARM", "2s".to_string()),
+        ("TIER_EVAL_INTERVAL", "1s".to_string()),
+        ("LEASE_TTL", "3s".to_string()),
+        ("RECONCILE_INTERVAL", "1s".to_string()),
+    ];
+    let mut api_env = common.to_vec();
+    api_env.push(("LISTEN", format!("127.0.0.1:{port}")));
+    let mut worker_env = common.to_vec();
+    worker_env.push(("WORKER_ID", "worker-1".to_string()));
+    let mut api = sync_worker(dir.path(), &["api"], &api_env, "api");
+    let mut worker = sync_worker(dir.path(), &["worker"], &worker_env, "worker");
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    wait_up(&http, &base, &mut [&mut api, &mut worker]).await;
+
+    let creds = json!({"email": "alice@example.org", "password": "console-pw"});
+    post(&http, format!("{base}/v1/users"), None, creds.clone()).await;
+    let token = post(&http, format!("{base}/v1/login"), None, creds).await["token"].as_str().unwrap().to_string();
+    let account = json!({"host": dovecot.host(), "port": dovecot.port(), "security": "plain",
+                         "username": "alice", "password": "imap-pw"});
+    let id =
+        post(&http, format!("{base}/v1/accounts"), Some(&token), account).await["id"].as_str().unwrap().to_string();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/v1/ws?token={token}")).await.unwrap();
+
+    // The worker process owns it (through Redis) and syncs it hot.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a: Value = http
+            .get(format!("{base}/v1/accounts/{id}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if a["owner"] == "worker-1" && a["tier"] == "hot" && a["last_sync_at"].is_i64() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the worker process never synced the account hot: {a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let raw = b"From: carol@example.org\r\nTo: alice@example.org\r\nSubject: across-processes\r\n\r\nhi\r\n";
+    tokio::task::block_in_place(|| dovecot.append("alice", "INBOX", raw)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next()).await.expect("no message.new within 10 s");
+        let Some(Ok(Message::Text(t))) = msg else { continue };
+        let ev: Value = serde_json::from_str(t.as_str()).unwrap();
+        if ev["type"] == "message.new" {
+            assert_eq!(ev["account"], id.as_str());
+            assert_eq!(ev["message"]["subject"], "across-processes");
+            eprintln!("message.new reached the api process's WebSocket {:?} after the APPEND", t0.elapsed());
+            break;
+        }
+    }
+}
