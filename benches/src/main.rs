@@ -8,6 +8,7 @@ mod hopper_local;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
+mod sync_api;
 mod sync_ownership;
 
 use anyhow::{bail, Result};
@@ -19,6 +20,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
+    ("sync-api", "sync-worker serve from a client: push latency, message-list and login requests/s"),
 ];
 
 fn main() -> Result<()> {
@@ -37,6 +39,7 @@ fn main() -> Result<()> {
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
+            "sync-api" => sync_api::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;
