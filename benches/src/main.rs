@@ -10,6 +10,7 @@ mod hopper_pytest;
 mod hopper_redis;
 mod mem_queue;
 mod redis_queue;
+mod sync_api;
 mod sync_hot;
 mod sync_initial;
 mod sync_noop;
@@ -30,6 +31,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
     ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
     ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
+    ("sync-api", "sync-worker serve from a client: push latency, message-list and login requests/s"),
 ];
 
 fn main() -> Result<()> {
@@ -53,6 +55,7 @@ fn main() -> Result<()> {
             "sync-initial" => sync_initial::run().await,
             "sync-hot" => sync_hot::run().await,
             "sync-noop" => sync_noop::run().await,
+            "sync-api" => sync_api::run().await,
             other => bail!("unknown benchmark {other:?}: `cargo xtask bench --list` names them"),
         }
     })?;

@@ -1,0 +1,236 @@
+//! `sync-api`: the sync-worker API measured from this process as a client of
+//! a separate `sync-worker serve` process (memory backend, SQLite) over a
+//! private Dovecot:
+//! * APPEND-to-WebSocket-push latency of a hot account, p50 and p99;
+//! * message-list requests/s (pages of 50) on an account of
+//!   `SYNC_API_MESSAGES` (default 10,000) messages, 16 concurrent clients;
+//! * login requests/s (argon2id bounds it), 4 concurrent clients.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sync_worker::testing::Dovecot;
+
+const PUSHES: usize = 50;
+const MEASURE: Duration = Duration::from_secs(5);
+
+/// The `sync-worker` binary beside this benchmark's executable, built when missing.
+fn sync_worker_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this benchmark's executable")?;
+    let profile_dir = exe.parent().context("benchmark executable has no directory")?.to_owned();
+    let candidate = profile_dir.join("sync-worker");
+    let target_dir = profile_dir.parent().context("benchmark executable is not in a target dir")?;
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!("building the sync-worker binary ({})", if release { "release" } else { "debug" });
+    let mut build = Command::new(cargo);
+    build.args(["build", "-p", "sync-worker", "--bin", "sync-worker"]).env("CARGO_TARGET_DIR", target_dir);
+    if release {
+        build.arg("--release");
+    }
+    let status = build.status().context("cannot run cargo to build sync-worker")?;
+    if !status.success() || !candidate.is_file() {
+        bail!("building sync-worker failed ({status})");
+    }
+    Ok(candidate)
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mail(i: usize) -> Vec<u8> {
+    format!(
+        "From: Carol <carol@example.org>\r\nTo: bench@example.org\r\nSubject: bench-{i}\r\n\
+         Message-ID: <bench-{i}@example.org>\r\n\r\nMessage number {i} of the sync-api benchmark.\r\n"
+    )
+    .into_bytes()
+}
+
+async fn post(http: &reqwest::Client, url: String, token: Option<&str>, body: Value) -> Result<Value> {
+    let mut req = http.post(&url).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await?;
+    let status = r.status();
+    let v: Value = r.json().await?;
+    if !status.is_success() {
+        bail!("POST {url}: {status} {v}");
+    }
+    Ok(v)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+pub async fn run() -> Result<Value> {
+    let n: usize = std::env::var("SYNC_API_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let bin = sync_worker_binary()?;
+    let dovecot = Dovecot::start().context("Dovecot")?;
+    dovecot.add_user("bench", "bench-pw")?;
+    println!("appending {n} messages");
+    let messages: Vec<Vec<u8>> = (0..n).map(mail).collect();
+    dovecot.append_many("bench", "INBOX", messages.iter().map(Vec::as_slice))?;
+
+    let dir = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let base = format!("http://127.0.0.1:{port}");
+    let server = Server(
+        Command::new(&bin)
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("LISTEN", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .env("TIER_EVAL_INTERVAL", "1s")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("cannot start sync-worker serve")?,
+    );
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http.get(format!("{base}/")).send().await.is_err() {
+        if Instant::now() > deadline {
+            bail!("sync-worker serve never answered");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let creds = json!({"email": "bench@example.org", "password": "bench-password"});
+    post(&http, format!("{base}/v1/users"), None, creds.clone()).await?;
+    let token = post(&http, format!("{base}/v1/login"), None, creds.clone()).await?["token"]
+        .as_str()
+        .context("no token")?
+        .to_string();
+    let account = json!({"host": dovecot.host(), "port": dovecot.port(), "security": "plain",
+                         "username": "bench", "password": "bench-pw"});
+    let id = post(&http, format!("{base}/v1/accounts"), Some(&token), account).await?["id"]
+        .as_str()
+        .context("no id")?
+        .to_string();
+    let synced_at = Instant::now();
+    loop {
+        let a: Value = http.get(format!("{base}/v1/accounts/{id}")).bearer_auth(&token).send().await?.json().await?;
+        let inbox = a["folders"].as_array().and_then(|f| f.iter().find(|f| f["name"] == "INBOX").cloned());
+        if inbox.is_some_and(|f| f["messages"] == n as u64) && a["tier"] == "hot" {
+            break;
+        }
+        if synced_at.elapsed() > Duration::from_secs(600) {
+            bail!("the account never synced {n} messages hot: {a}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("initial sync of {n} messages: {:.1} s", synced_at.elapsed().as_secs_f64());
+
+    // Pages of 50: walk the cursors once, then request them round-robin.
+    let mut cursors: Vec<Option<String>> = vec![None];
+    while cursors.len() < 200 {
+        let mut url = format!("{base}/v1/accounts/{id}/messages?limit=50");
+        if let Some(c) = cursors.last().cloned().flatten() {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let page: Value = http.get(url).bearer_auth(&token).send().await?.json().await?;
+        match page["next_cursor"].as_str() {
+            Some(c) => cursors.push(Some(c.to_string())),
+            None => break,
+        }
+    }
+    let cursors = Arc::new(cursors);
+    let done = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + MEASURE;
+    let mut tasks = Vec::new();
+    for t in 0..16usize {
+        let (http, base, id, token, cursors, done) =
+            (http.clone(), base.clone(), id.clone(), token.clone(), cursors.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            while Instant::now() < end {
+                let mut url = format!("{base}/v1/accounts/{id}/messages?limit=50");
+                if let Some(c) = &cursors[i % cursors.len()] {
+                    url.push_str(&format!("&cursor={c}"));
+                }
+                let r = http.get(url).bearer_auth(&token).send().await?;
+                if !r.status().is_success() {
+                    bail!("list: {}", r.status());
+                }
+                r.bytes().await?;
+                done.fetch_add(1, Ordering::Relaxed);
+                i += 16;
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let list_rps = done.load(Ordering::Relaxed) as f64 / MEASURE.as_secs_f64();
+    println!("message list (pages of 50, 16 clients): {list_rps:.0} req/s");
+
+    let logins = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + MEASURE;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (http, base, creds, logins) = (http.clone(), base.clone(), creds.clone(), logins.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                post(&http, format!("{base}/v1/login"), None, creds.clone()).await?;
+                logins.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let login_rps = logins.load(Ordering::Relaxed) as f64 / MEASURE.as_secs_f64();
+    println!("login (argon2id, 4 clients): {login_rps:.1} req/s");
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/v1/ws?token={token}")).await?;
+    let dovecot = Arc::new(dovecot);
+    let mut latencies = Vec::with_capacity(PUSHES);
+    for i in 0..PUSHES {
+        let subject = format!("push-{i}");
+        let raw = mail(n + i).into_iter().collect::<Vec<u8>>();
+        let raw = String::from_utf8(raw)?.replace(&format!("bench-{}", n + i), &subject).into_bytes();
+        let d = dovecot.clone();
+        let t0 = Instant::now();
+        tokio::task::spawn_blocking(move || d.append("bench", "INBOX", &raw)).await??;
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .with_context(|| format!("no push of {subject} within 10 s"))?;
+            let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) = msg else { continue };
+            let ev: Value = serde_json::from_str(t.as_str())?;
+            if ev["type"] == "message.new" && ev["message"]["subject"] == subject {
+                latencies.push(t0.elapsed());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The server goes before the Dovecot it watches.
+    drop(server);
+    latencies.sort();
+    let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    println!("APPEND to WebSocket push ({PUSHES} pushes): p50 {p50:.0} ms, p99 {p99:.0} ms (target p99 <= 1000 ms)");
+    Ok(json!({
+        "bench": "sync-api",
+        "messages": n,
+        "push_p50_ms": p50,
+        "push_p99_ms": p99,
+        "list_rps": list_rps.round(),
+        "login_rps": (login_rps * 10.0).round() / 10.0,
+    }))
+}
