@@ -3,6 +3,7 @@
 //! private Dovecot, and SQLite or Postgres (a fresh database per test).
 //! A missing Dovecot or Postgres fails these tests; they never skip.
 
+use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -614,7 +615,10 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 impl Browser {
     async fn start() -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Its own process group, so that Drop ends chromedriver and the
+        // Chromium it started together (killing chromedriver alone orphans it).
         let driver = std::process::Command::new("chromedriver")
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -684,6 +688,8 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        let _ = std::process::Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
