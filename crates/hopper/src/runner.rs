@@ -520,34 +520,49 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
                 }
             }
             UnitVerdict::Failed { reason, detail } => {
-                let request = RequeueRequest {
-                    duration_ms: per_unit_ms,
-                    failure_summary: Some(detail.clone()),
-                    errors: Some(serde_json::json!({
-                        "reason": reason,
-                        "detail": detail,
-                        "attempt": delivery.retry_index + 1,
-                        "worker": worker.as_str(),
-                        "output": output,
-                    })),
-                };
-                match shared.queue.requeue(run, worker, delivery, &request).await? {
-                    RequeueReply::Requeued { retry_index } => {
-                        shared.summary.lock().retried += 1;
-                        let note = format!("{detail}; retry {retry_index}");
-                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, per_unit, Some(&note));
-                    }
-                    RequeueReply::Finalized { .. } => {
-                        shared.summary.lock().failed += 1;
-                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, per_unit, Some(&detail));
-                    }
-                    RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
-                    RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
-                }
+                requeue_failed(shared, delivery, reason, &detail, output, per_unit).await?;
             }
         }
     }
     shared.wake.notify_waiters();
+    Ok(())
+}
+
+/// Requeues a failed attempt (within the budgets; over them the queue
+/// finalizes it as failed) and accounts for the queue's answer.
+pub(crate) async fn requeue_failed(
+    shared: &Shared,
+    delivery: &Delivery,
+    reason: &str,
+    detail: &str,
+    output: &str,
+    duration: Duration,
+) -> Result<(), HopperError> {
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    let request = RequeueRequest {
+        duration_ms: millis(duration),
+        failure_summary: Some(detail.to_owned()),
+        errors: Some(serde_json::json!({
+            "reason": reason,
+            "detail": detail,
+            "attempt": delivery.retry_index + 1,
+            "worker": worker.as_str(),
+            "output": output,
+        })),
+    };
+    match shared.queue.requeue(run, worker, delivery, &request).await? {
+        RequeueReply::Requeued { retry_index } => {
+            shared.summary.lock().retried += 1;
+            let note = format!("{detail}; retry {retry_index}");
+            shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, duration, Some(&note));
+        }
+        RequeueReply::Finalized { .. } => {
+            shared.summary.lock().failed += 1;
+            shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, duration, Some(detail));
+        }
+        RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
+        RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
-use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome, RequeueReply, RequeueRequest};
+use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
@@ -17,7 +17,7 @@ use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use super::AgentError;
 use crate::errors::HopperError;
 use crate::observer::AttemptEnd;
-use crate::runner::{fenced_off, hand_back, millis, Shared};
+use crate::runner::{fenced_off, hand_back, requeue_failed, Shared};
 
 /// Requests in the agent's pipe at once: the running test and the next, so
 /// the agent starts the next without waiting for hopper.
@@ -362,33 +362,9 @@ impl Slot {
         duration: Duration,
     ) -> Result<(), HopperError> {
         let shared = &self.shared;
-        let (run, worker) = (&shared.config.run, &shared.config.worker);
         let detail = truncate(detail, 1024);
         let output = truncate(output, OUTPUT_MAX);
-        let request = RequeueRequest {
-            duration_ms: millis(duration),
-            failure_summary: Some(detail.clone()),
-            errors: Some(serde_json::json!({
-                "reason": reason,
-                "detail": detail,
-                "attempt": delivery.retry_index + 1,
-                "worker": worker.as_str(),
-                "output": output,
-            })),
-        };
-        match shared.queue.requeue(run, worker, delivery, &request).await? {
-            RequeueReply::Requeued { retry_index } => {
-                shared.summary.lock().retried += 1;
-                let note = format!("{detail}; retry {retry_index}");
-                shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, duration, Some(&note));
-            }
-            RequeueReply::Finalized { .. } => {
-                shared.summary.lock().failed += 1;
-                shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, duration, Some(&detail));
-            }
-            RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
-            RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
-        }
+        requeue_failed(shared, delivery, reason, &detail, &output, duration).await?;
         shared.wake.notify_waiters();
         Ok(())
     }
