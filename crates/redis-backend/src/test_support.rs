@@ -336,48 +336,31 @@ impl RedisCluster {
     /// Starts `masters` cluster-enabled servers and joins them with
     /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`.
     pub fn start(masters: usize) -> Result<Self, String> {
-        require_binary("redis-server");
-        require_binary("redis-cli");
-        let mut nodes = Vec::with_capacity(masters);
-        for _ in 0..masters {
-            nodes.push(RedisServer::start_with(
-                &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"],
-                true,
-            )?);
-        }
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
-        let out = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run redis-cli --cluster create: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "redis-cli --cluster create {addrs:?} failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let cluster = Self { nodes };
-        cluster.wait_ok()?;
-        Ok(cluster)
+        Self::create(masters, 0, "5000")
     }
 
     /// Starts `masters` masters with `replicas` replicas each (a cluster that
     /// survives the loss of a master: its replica is promoted), with a
     /// 1 s node timeout so a failover takes about two seconds.
     pub fn start_with_replicas(masters: usize, replicas: usize) -> Result<Self, String> {
+        Self::create(masters, replicas, "1000")
+    }
+
+    fn create(masters: usize, replicas: usize, node_timeout_ms: &str) -> Result<Self, String> {
         require_binary("redis-server");
         require_binary("redis-cli");
         let count = masters * (1 + replicas);
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
             nodes.push(RedisServer::start_with(
-                &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"],
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    node_timeout_ms,
+                ],
                 true,
             )?);
         }
