@@ -1,5 +1,5 @@
 //! Every unit process group this process has running, so that no unit
-//! outlives its worker:
+//! outlives its worker (and the private directories to remove with it):
 //!
 //! * a second SIGINT / SIGTERM kills them all before hopper exits
 //!   ([`kill_all`]);
@@ -7,6 +7,8 @@
 //!   reaper kills them: a small `sh` process (`reaper.sh`) in a process group
 //!   of its own that learns each group on a pipe, and kills whatever is left
 //!   when the pipe closes, which the kernel does when the worker dies;
+//! * the reaper also removes the worker's private directories
+//!   ([`remove_when_gone`]) once it is gone;
 //! * each group's leader also gets `PR_SET_PDEATHSIG` (see
 //!   [`crate::process`]), which covers the leader even if the reaper could
 //!   not start.
@@ -100,6 +102,17 @@ pub fn kill_group(pgid: i32, signal: Signal) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
         Err(error) => tracing::warn!(pgid, ?signal, %error, "could not signal the unit's process group"),
     }
+}
+
+/// Has the reaper remove `dir` (recursively) once this process is gone,
+/// however it ends; an orderly end removes it first, which is fine. A path
+/// the reaper's line protocol cannot carry (a newline in it) is left to
+/// whoever else cleans up after it.
+pub fn remove_when_gone(dir: &std::path::Path) {
+    let Ok(dir) = std::path::absolute(dir) else { return };
+    let Some(text) = dir.to_str().filter(|t| !t.contains('\n')) else { return };
+    let mut registry = registry().lock();
+    tell(&mut registry, &format!("rm {text}\n"));
 }
 
 /// SIGKILLs every unit group still running (the second signal's last act).

@@ -73,6 +73,9 @@ pub struct AgentChild {
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<OutputTail>>,
+    /// The reaper and a second signal know the group, so an agent never
+    /// outlives its worker (even a SIGKILLed one).
+    _group: Option<crate::unit_groups::GroupGuard>,
 }
 
 impl AgentChild {
@@ -95,6 +98,7 @@ impl AgentChild {
         }
         let mut child = cmd.spawn()?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let group = pgid.map(crate::unit_groups::GroupGuard::register);
         let missing = || std::io::Error::other("the agent's pipes were not set up");
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -110,7 +114,7 @@ impl AgentChild {
                 sink.lock().push(&buf[..n]);
             }
         });
-        Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr })
+        Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr, _group: group })
     }
 
     /// Reads until the agent's `ready`; returns how many tests it says it collected.
