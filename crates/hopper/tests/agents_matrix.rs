@@ -1,0 +1,408 @@
+//! The rest of the agent test matrix (issue #10), beside `agents.rs`: a
+//! SIGKILLed Redis worker on RSpec and on nextest (reclaimed, every test to
+//! one verdict), a flaky nextest test, and what a SIGKILLed worker leaves
+//! behind (no plugin directory, no agent).
+//!
+//! Every throwaway test appends a line to the file named by `AGENT_RAN_LOG`
+//! when it runs, so the tests check how often each test ran. Each Redis test
+//! owns its private `redis-server`. Each worker gets a `TMPDIR` of its own, so
+//! what it leaves there is its own. A missing tool fails these tests (with
+//! what to install); none is skipped.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{alive, children_named, hopper, junit_cases, plugin_dirs, sigkill, sigkill_group, texts, wait_for};
+use leasehold_redis::test_support::RedisServer;
+use quick_junit::TestCaseStatus;
+
+const RAN_LOG_VAR: &str = "AGENT_RAN_LOG";
+
+/// How long a worker may take to list (nextest builds the crate) and start
+/// its first test on a loaded machine.
+const START_WITHIN: Duration = Duration::from_secs(180);
+
+/// The venv `cargo xtask setup` makes, with pytest.
+fn venv_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
+    let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
+    assert!(
+        ok.as_ref().is_ok_and(|o| o.status.success()),
+        "pytest is required: {}/python -m pytest --version failed; run `cargo xtask setup`",
+        bin.display()
+    );
+    bin
+}
+
+fn require_rspec() {
+    let ok = Command::new("rspec").arg("--version").output();
+    assert!(
+        ok.as_ref().is_ok_and(|o| o.status.success()),
+        "rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)"
+    );
+}
+
+/// A throwaway project: its files, the ran log, and a `TMPDIR` per worker.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(files: &[(String, String)]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+            std::fs::write(&path, text).expect("write a project file");
+        }
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn junit(&self) -> PathBuf {
+        self.path().join("out.xml")
+    }
+
+    /// The `TMPDIR` of the worker `name`.
+    fn tmp(&self, name: &str) -> PathBuf {
+        let tmp = self.path().join(format!("tmp-{name}"));
+        std::fs::create_dir_all(&tmp).expect("a worker's TMPDIR");
+        tmp
+    }
+
+    /// A file the throwaway tests write next to the ran log.
+    fn marker(&self, name: &str) -> PathBuf {
+        self.path().join(name)
+    }
+
+    /// `hopper` in the project for the worker `name`: the venv first on
+    /// PATH, its own TMPDIR, and, for nextest, a target dir in the project.
+    fn hopper(&self, name: &str) -> Command {
+        let mut cmd = hopper(self.path());
+        let path = format!("{}:{}", venv_bin().display(), std::env::var("PATH").unwrap_or_default());
+        cmd.env("PATH", path)
+            .env(RAN_LOG_VAR, self.path().join("ran.log"))
+            .env("TMPDIR", self.tmp(name))
+            .env("CARGO_TARGET_DIR", self.path().join("target"))
+            .env("CARGO_NET_OFFLINE", "true");
+        cmd
+    }
+
+    /// How often each test ran.
+    fn ran(&self) -> BTreeMap<String, usize> {
+        let text = std::fs::read_to_string(self.path().join("ran.log")).unwrap_or_default();
+        let mut counts = BTreeMap::new();
+        for line in text.lines() {
+            *counts.entry(line.to_owned()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The pid a throwaway test wrote into `marker`, once it exists; fails
+    /// the test if `worker` ends first or it takes longer than [`START_WITHIN`].
+    fn wait_pid(&self, marker: &str, worker: &mut Child) -> i32 {
+        let path = self.marker(marker);
+        let mut pid = None;
+        let started = wait_for(START_WITHIN, || {
+            pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok());
+            pid.is_some() || worker.try_wait().is_ok_and(|s| s.is_some())
+        });
+        match pid {
+            Some(pid) => pid,
+            None => {
+                sigkill(worker.id() as i32);
+                let out = worker.wait_with_output_ref();
+                panic!("no test wrote {marker} (in time: {started}); the worker said: {out}");
+            }
+        }
+    }
+}
+
+/// What a spawned worker printed, for messages, without consuming the `Child`.
+trait OutputOf {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl OutputOf for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.wait();
+        let mut out = String::new();
+        if let Some(mut s) = self.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = self.stderr.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    }
+}
+
+fn status_of<'a>(cases: &'a BTreeMap<String, TestCaseStatus>, name: &str) -> &'a TestCaseStatus {
+    cases.get(name).unwrap_or_else(|| panic!("{name} in the JUnit: {:?}", cases.keys().collect::<Vec<_>>()))
+}
+
+/// One worker of a Redis build, started with `tool_args` (discovery and command).
+fn spawn_worker(project: &Project, shared: &[&str], name: &str, tool_args: &[&str]) -> Child {
+    project
+        .hopper(name)
+        .args(["run", "-j", "1", "--worker", name, "--timeout", "2", "--no-timings"])
+        .args(shared)
+        .args(tool_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a worker")
+}
+
+/// Runs the kill scenario: the worker `doomed` starts the victim test (which
+/// writes its pid to `victim.pid` and hangs there), a `survivor` joins, the
+/// doomed worker is SIGKILLed; then the survivor must finish the build alone
+/// and `hopper report` must give every one of `total` tests one verdict.
+/// Returns the report's stdout.
+fn kill_one_of_two_workers(project: &Project, tool_args: &[&str], total: usize, victim: &str) -> String {
+    let redis = RedisServer::start().expect("a private redis-server");
+    let queue = redis.url();
+    let build = "b-kill".to_owned();
+    let shared = ["--queue", queue.as_str(), "--build", build.as_str()];
+    let mut doomed = spawn_worker(project, &shared, "doomed", tool_args);
+    let victim_pid = project.wait_pid("victim.pid", &mut doomed);
+    // The doomed worker holds the victim and the units it reserved ahead.
+    let survivor = spawn_worker(project, &shared, "survivor", tool_args);
+    sigkill(doomed.id() as i32);
+    let _ = doomed.wait();
+
+    // The reaper that outlives the worker ends its test process and removes
+    // its plugin directory.
+    let doomed_tmp = project.tmp("doomed");
+    let cleaned = wait_for(Duration::from_secs(10), || !alive(victim_pid) && plugin_dirs(&doomed_tmp).is_empty());
+    let left = (alive(victim_pid), plugin_dirs(&doomed_tmp));
+    sigkill_group(victim_pid);
+    assert!(cleaned, "the killed worker left (victim alive, plugin dirs) {left:?}");
+
+    let output = survivor.wait_with_output().expect("the survivor ends");
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(plugin_dirs(&project.tmp("survivor")).is_empty(), "the survivor removes its plugin dir");
+
+    let report = project
+        .hopper("report")
+        .arg("report")
+        .args(shared)
+        .args(["--junit", "out.xml", "--worker-timeout", "10"])
+        .output()
+        .expect("report");
+    let (stdout, stderr) = texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(&format!("PASSED: {total} units, {total} passed (0 flaky)")), "{stdout}");
+    assert!(stdout.contains(&format!("RECLAIMED {victim}")), "{stdout}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.len(), total, "every test exactly once: {:?}", cases.keys());
+    assert!(cases.values().all(|c| matches!(c, TestCaseStatus::Success { .. })), "{cases:?}");
+    assert!(matches!(status_of(&cases, victim), TestCaseStatus::Success { .. }));
+
+    let ran = project.ran();
+    assert_eq!(ran.get("victim doomed"), Some(&1), "{ran:?}");
+    assert_eq!(ran.get("victim survivor"), Some(&1), "{ran:?}");
+    let others: Vec<_> = ran.iter().filter(|(name, _)| !name.starts_with("victim ")).collect();
+    assert_eq!(others.len(), total - 1, "{ran:?}");
+    assert!(others.iter().all(|(_, n)| **n == 1), "every other test ran once, on the survivor: {ran:?}");
+    stdout
+}
+
+const RAN_RB: &str = "def ran(name)\n  File.open(ENV.fetch('AGENT_RAN_LOG'), 'a') { |f| f.puts(name) }\nend\n";
+
+const RSPEC_VICTIM: &str = r#"require_relative 'ran_helper'
+
+RSpec.describe 'victim' do
+  it('hangs on the doomed worker') do
+    worker = ENV.fetch('HOPPER_WORKER')
+    ran("victim #{worker}")
+    if worker == 'doomed'
+      File.write(File.join(File.dirname(ENV.fetch('AGENT_RAN_LOG')), 'victim.pid'), Process.pid.to_s)
+      sleep 600
+    end
+  end
+end
+"#;
+
+#[test]
+fn rspec_a_sigkilled_redis_worker_s_examples_are_reclaimed_and_each_has_one_verdict() {
+    require_rspec();
+    let fast: String = (0..12).map(|i| format!("  it('fast {i}') {{ ran('fast {i}') }}\n")).collect();
+    let project = Project::new(&[
+        ("spec/ran_helper.rb".into(), RAN_RB.into()),
+        // Listed first, so the doomed worker's agent starts it first.
+        ("spec/a_victim_spec.rb".into(), RSPEC_VICTIM.into()),
+        ("spec/fast_spec.rb".into(), format!("require_relative 'ran_helper'\n\nRSpec.describe 'fast' do\n{fast}end\n")),
+    ]);
+    kill_one_of_two_workers(&project, &["--discover", "rspec", "--", "rspec"], 13, "./spec/a_victim_spec.rb[1:1]");
+}
+
+fn nextest_crate(name: &str, tests: &str) -> Vec<(String, String)> {
+    let lib = format!(
+        r#"#[cfg(test)]
+mod tests {{
+    use std::io::Write;
+
+    fn ran(name: &str) {{
+        let log = std::env::var("AGENT_RAN_LOG").expect("AGENT_RAN_LOG is set");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
+        writeln!(file, "{{name}}").expect("append to the log");
+    }}
+
+    fn marker(name: &str) -> std::path::PathBuf {{
+        std::path::Path::new(&std::env::var("AGENT_RAN_LOG").unwrap()).with_file_name(name)
+    }}
+{tests}
+}}
+"#
+    );
+    vec![
+        (
+            "Cargo.toml".into(),
+            format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n"),
+        ),
+        ("src/lib.rs".into(), lib),
+    ]
+}
+
+fn fast_rust_tests(n: usize) -> String {
+    (0..n).map(|i| format!("\n    #[test]\n    fn fast_{i:02}() {{\n        ran(\"fast {i}\");\n    }}\n")).collect()
+}
+
+#[test]
+fn nextest_a_sigkilled_redis_worker_s_tests_are_reclaimed_and_each_has_one_verdict() {
+    let victim = r#"
+    #[test]
+    fn a_victim() {
+        let worker = std::env::var("HOPPER_WORKER").unwrap();
+        ran(&format!("victim {worker}"));
+        if worker == "doomed" {
+            std::fs::write(marker("victim.pid"), std::process::id().to_string()).unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(600));
+        }
+    }
+"#;
+    // nextest lists a crate's tests by name, so the victim comes first.
+    let project = Project::new(&nextest_crate("matrix-kill", &format!("{victim}{}", fast_rust_tests(12))));
+    kill_one_of_two_workers(
+        &project,
+        &["--discover", "nextest"],
+        13,
+        "binary_id(=matrix-kill) & test(=tests::a_victim)",
+    );
+}
+
+#[test]
+fn nextest_a_flaky_test_is_shown_as_flaky_and_every_test_runs_once() {
+    let flaky = r#"
+    #[test]
+    fn flaky() {
+        ran("flaky");
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(marker("flaky.marker")).is_ok() {
+            panic!("first attempt fails");
+        }
+    }
+"#;
+    let project = Project::new(&nextest_crate("matrix-flaky", &format!("{flaky}{}", fast_rust_tests(5))));
+    let output = project
+        .hopper("only")
+        .args(["run", "-j", "2", "--discover", "nextest", "--junit", "out.xml", "--no-timings"])
+        .args(["--max-requeues", "1", "--requeue-tolerance", "1"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{context}");
+    assert!(stdout.contains("PASSED: 6 units, 6 passed (1 flaky)"), "{context}");
+    let flaky_id = "binary_id(=matrix-flaky) & test(=tests::flaky)";
+    assert!(stdout.contains(&format!("FLAKY {flaky_id}")), "{context}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.len(), 6, "every test exactly once: {:?}", cases.keys());
+    assert!(
+        matches!(status_of(&cases, flaky_id), TestCaseStatus::Success { flaky_runs } if flaky_runs.len() == 1),
+        "{context}"
+    );
+    let ran = project.ran();
+    let mut want: BTreeMap<String, usize> = (0..5).map(|i| (format!("fast {i}"), 1)).collect();
+    want.insert("flaky".into(), 2);
+    assert_eq!(ran, want, "{context}");
+    assert!(plugin_dirs(&project.tmp("only")).is_empty());
+}
+
+/// A pytest suite whose `test_0_hangs` writes its process's pid and hangs.
+fn hanging_pytest_project() -> Project {
+    let ran = "import os\n\n\ndef ran(name):\n    with open(os.environ['AGENT_RAN_LOG'], 'a') as log:\n        log.write(name + '\\n')\n";
+    Project::new(&[
+        (
+            "tests/test_0_hangs.py".into(),
+            format!(
+                "import os\nimport time\n{ran}\n\ndef test_0_hangs():\n    ran('hangs')\n    with open(os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'agent.pid'), 'w') as f:\n        f.write(str(os.getpid()))\n    time.sleep(600)\n"
+            ),
+        ),
+        ("tests/test_fast.py".into(), format!("{ran}\n\ndef test_fast():\n    ran('fast')\n")),
+    ])
+}
+
+fn spawn_pytest_worker(project: &Project, name: &str) -> Child {
+    project
+        .hopper(name)
+        .args(["run", "-j", "1", "--no-timings", "--discover", "pytest"])
+        .args(["--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hopper")
+}
+
+#[test]
+fn a_sigkilled_worker_leaves_no_plugin_dir_and_no_agent_behind() {
+    let project = hanging_pytest_project();
+    let mut worker = spawn_pytest_worker(&project, "doomed");
+    let agent = project.wait_pid("agent.pid", &mut worker);
+    let tmp = project.tmp("doomed");
+    assert_eq!(plugin_dirs(&tmp).len(), 1, "the worker's plugin dir is where this test looks");
+    sigkill(worker.id() as i32);
+    let _ = worker.wait();
+    let cleaned = wait_for(Duration::from_secs(10), || !alive(agent) && plugin_dirs(&tmp).is_empty());
+    let left = (alive(agent), plugin_dirs(&tmp));
+    sigkill_group(agent);
+    assert!(cleaned, "left behind (agent alive, plugin dirs): {left:?}");
+}
+
+#[test]
+fn the_next_hopper_sweeps_the_plugin_dir_of_a_worker_whose_reaper_died_too() {
+    let project = hanging_pytest_project();
+    let mut worker = spawn_pytest_worker(&project, "doomed");
+    let agent = project.wait_pid("agent.pid", &mut worker);
+    let tmp = project.tmp("doomed");
+    let reapers = children_named(worker.id() as i32, "hopper-reaper");
+    assert_eq!(reapers.len(), 1, "the worker's reaper: {reapers:?}");
+    sigkill(reapers[0]);
+    assert!(wait_for(Duration::from_secs(10), || !alive(reapers[0])), "the reaper is gone");
+    sigkill(worker.id() as i32);
+    let _ = worker.wait();
+    // With no reaper, the agent is orphaned: this test ends it.
+    sigkill_group(agent);
+    let stale = plugin_dirs(&tmp);
+    assert_eq!(stale.len(), 1, "nothing removed the dead worker's dir yet");
+
+    // Any later hopper on the same TMPDIR sweeps it, and removes its own.
+    std::fs::write(project.path().join("units.txt"), "one\n").unwrap();
+    let output = project
+        .hopper("doomed")
+        .args(["run", "--no-timings", "--units-from", "units.txt", "--", "true"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(plugin_dirs(&tmp), Vec::<PathBuf>::new(), "swept: {stale:?}");
+}
