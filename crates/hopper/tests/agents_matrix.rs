@@ -406,3 +406,42 @@ fn the_next_hopper_sweeps_the_plugin_dir_of_a_worker_whose_reaper_died_too() {
     assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(plugin_dirs(&tmp), Vec::<PathBuf>::new(), "swept: {stale:?}");
 }
+
+/// Examples as RSpec's own documentation writes them (Debian ships it in
+/// ruby-rspec-expectations' features): matchers that reopen `$stdout`.
+const RSPEC_OUTPUT_SPEC: &str = r#"RSpec.describe 'output matchers' do
+  specify { expect { system('printf foo') }.to output('foo').to_stdout_from_any_process }
+  specify { expect { system('printf foo') }.to_not output(/bar/).to_stdout_from_any_process }
+  specify { expect { print 'foo' }.to output('foo').to_stdout }
+  specify { expect { $stderr.print 'foo' }.to output('foo').to_stderr_from_any_process }
+  it('shows what it printed when it fails') do
+    puts 'printed before the failure'
+    expect(1).to eq 2
+  end
+  it('passes after the others reopened $stdout') { puts 'still captured'; expect(true).to be true }
+end
+"#;
+
+#[test]
+fn rspec_examples_that_reopen_stdout_pass_as_under_plain_rspec() {
+    require_rspec();
+    let project = Project::new(&[("spec/output_spec.rb".into(), RSPEC_OUTPUT_SPEC.into())]);
+    let plain = Command::new("rspec").current_dir(project.path()).output().expect("run rspec");
+    assert!(texts(&plain).0.contains("6 examples, 1 failure"), "plain rspec: {:?}", texts(&plain));
+    let output = project
+        .hopper("only")
+        .args(["run", "-j", "1", "--discover", "rspec", "--junit", "out.xml", "--no-timings", "--max-requeues", "0"])
+        .args(["--", "rspec"])
+        .output()
+        .expect("run hopper");
+    let (stdout, stderr) = texts(&output);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{context}");
+    assert!(stdout.contains("FAILED: 6 units, 5 passed (0 flaky), 1 failed"), "{context}");
+    let cases = junit_cases(&project.junit());
+    let failed: Vec<_> = cases.iter().filter(|(_, c)| !matches!(c, TestCaseStatus::Success { .. })).collect();
+    assert_eq!(failed.len(), 1, "{failed:?}\n{context}");
+    assert_eq!(failed[0].0, "./spec/output_spec.rb[1:5]", "{context}");
+    assert!(stdout.contains("printed before the failure"), "the failure shows the example's output\n{context}");
+    assert!(plugin_dirs(&project.tmp("only")).is_empty());
+}

@@ -5,12 +5,13 @@
 # loads the spec files once; instead of running them, this agent serves
 # hopper's agent protocol (docs/agent-protocol.md): `run` requests as JSON
 # lines on the original stdin, one `result` line per example on the original
-# stdout. The examples' own stdout goes to stderr, and stdin becomes
-# /dev/null, so no example can corrupt or eat the protocol.
+# stdout. The examples' own stdout is captured into their results (and goes
+# to stderr between examples), and stdin becomes /dev/null, so no example can
+# corrupt or eat the protocol.
 
 if ENV['HOPPER_RSPEC_AGENT'] == '1'
   require 'json'
-  require 'stringio'
+  require 'tempfile'
   require 'rspec/core'
 
   module HopperRSpecAgent
@@ -21,6 +22,16 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
     REPLIES.sync = true
     STDIN.reopen(File::NULL)
     STDOUT.reopen(STDERR)
+    # Where an example's output goes: file descriptor 1 points at this file
+    # while the example runs (and at stderr between examples), so what the
+    # example and its subprocesses print is in its result, and matchers that
+    # reopen $stdout (`output.to_stdout_from_any_process`) work as under
+    # plain rspec. Unlinked at once, so nothing is left behind.
+    CAPTURE = Tempfile.create('hopper-rspec-stdout')
+    File.unlink(CAPTURE.path)
+    CAPTURE.sync = true
+    # The formatters write to stderr, never into an example's capture.
+    RSpec.configuration.output_stream = STDERR if RSpec.configuration.output_stream.equal?(STDOUT)
 
     def self.reply(message)
       REPLIES.write(JSON.generate(message) + "\n")
@@ -42,15 +53,20 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       end
       example.instance_variable_set(:@exception, nil)
       example.instance_variable_set(:@execution_result, RSpec::Core::Example::ExecutionResult.new)
-      captured = StringIO.new
-      saved = $stdout
-      $stdout = captured
+      CAPTURE.truncate(0)
+      CAPTURE.rewind
+      STDOUT.flush
+      STDOUT.reopen(CAPTURE)
+      $stdout = STDOUT
       begin
         top.run(reporter)
       ensure
-        $stdout = saved
+        $stdout = STDOUT
+        STDOUT.flush
+        STDOUT.reopen(STDERR)
       end
-      [example.execution_result, captured.string]
+      CAPTURE.rewind
+      [example.execution_result, CAPTURE.read.force_encoding(Encoding::UTF_8).scrub]
     end
 
     def self.serve(configuration, world, groups)
