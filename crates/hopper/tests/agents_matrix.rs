@@ -302,8 +302,14 @@ fn nextest_a_sigkilled_redis_worker_s_tests_are_reclaimed_and_each_has_one_verdi
 }
 
 #[test]
-fn nextest_a_flaky_test_is_shown_as_flaky_and_every_test_runs_once() {
+fn nextest_a_failing_test_is_retried_and_reported_a_flaky_one_shown_as_flaky_and_every_test_runs_once() {
     let flaky = r#"
+    #[test]
+    fn fails() {
+        ran("fails");
+        assert_eq!(1 + 1, 3, "deliberate failure");
+    }
+
     #[test]
     fn flaky() {
         ran("flaky");
@@ -321,12 +327,17 @@ fn nextest_a_flaky_test_is_shown_as_flaky_and_every_test_runs_once() {
         .expect("run hopper");
     let (stdout, stderr) = texts(&output);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert_eq!(output.status.code(), Some(0), "{context}");
-    assert!(stdout.contains("PASSED: 6 units, 6 passed (1 flaky)"), "{context}");
+    assert_eq!(output.status.code(), Some(1), "{context}");
+    assert!(stdout.contains("FAILED: 7 units, 6 passed (1 flaky), 1 failed, 0 unfinished"), "{context}");
     let flaky_id = "binary_id(=matrix-flaky) & test(=tests::flaky)";
     assert!(stdout.contains(&format!("FLAKY {flaky_id}")), "{context}");
     let cases = junit_cases(&project.junit());
-    assert_eq!(cases.len(), 6, "every test exactly once: {:?}", cases.keys());
+    assert_eq!(cases.len(), 7, "every test exactly once: {:?}", cases.keys());
+    let failed = status_of(&cases, "binary_id(=matrix-flaky) & test(=tests::fails)");
+    let TestCaseStatus::NonSuccess { reruns, .. } = failed else { panic!("tests::fails failed: {failed:?}") };
+    assert_eq!(reruns.runs.len(), 1, "the first attempt is reported as a rerun: {failed:?}");
+    let xml = std::fs::read_to_string(project.junit()).unwrap();
+    assert!(xml.contains("deliberate failure"), "the failure's own message is in the JUnit\n{xml}");
     assert!(
         matches!(status_of(&cases, flaky_id), TestCaseStatus::Success { flaky_runs } if flaky_runs.len() == 1),
         "{context}"
@@ -334,6 +345,7 @@ fn nextest_a_flaky_test_is_shown_as_flaky_and_every_test_runs_once() {
     let ran = project.ran();
     let mut want: BTreeMap<String, usize> = (0..5).map(|i| (format!("fast {i}"), 1)).collect();
     want.insert("flaky".into(), 2);
+    want.insert("fails".into(), 2);
     assert_eq!(ran, want, "{context}");
     assert!(plugin_dirs(&project.tmp("only")).is_empty());
 }
