@@ -106,14 +106,12 @@ pub fn sweep_stale(parent: &Path) {
         let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
         // No lock file yet: a worker is still making it, or it is not ours to judge.
         let Some(lock) = ours.then(|| File::open(path.join(OWNER_LOCK)).ok()).flatten() else { continue };
-        match Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
-            Ok(_unowned) => {
-                tracing::debug!(dir = %path.display(), "removing the plugin directory of a worker that is gone");
-                if let Err(error) = std::fs::remove_dir_all(&path) {
-                    tracing::debug!(dir = %path.display(), %error, "could not remove a stale plugin directory");
-                }
+        // A lock still held means its worker lives.
+        if let Ok(_unowned) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
+            tracing::debug!(dir = %path.display(), "removing the plugin directory of a worker that is gone");
+            if let Err(error) = std::fs::remove_dir_all(&path) {
+                tracing::debug!(dir = %path.display(), %error, "could not remove a stale plugin directory");
             }
-            Err(_) => {} // Held: its worker lives.
         }
     }
 }
