@@ -275,6 +275,11 @@ impl RunReport {
         let flaky: Vec<&UnitReport> = self.flaky().collect();
         let unfinished = self.unfinished();
         let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count();
+        // Said only when there are any, so that every unit is counted somewhere.
+        let skipped = match self.units.iter().filter(|u| u.outcome == Some(Outcome::Skipped)).count() {
+            0 => String::new(),
+            n => format!(", {n} skipped"),
+        };
         let requeued = self.units.iter().filter(|u| u.requeues > 0).count();
         let requeues: u64 = self.units.iter().map(|u| u64::from(u.requeues)).sum();
         let reclaims: usize = self.units.iter().map(|u| u.reclaimed_from.len()).sum();
@@ -352,7 +357,7 @@ impl RunReport {
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),
@@ -584,7 +589,16 @@ mod tests {
         assert!(text.contains("FAIL bad (exit code 1; 2 failed attempt(s), retry_budget_exhausted)"), "{text}");
         assert!(text.contains("| boom"), "{text}");
         assert!(text.contains("FLAKY flaky"), "{text}");
-        assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 1 unfinished"), "{text}");
+        assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 1 unfinished; "), "{text}");
+    }
+
+    #[test]
+    fn skipped_units_are_counted_in_the_verdict_line() {
+        let mut report = sample();
+        let index: HashMap<UnitId, usize> = [(UnitId::new("todo").unwrap(), 3)].into_iter().collect();
+        report.apply(&index, finalized("todo", Outcome::Skipped, 1, None));
+        let text = report.render(5);
+        assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 0 unfinished, 1 skipped; "), "{text}");
     }
 
     /// Twice 90 s of waiting for the queue (an outage) is not the workers'

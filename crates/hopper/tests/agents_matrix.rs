@@ -431,6 +431,7 @@ const RSPEC_OUTPUT_SPEC: &str = r#"RSpec.describe 'output matchers' do
     expect(1).to eq 2
   end
   it('passes after the others reopened $stdout') { puts 'still captured'; expect(true).to be true }
+  it('is pending') { pending('not done'); raise 'not yet' }
 end
 "#;
 
@@ -439,7 +440,7 @@ fn rspec_examples_that_reopen_stdout_pass_as_under_plain_rspec() {
     require_rspec();
     let project = Project::new(&[("spec/output_spec.rb".into(), RSPEC_OUTPUT_SPEC.into())]);
     let plain = Command::new("rspec").current_dir(project.path()).output().expect("run rspec");
-    assert!(texts(&plain).0.contains("6 examples, 1 failure"), "plain rspec: {:?}", texts(&plain));
+    assert!(texts(&plain).0.contains("7 examples, 1 failure, 1 pending"), "plain rspec: {:?}", texts(&plain));
     let output = project
         .hopper("only")
         .args(["run", "-j", "1", "--discover", "rspec", "--junit", "out.xml", "--no-timings", "--max-requeues", "0"])
@@ -449,9 +450,14 @@ fn rspec_examples_that_reopen_stdout_pass_as_under_plain_rspec() {
     let (stdout, stderr) = texts(&output);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(output.status.code(), Some(1), "{context}");
-    assert!(stdout.contains("FAILED: 6 units, 5 passed (0 flaky), 1 failed"), "{context}");
+    // The pending example is counted too: every unit has its place in the verdict line.
+    assert!(stdout.contains("FAILED: 7 units, 5 passed (0 flaky), 1 failed, 0 unfinished, 1 skipped;"), "{context}");
     let cases = junit_cases(&project.junit());
-    let failed: Vec<_> = cases.iter().filter(|(_, c)| !matches!(c, TestCaseStatus::Success { .. })).collect();
+    assert!(matches!(status_of(&cases, "./spec/output_spec.rb[1:7]"), TestCaseStatus::Skipped { .. }), "{context}");
+    let failed: Vec<_> = cases
+        .iter()
+        .filter(|(_, c)| !matches!(c, TestCaseStatus::Success { .. } | TestCaseStatus::Skipped { .. }))
+        .collect();
     assert_eq!(failed.len(), 1, "{failed:?}\n{context}");
     assert_eq!(failed[0].0, "./spec/output_spec.rb[1:5]", "{context}");
     assert!(stdout.contains("printed before the failure"), "the failure shows the example's output\n{context}");
