@@ -1,5 +1,6 @@
-//! Every unit process group this process has running, so that no unit
-//! outlives its worker (and the private directories to remove with it):
+//! Every unit process group this process has running (a unit's process, or
+//! a persistent agent's), so that none outlives its worker, and the private
+//! directories to remove with it:
 //!
 //! * a second SIGINT / SIGTERM kills them all before hopper exits
 //!   ([`kill_all`]);
