@@ -353,6 +353,44 @@ mod tests {
         assert!(parse_collected("{}").is_err());
     }
 
+    fn shard(k: usize, tests: &[&str], files: &[(&str, usize)]) -> ShardCollection {
+        ShardCollection {
+            tests: tests.iter().map(|t| t.to_string()).collect(),
+            collected: tests.len(),
+            shard: k,
+            shards: 2,
+            files: files.iter().map(|(f, s)| (f.to_string(), 10, *s)).collect(),
+        }
+    }
+
+    #[test]
+    fn shards_merge_only_when_they_agree() {
+        let files = [("a.py", 0), ("b b.py", 1)];
+        let zero = shard(0, &["a.py::t[x y]", "a.py::u"], &files);
+        let one = shard(1, &["b b.py::t[é]"], &files);
+        let (listing, sharding) = merge_shards(vec![zero.clone(), one.clone()]).unwrap();
+        assert_eq!(listing.ids, ["a.py::t[x y]", "b b.py::t[é]", "a.py::u"]);
+        assert_eq!(listing.counted, 3);
+        let sharding = sharding.unwrap();
+        assert_eq!((sharding.expected(0), sharding.expected(1)), (2, 1));
+        assert_eq!(sharding.shard_of_unit("b b.py::t[é]"), Some(1));
+
+        let blind = shard(1, &["b b.py::t[é]"], &[("a.py", 0)]);
+        let err = merge_shards(vec![zero.clone(), blind]).unwrap_err();
+        assert!(err.contains("saw different test files"), "{err}");
+
+        let mut short = one.clone();
+        short.collected = 2;
+        let err = merge_shards(vec![zero.clone(), short]).unwrap_err();
+        assert!(err.contains("shard 1/2: pytest counted 2 tests but 1 node ids"), "{err}");
+
+        let stray = shard(1, &["a.py::v"], &files);
+        assert!(merge_shards(vec![zero.clone(), stray]).unwrap_err().contains("dealt to another shard"));
+
+        let swapped = merge_shards(vec![one, zero]).unwrap_err();
+        assert!(swapped.contains("agent 0 collected shard 1/2"), "{swapped}");
+    }
+
     #[test]
     fn the_users_command_is_the_collector() {
         let cmd: Vec<String> = ["/v/bin/python", "-m", "pytest", "-q", "{unit}"].map(String::from).to_vec();
