@@ -257,14 +257,18 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
     let tail = config.limits.tail_bytes;
     let mut spare = None;
+    let mut sharding = None;
     let (units, nextest) = match &options.source {
         UnitSource::Discover(DiscoverKind::Pytest) if execution == Execution::Pytest => {
-            // The first agent's collection is the discovery: nothing collects twice.
+            // The agents' collections are the discovery, each of a share of
+            // the files: nothing collects twice.
             let agent = tools::pytest_agent(&options.command, &plugins, 0, tail);
             let env = agent_env(&config.run, &config.worker);
-            let (shown, listing, child) = pytest::list_with_agent(&agent, &plugins, &env, tail).await?;
-            let units = checked_units(&shown, listing, DiscoverKind::Pytest.unit_kind(), "--discover pytest")?;
-            spare = Some(SpareAgent::new(child));
+            let found = pytest::list_with_agents(&agent, &plugins, &env, tail, config.slots).await?;
+            let units =
+                checked_units(&found.shown, found.listing, DiscoverKind::Pytest.unit_kind(), "--discover pytest")?;
+            spare = Some(SpareAgent::new(found.agents));
+            sharding = found.sharding.map(Arc::new);
             (units, None)
         }
         UnitSource::Discover(kind) => {
@@ -278,6 +282,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         Execution::PerProcess => None,
         Execution::Pytest => Some(AgentCommand {
             spare: spare.take().unwrap_or_default(),
+            sharding: sharding.take(),
             ..tools::pytest_agent(&options.command, &plugins, units.len(), tail)
         }),
         Execution::Rspec => Some(tools::rspec_agent(&options.command, &plugins, units.len(), tail)),

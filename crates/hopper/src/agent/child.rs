@@ -14,28 +14,30 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::protocol::Request;
+use super::shards::Sharding;
 use crate::process::OutputTail;
 
-/// An agent already started and ready (the one whose collection was the
-/// discovery), handed to the first slot that needs one.
+/// Agents already started and ready (the ones whose collection was the
+/// discovery), each handed to the slot it was started for.
 #[derive(Clone, Default)]
-pub struct SpareAgent(Arc<Mutex<Option<AgentChild>>>);
+pub struct SpareAgent(Arc<Mutex<Vec<Option<AgentChild>>>>);
 
 impl SpareAgent {
-    /// Holds `agent` for the first slot.
-    pub fn new(agent: AgentChild) -> Self {
-        Self(Arc::new(Mutex::new(Some(agent))))
+    /// Holds `agents[i]` for slot `i`.
+    pub fn new(agents: Vec<AgentChild>) -> Self {
+        Self(Arc::new(Mutex::new(agents.into_iter().map(Some).collect())))
     }
 
-    /// The agent, once.
-    pub fn take(&self) -> Option<AgentChild> {
-        self.0.lock().take()
+    /// Slot `slot`'s agent, once.
+    pub fn take(&self, slot: usize) -> Option<AgentChild> {
+        self.0.lock().get_mut(slot).and_then(Option::take)
     }
 }
 
 impl std::fmt::Debug for SpareAgent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.lock().is_some() { "SpareAgent(ready)" } else { "SpareAgent(none)" })
+        let ready = self.0.lock().iter().filter(|a| a.is_some()).count();
+        write!(f, "SpareAgent({ready} ready)")
     }
 }
 
@@ -50,8 +52,26 @@ pub struct AgentCommand {
     pub cwd: Option<PathBuf>,
     /// How many tests the agent must say it collected (discovery's count).
     pub expected_tests: Option<u64>,
-    /// An agent started already, for the first slot.
+    /// Agents started already, by slot.
     pub spare: SpareAgent,
+    /// How the worker's agents split the suite (pytest with `-j N`): each
+    /// slot's agents collect their shard only.
+    pub sharding: Option<Arc<Sharding>>,
+}
+
+impl AgentCommand {
+    /// The environment an agent of `slot` gets on top of [`Self::env`].
+    pub fn slot_env(&self, slot: usize) -> Vec<(String, String)> {
+        self.sharding.iter().map(|s| s.env(slot)).collect()
+    }
+
+    /// How many tests an agent of `slot` must say it collected.
+    pub fn expected_for(&self, slot: usize) -> Option<u64> {
+        match &self.sharding {
+            Some(sharding) => Some(sharding.expected(slot)),
+            None => self.expected_tests,
+        }
+    }
 }
 
 /// Why an agent did not become ready.

@@ -13,8 +13,19 @@ on PYTHONPATH and loads it with ``-p hopper_pytest``. It does nothing unless
   corrupt the protocol, and fd 0 becomes /dev/null, so no test can eat it.
 
 In both modes, when ``HOPPER_COLLECT_OUT`` names a file, every collected
-node id is written to it, whole, with pytest's own count: the first agent's
+node id is written to it, whole, with pytest's own count: an agent's
 collection is the discovery, so a slot's agent is the only collection.
+
+Sharded collection (agent mode, ``HOPPER_SHARD=k/n`` with n > 1): the n
+agents of one hopper worker split the test FILES between them, so each file
+is imported and collected by one agent only. Files are dealt in pytest's own
+collection order, each to the shard with the fewest bytes of files so far
+(ties to the lowest shard), which every agent computes alike. A file of
+another shard gets an empty collect report before pytest imports it; its
+collector is kept, so a test of it that hopper sends anyway is collected then
+(lazily, under the same parents, through the same collection hooks). The
+file list each agent saw goes into ``HOPPER_COLLECT_OUT`` too: hopper checks
+that all agents saw the same files, so no file falls between two shards.
 """
 
 import json
@@ -28,6 +39,20 @@ import pytest
 PROTOCOL = 1
 MODE = os.environ.get("HOPPER_PYTEST_MODE", "")
 OUTPUT_TAIL = int(os.environ.get("HOPPER_OUTPUT_TAIL", "16384"))
+
+
+def _shard():
+    """(k, n) from HOPPER_SHARD=k/n; (0, 1) when unsharded."""
+    text = os.environ.get("HOPPER_SHARD", "") if MODE == "agent" else ""
+    if not text:
+        return 0, 1
+    index, count = (int(part) for part in text.split("/"))
+    if not 0 <= index < count:
+        raise ValueError("HOPPER_SHARD=%s: the index must be below the count" % text)
+    return index, count
+
+
+SHARD, SHARDS = _shard()
 
 # The pipes are taken over at import time: `-p` plugins are imported before
 # pytest starts capturing file descriptors, so fds 0 and 1 are still hopper's.
@@ -53,13 +78,123 @@ def _write_collected(session, collected):
         return
     with open(path, "w", encoding="utf-8") as out:
         tests = [item.nodeid for item in session.items]
-        json.dump({"tests": tests, "collected": collected}, out, ensure_ascii=False)
+        doc = {"tests": tests, "collected": collected}
+        if SHARDS > 1:
+            doc["shard"] = SHARD
+            doc["shards"] = SHARDS
+            doc["files"] = [[f.nodeid, f.size, f.shard] for f in _dealer.files]
+        json.dump(doc, out, ensure_ascii=False)
 
 
 def pytest_collection_finish(session):
     # pytest prints its own count after this; hopper checks the ids against it.
     if MODE == "collect":
         _write_collected(session, len(session.items))
+
+
+class _File:
+    __slots__ = ("nodeid", "size", "shard", "collectors")
+
+    def __init__(self, nodeid, size, shard):
+        self.nodeid, self.size, self.shard, self.collectors = nodeid, size, shard, []
+
+
+class _Dealer:
+    """Deals test files to shards, in the order pytest collects them."""
+
+    def __init__(self):
+        self.files = []
+        self.by_path = {}
+        self.by_nodeid = {}
+        self.loads = [0] * SHARDS
+        # Collecting one file on request: every collector passes.
+        self.lazy = False
+
+    def file_of(self, collector):
+        key = str(collector.path)
+        known = self.by_path.get(key)
+        if known is None:
+            try:
+                size = os.path.getsize(key)
+            except OSError:
+                size = 0
+            # Every file weighs at least one byte, so empty files are dealt round.
+            shard = min(range(SHARDS), key=lambda s: (self.loads[s], s))
+            self.loads[shard] += size + 1
+            known = _File(collector.nodeid, size, shard)
+            self.files.append(known)
+            self.by_path[key] = known
+            self.by_nodeid.setdefault(collector.nodeid, known)
+        return known
+
+
+_dealer = _Dealer()
+
+
+def _names_given(config):
+    # Arguments that name tests inside a file (`a.py::test_x`): such a file
+    # must be collected in every shard, or pytest says the name is not found.
+    return any("::" in str(arg) for arg in config.args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector):
+    if SHARDS <= 1 or _dealer.lazy:
+        return None
+    if not isinstance(collector, pytest.File) or isinstance(collector, getattr(pytest, "Package", ())):
+        return None
+    known = _dealer.file_of(collector)
+    if known.shard == SHARD:
+        return None
+    if collector.session.isinitpath(collector.path) and _names_given(collector.config):
+        return None  # collected; its items are set aside in pytest_collection_modifyitems
+    known.collectors.append(collector)
+    # Another agent collects this file: report it empty, without importing it.
+    from _pytest.reports import CollectReport
+
+    return CollectReport(collector.nodeid, "passed", None, [])
+
+
+# Items of other shards' files that had to be collected here (see above).
+_set_aside = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    if SHARDS <= 1 or _dealer.lazy or MODE != "agent":
+        return
+    kept = []
+    for item in items:
+        shard = SHARD
+        for node in item.listchain():
+            if isinstance(node, pytest.File) and str(node.path) in _dealer.by_path:
+                shard = _dealer.by_path[str(node.path)].shard
+        if shard == SHARD:
+            kept.append(item)
+        else:
+            _set_aside.setdefault(item.nodeid, item)
+    items[:] = kept
+
+
+def _collect_lazily(session, test):
+    """The items of the file of `test`, a file another shard collects."""
+    if test in _set_aside:
+        return [_set_aside[test]]
+    known = _dealer.by_nodeid.get(test.split("::", 1)[0])
+    if known is None or not known.collectors:
+        return []
+    collectors, known.collectors = known.collectors, []
+    _dealer.lazy = True
+    try:
+        found = []
+        for collector in collectors:
+            found.extend(session.genitems(collector))
+        # The same hooks as a whole collection: conftest hooks that add
+        # markers (a skip for slow tests) or deselect must see these too.
+        session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=found)
+    finally:
+        _dealer.lazy = False
+    return found
 
 
 class _Lines:
@@ -122,7 +257,8 @@ def _crash_message(report):
 
 
 def _verdict(reports):
-    """outcome, message, output of one test from its phase reports."""
+    """outcome, message, output of one test from its phase reports; a
+    passed test's output is not sent (hopper keeps none)."""
     outcome, message, failures = "passed", None, []
     for report in reports:
         if report.failed:
@@ -136,10 +272,24 @@ def _verdict(reports):
                 message = "xfail: %s" % report.wasxfail
             elif isinstance(report.longrepr, tuple):
                 message = str(report.longrepr[2])
+    if outcome != "failed":
+        return outcome, message, None
     # Each phase's report carries the captured output of the phases before it.
     sections = reports[-1].sections if reports else []
     parts = ["----- %s -----\n%s" % (name, content) for name, content in sections] + failures
     return outcome, message, _tail("\n".join(parts))
+
+
+def _started(seq):
+    return '{"event":"started","seq":%d}\n' % seq
+
+
+def _parse(line):
+    """(seq, test) of a run request, (None, None) for exit."""
+    request = json.loads(line)
+    if request.get("op") == "exit":
+        return None, None
+    return request["seq"], request["test"]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -159,28 +309,48 @@ def pytest_runtestloop(session):
     lines = _Lines(_requests)
     setup_state = session._setupstate
     pending = None
+    # A `started` not yet written: it goes out with the previous result, in one write.
+    out = ""
     while True:
-        line = pending if pending is not None else lines.next()
-        pending = None
-        if line is None:
+        if pending is not None:
+            seq, test = pending
+            pending = None
+        else:
+            if out:
+                _replies.write(out)
+                _replies.flush()
+                out = ""
+            line = lines.next()
+            if line is None:
+                break
+            seq, test = _parse(line)
+        if seq is None:
             break
-        request = json.loads(line)
-        if request.get("op") == "exit":
-            break
-        seq, test = request["seq"], request["test"]
         item = items.get(test)
-        _send({"event": "started", "seq": seq})
         if item is None:
-            _send({"event": "result", "seq": seq, "outcome": "failed", "duration_ms": 0,
-                   "message": "not collected: %s is not a test of this pytest session" % test})
-            continue
+            _replies.write(out + _started(seq))
+            _replies.flush()
+            out = ""
+            for found in _collect_lazily(session, test):
+                items.setdefault(found.nodeid, found)
+            item = items.get(test)
+            if item is None:
+                _send({"event": "result", "seq": seq, "outcome": "failed", "duration_ms": 0,
+                       "message": "not collected: %s is not a test of this pytest session" % test})
+                continue
+        else:
+            out += _started(seq)
+            _replies.write(out)
+            _replies.flush()
+            out = ""
         # Keep module and class fixtures alive when the next request is
         # already here and shares them; tear down what it does not share.
         nextitem = None
         if lines.ready():
-            pending = lines.next()
-            upcoming = json.loads(pending) if pending is not None else {}
-            nextitem = items.get(upcoming.get("test"))
+            line = lines.next()
+            pending = _parse(line) if line is not None else None
+            if pending is not None and pending[0] is not None:
+                nextitem = items.get(pending[1])
         try:
             setup_state.teardown_exact(item)
         except Exception as error:  # a fixture's teardown failed: it belongs to no test now
@@ -190,11 +360,21 @@ def pytest_runtestloop(session):
         item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem or item.parent)
         duration_ms = int((time.perf_counter() - started) * 1000)
         outcome, message, output = _verdict(collector.reports)
-        reply = {"event": "result", "seq": seq, "outcome": outcome, "duration_ms": duration_ms}
-        if message:
-            reply["message"] = message
-        if output:
-            reply["output"] = output
-        _send(reply)
+        if message is None and output is None:
+            out = '{"event":"result","seq":%d,"outcome":"%s","duration_ms":%d}\n' % (seq, outcome, duration_ms)
+        else:
+            reply = {"event": "result", "seq": seq, "outcome": outcome, "duration_ms": duration_ms}
+            if message:
+                reply["message"] = message
+            if output:
+                reply["output"] = output
+            out = json.dumps(reply, ensure_ascii=False) + "\n"
+        if pending is None or pending[0] is None:
+            _replies.write(out)
+            _replies.flush()
+            out = ""
+    if out:
+        _replies.write(out)
+        _replies.flush()
     setup_state.teardown_exact(None)
     return True

@@ -5,6 +5,7 @@
 pub mod child;
 pub mod plugins;
 pub mod protocol;
+pub mod shards;
 pub(crate) mod slot;
 pub mod tools;
 

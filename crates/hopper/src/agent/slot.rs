@@ -14,6 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
 use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
+use super::shards::{Collected, STEAL_AFTER};
 use super::AgentError;
 use crate::errors::HopperError;
 use crate::observer::AttemptEnd;
@@ -55,6 +56,8 @@ struct Slot {
     /// No reserve before this while the agent has work (the queue was empty).
     dry_until: Instant,
     dry_backoff: Duration,
+    /// Sharded: the files this slot's agent has collected.
+    collected: Collected,
 }
 
 /// Runs one slot with an agent until every unit is finalized or the worker stops.
@@ -73,7 +76,11 @@ pub(crate) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<Age
         barren_starts: 0,
         dry_until: Instant::now(),
         dry_backoff: Duration::from_millis(2),
+        collected: Collected::default(),
     };
+    if let Some(sharding) = &state.command.sharding {
+        state.collected.shard = sharding.shard_of_slot(slot);
+    }
     let result = state.run().await;
     if result.is_err() || state.shared.stop.is_cancelled() {
         state.give_up().await;
@@ -163,9 +170,56 @@ impl Slot {
     }
 
     async fn refill(&mut self) -> Result<bool, HopperError> {
+        let want = self.prefetch();
+        if self.command.sharding.is_none() {
+            let deliveries = self.reserve(want).await?;
+            let got = deliveries.is_some();
+            self.take(deliveries.unwrap_or_default());
+            return Ok(got);
+        }
+        self.refill_sharded(want).await
+    }
+
+    /// Sharded: units of the files this slot's agent collected, from the
+    /// worker's pool, which a reservation for every slot fills when it has
+    /// none; a unit that waited in the pool past [`STEAL_AFTER`] is taken
+    /// whatever its file (its agent then collects that file).
+    async fn refill_sharded(&mut self, want: usize) -> Result<bool, HopperError> {
+        let Some(sharding) = self.command.sharding.clone() else { return Ok(false) };
+        let mine = sharding.pool.lock().take_collected(&sharding, &self.collected, want);
+        if !mine.is_empty() {
+            self.take(mine);
+            return Ok(true);
+        }
+        let mut reserved = false;
+        if sharding.pool.lock().len() < MAX_PREFETCH * sharding.count() * 2 {
+            if let Some(batch) = self.reserve(want * sharding.count()).await? {
+                reserved = true;
+                let mut pool = sharding.pool.lock();
+                pool.put(batch, Instant::now());
+                let mine = pool.take_collected(&sharding, &self.collected, want);
+                drop(pool);
+                if !mine.is_empty() {
+                    self.take(mine);
+                    return Ok(true);
+                }
+            }
+        }
+        let stolen = sharding.pool.lock().steal(Instant::now() - STEAL_AFTER, want);
+        if let Some((file, stolen)) = stolen {
+            tracing::debug!(slot = self.slot, file, units = stolen.len(), "taking another shard's units that waited");
+            self.collected.extra_files.insert(file);
+            self.take(stolen);
+            return Ok(true);
+        }
+        // Units reserved for the siblings count as progress: look again soon.
+        Ok(reserved)
+    }
+
+    /// Reserves up to `want` units; `None` when the queue gave nothing.
+    async fn reserve(&mut self, want: usize) -> Result<Option<Vec<Delivery>>, HopperError> {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let want = self.prefetch();
         let want = std::num::NonZeroUsize::new(want).unwrap_or(std::num::NonZeroUsize::MIN);
         let reclaim_after = config.queue_reclaim_after()?;
         let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
@@ -183,19 +237,26 @@ impl Slot {
             return Err(HopperError::StateLost { run: config.run.clone() });
         }
         let got = !batch.deliveries.is_empty() || !batch.exhausted.is_empty();
-        shared.running.lock().extend(batch.deliveries.iter().map(|d| d.unit.clone()));
-        self.buffer.extend(batch.deliveries);
-        Ok(got)
+        Ok(got.then_some(batch.deliveries))
+    }
+
+    /// Moves units into this slot's buffer.
+    fn take(&mut self, deliveries: Vec<Delivery>) {
+        self.shared.running.lock().extend(deliveries.iter().map(|d| d.unit.clone()));
+        self.buffer.extend(deliveries);
     }
 
     async fn start_agent(&mut self) -> Result<(), HopperError> {
-        if let Some(agent) = self.command.spare.take() {
+        // A fresh agent has collected its shard only.
+        self.collected.extra_files.clear();
+        if let Some(agent) = self.command.spare.take(self.slot) {
             self.agent = Some(agent);
             return Ok(());
         }
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let env = agent_env(&config.run, &config.worker);
+        let mut env = agent_env(&config.run, &config.worker);
+        env.extend(self.command.slot_env(self.slot));
         let shown = crate::discover::shown(&self.command.argv);
         let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
             .map_err(|source| AgentError::Spawn { command: shown.clone(), source })?;
@@ -208,7 +269,7 @@ impl Slot {
         };
         match ready {
             Ok(tests) => {
-                if let (Some(want), Some(got)) = (self.command.expected_tests, tests) {
+                if let (Some(want), Some(got)) = (self.command.expected_for(self.slot), tests) {
                     if want != got {
                         agent.kill().await;
                         return Err(AgentError::CollectedOther { expected: want, collected: got }.into());
@@ -413,6 +474,35 @@ impl Slot {
         }
         // Another worker owns these now: do not run them.
         self.buffer.retain(|d| !lost.contains(d));
+        self.heartbeat_pool().await;
+    }
+
+    /// Heartbeats the worker's pool (whichever slot's beat comes first in
+    /// each period does it).
+    async fn heartbeat_pool(&self) {
+        let Some(sharding) = &self.command.sharding else { return };
+        let shared = &self.shared;
+        let pooled = {
+            let mut pool = sharding.pool.lock();
+            if pool.is_empty() || pool.last_beat.elapsed() < shared.config.heartbeat_every / 2 {
+                return;
+            }
+            pool.last_beat = Instant::now();
+            pool.deliveries()
+        };
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        let mut lost = Vec::new();
+        for delivery in &pooled {
+            match shared.queue.heartbeat(run, worker, delivery).await {
+                Ok(Ack::Ok) => {}
+                Ok(reply) => {
+                    lost.push(delivery.clone());
+                    fenced_off(shared, delivery, "heartbeat", reply).await;
+                }
+                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
+            }
+        }
+        sharding.pool.lock().forget(&lost);
     }
 
     /// On shutdown or a fatal error: report what is done, end the agent,
@@ -428,11 +518,15 @@ impl Slot {
         let running = self.requeue_unstarted();
         let mut held: Vec<Delivery> = running.into_iter().map(|s| s.delivery).collect();
         held.extend(self.buffer.drain(..));
-        if held.is_empty() {
-            return;
-        }
         for delivery in &held {
             self.untrack(delivery);
+        }
+        // The worker's pool too: the first slot to stop hands it all back.
+        if let Some(sharding) = &self.command.sharding {
+            held.extend(sharding.pool.lock().drain());
+        }
+        if held.is_empty() {
+            return;
         }
         hand_back(&self.shared, &held, Duration::ZERO).await;
     }

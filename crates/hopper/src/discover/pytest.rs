@@ -5,6 +5,7 @@
 
 use crate::agent::child::{AgentChild, AgentCommand, NotReady};
 use crate::agent::plugins::Plugins;
+use crate::agent::shards::{file_of, interleave, Sharding, SHARD_ENV};
 use crate::errors::{ListingError, UnitsError};
 
 use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
@@ -70,49 +71,197 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     Ok((shown, Listing { ids, counted }))
 }
 
-/// Collects by starting the pytest agent itself: its collection is the
-/// discovery (the node ids the plugin writes, checked against pytest's own
-/// `testscollected`), and the ready agent is kept for the first slot, so
-/// each slot's pytest collects once and nothing collects twice.
-pub async fn list_with_agent(
+/// What the agents whose collection is the discovery found.
+pub struct AgentListing {
+    /// The command shown in messages.
+    pub shown: String,
+    /// The ids of every shard (interleaved, see [`interleave`]) and the sum
+    /// of pytest's own counts.
+    pub listing: Listing,
+    /// The ready agents, one per shard, for the slot of the same number.
+    pub agents: Vec<AgentChild>,
+    /// How the suite is split (`None` with one agent: it collected all).
+    pub sharding: Option<Sharding>,
+}
+
+/// Collects by starting the `shards` pytest agents themselves, each on its
+/// share of the test files (`HOPPER_SHARD=k/shards`; with one, the whole
+/// suite): their collections together are the discovery. Each shard's node
+/// ids are checked against pytest's own count for it, and every agent must
+/// have seen the same files dealt the same way, so no file falls between
+/// shards. The ready agents are kept for the slots, so each test file is
+/// collected once and nothing collects twice.
+pub async fn list_with_agents(
     agent: &AgentCommand,
     plugins: &Plugins,
     env: &[(String, String)],
     tail_bytes: usize,
-) -> Result<(String, Listing, AgentChild), UnitsError> {
-    let out = plugins.scratch_file("collected.json");
-    let _ = std::fs::remove_file(&out);
+    shards: usize,
+) -> Result<AgentListing, UnitsError> {
+    let shards = shards.max(1);
     let shown = super::shown(&agent.argv);
-    let mut env = env.to_vec();
-    env.push(("HOPPER_COLLECT_OUT".into(), out.display().to_string()));
-    let mut child = AgentChild::spawn(agent, &env, tail_bytes)
-        .map_err(|source| UnitsError::DiscoverSpawn { command: shown.clone(), source })?;
-    match child.wait_ready().await {
-        Ok(_) => {}
-        Err(NotReady::Died { last_line }) => {
-            let status = child.finish(std::time::Duration::from_secs(5), false).await;
+    let mut children = Vec::with_capacity(shards);
+    let mut outs = Vec::with_capacity(shards);
+    for k in 0..shards {
+        let out = plugins.scratch_file(&format!("collected-{k}.json"));
+        let _ = std::fs::remove_file(&out);
+        let mut env = env.to_vec();
+        env.push(("HOPPER_COLLECT_OUT".into(), out.display().to_string()));
+        if shards > 1 {
+            env.push((SHARD_ENV.into(), format!("{k}/{shards}")));
+        }
+        match AgentChild::spawn(agent, &env, tail_bytes) {
+            Ok(child) => children.push(child),
+            Err(source) => {
+                kill_all(children).await;
+                return Err(UnitsError::DiscoverSpawn { command: shown, source });
+            }
+        }
+        outs.push(out);
+    }
+    // The agents collect at once; waiting for them in turn costs nothing.
+    let mut failure = None;
+    for (k, child) in children.iter_mut().enumerate() {
+        if let Err(not_ready) = child.wait_ready().await {
+            failure = Some((k, not_ready));
+            break;
+        }
+    }
+    if let Some((k, not_ready)) = failure {
+        return Err(not_ready_error(children, k, not_ready, shown).await);
+    }
+    let mut parsed = Vec::with_capacity(shards);
+    for out in &outs {
+        match std::fs::read_to_string(out).map_err(|error| error.to_string()).and_then(|t| parse_shard(&t)) {
+            Ok(shard) => parsed.push(shard),
+            Err(detail) => {
+                kill_all(children).await;
+                return Err(inconsistent(shown, detail));
+            }
+        }
+    }
+    match merge_shards(parsed) {
+        Ok((listing, sharding)) => Ok(AgentListing { shown, listing, agents: children, sharding }),
+        Err(detail) => {
+            kill_all(children).await;
+            Err(inconsistent(shown, detail))
+        }
+    }
+}
+
+impl std::fmt::Debug for AgentListing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentListing")
+            .field("shown", &self.shown)
+            .field("listing", &self.listing)
+            .field("agents", &self.agents.len())
+            .field("sharding", &self.sharding)
+            .finish()
+    }
+}
+
+fn inconsistent(command: String, detail: String) -> UnitsError {
+    UnitsError::DiscoverParse { command, source: ListingError::Inconsistent(detail) }
+}
+
+async fn kill_all(children: Vec<AgentChild>) {
+    for child in children {
+        child.kill().await;
+    }
+}
+
+/// The error for agent `failed`, which did not become ready; ends every
+/// agent (the failed one is reaped for its exit status, the others killed).
+async fn not_ready_error(children: Vec<AgentChild>, failed: usize, not_ready: NotReady, shown: String) -> UnitsError {
+    let mut status = String::new();
+    for (k, child) in children.into_iter().enumerate() {
+        if k == failed && matches!(not_ready, NotReady::Died { .. }) {
+            status = child.finish(std::time::Duration::from_secs(5), false).await;
+        } else {
+            child.kill().await;
+        }
+    }
+    match not_ready {
+        NotReady::Died { last_line } => {
             // Collected nothing: pytest exits before the test loop.
             if status == format!("exit code {NO_TESTS_COLLECTED}") {
-                return Err(UnitsError::Empty { source_name: "--discover pytest".into() });
+                return UnitsError::Empty { source_name: "--discover pytest".into() };
             }
-            return Err(UnitsError::DiscoverFailed { command: shown, status, detail: last_line });
+            UnitsError::DiscoverFailed { command: shown, status, detail: last_line }
         }
-        Err(NotReady::Protocol(got)) => {
-            child.kill().await;
-            return Err(UnitsError::DiscoverParse {
-                command: shown,
-                source: ListingError::Inconsistent(format!("agent protocol version {got}")),
-            });
+        NotReady::Protocol(got) => inconsistent(shown, format!("agent protocol version {got}")),
+    }
+}
+
+/// One agent's collection: its node ids, pytest's own count, and (sharded)
+/// the files it saw as `[node id, bytes, shard]`, with its shard and the count.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct ShardCollection {
+    /// The node ids it collected.
+    pub tests: Vec<String>,
+    /// pytest's own count.
+    pub collected: usize,
+    /// Its shard.
+    #[serde(default)]
+    pub shard: usize,
+    /// How many shards.
+    #[serde(default = "one")]
+    pub shards: usize,
+    /// Every file the agent saw, in pytest's order, with its size and shard.
+    #[serde(default)]
+    pub files: Vec<(String, u64, usize)>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn parse_shard(text: &str) -> Result<ShardCollection, String> {
+    serde_json::from_str(text).map_err(|e| format!("the plugin's node id file: {e}"))
+}
+
+/// The shards' collections as one listing: each shard's ids must match
+/// its own count (else the error names the shard), every shard must have seen
+/// the same files dealt the same way, and a shard holds only ids of its own
+/// files. The ids come interleaved across shards.
+pub fn merge_shards(parsed: Vec<ShardCollection>) -> Result<(Listing, Option<Sharding>), String> {
+    let count = parsed.len();
+    if count <= 1 {
+        let (ids, counted) = parsed.into_iter().next().map(|p| (p.tests, p.collected)).unwrap_or_default();
+        return Ok((Listing { ids, counted }, None));
+    }
+    let files = &parsed[0].files;
+    let mut counted = 0;
+    for (k, shard) in parsed.iter().enumerate() {
+        if shard.shard != k || shard.shards != count {
+            return Err(format!("agent {k} collected shard {}/{} (wanted {k}/{count})", shard.shard, shard.shards));
+        }
+        if shard.files != *files {
+            return Err(format!(
+                "agents 0 and {k} saw different test files ({} and {}): did the suite change while they collected?",
+                files.len(),
+                shard.files.len()
+            ));
+        }
+        if shard.tests.len() != shard.collected {
+            return Err(format!(
+                "shard {k}/{count}: pytest counted {} tests but {} node ids were written",
+                shard.collected,
+                shard.tests.len()
+            ));
+        }
+        counted += shard.collected;
+    }
+    let owner: std::collections::HashMap<&str, usize> = files.iter().map(|(f, _, s)| (f.as_str(), *s)).collect();
+    for (k, shard) in parsed.iter().enumerate() {
+        let stray = shard.tests.iter().find(|t| owner.get(file_of(t)).is_some_and(|s| *s != k));
+        if let Some(test) = stray {
+            return Err(format!("shard {k}/{count} collected {test:?}, of a file dealt to another shard"));
         }
     }
-    let collected = std::fs::read_to_string(&out).map_err(|error| error.to_string()).and_then(|t| parse_collected(&t));
-    match collected {
-        Ok((ids, counted)) => Ok((shown, Listing { ids, counted }, child)),
-        Err(detail) => {
-            child.kill().await;
-            Err(UnitsError::DiscoverParse { command: shown, source: ListingError::Inconsistent(detail) })
-        }
-    }
+    let ids: Vec<Vec<String>> = parsed.into_iter().map(|p| p.tests).collect();
+    let sharding = Sharding::new(&ids);
+    Ok((Listing { ids: interleave(ids), counted }, Some(sharding)))
 }
 
 /// The node ids in the plugin's file, and pytest's own count.
@@ -202,6 +351,44 @@ mod tests {
         assert_eq!(ids, ["a.py::t[x y]", "a.py::t[\\xe9 'q']"]);
         assert_eq!(n, 2);
         assert!(parse_collected("{}").is_err());
+    }
+
+    fn shard(k: usize, tests: &[&str], files: &[(&str, usize)]) -> ShardCollection {
+        ShardCollection {
+            tests: tests.iter().map(|t| t.to_string()).collect(),
+            collected: tests.len(),
+            shard: k,
+            shards: 2,
+            files: files.iter().map(|(f, s)| (f.to_string(), 10, *s)).collect(),
+        }
+    }
+
+    #[test]
+    fn shards_merge_only_when_they_agree() {
+        let files = [("a.py", 0), ("b b.py", 1)];
+        let zero = shard(0, &["a.py::t[x y]", "a.py::u"], &files);
+        let one = shard(1, &["b b.py::t[é]"], &files);
+        let (listing, sharding) = merge_shards(vec![zero.clone(), one.clone()]).unwrap();
+        assert_eq!(listing.ids, ["a.py::t[x y]", "b b.py::t[é]", "a.py::u"]);
+        assert_eq!(listing.counted, 3);
+        let sharding = sharding.unwrap();
+        assert_eq!((sharding.expected(0), sharding.expected(1)), (2, 1));
+        assert_eq!(sharding.shard_of_unit("b b.py::t[é]"), Some(1));
+
+        let blind = shard(1, &["b b.py::t[é]"], &[("a.py", 0)]);
+        let err = merge_shards(vec![zero.clone(), blind]).unwrap_err();
+        assert!(err.contains("saw different test files"), "{err}");
+
+        let mut short = one.clone();
+        short.collected = 2;
+        let err = merge_shards(vec![zero.clone(), short]).unwrap_err();
+        assert!(err.contains("shard 1/2: pytest counted 2 tests but 1 node ids"), "{err}");
+
+        let stray = shard(1, &["a.py::v"], &files);
+        assert!(merge_shards(vec![zero.clone(), stray]).unwrap_err().contains("dealt to another shard"));
+
+        let swapped = merge_shards(vec![one, zero]).unwrap_err();
+        assert!(swapped.contains("agent 0 collected shard 1/2"), "{swapped}");
     }
 
     #[test]

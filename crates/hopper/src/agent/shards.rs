@@ -1,0 +1,269 @@
+//! Sharded collection and file affinity for the agents of one worker.
+//!
+//! With `-j N` pytest agents, each agent collects only a share of the test
+//! files (`HOPPER_SHARD=k/N`, dealt by the plugin), so the suite is imported
+//! and collected once, split across the agents, instead of once per agent.
+//! The shards' node ids together are the discovery (checked against the sum
+//! of pytest's own counts, and that every agent saw the same files).
+//!
+//! The queue is not changed: all slots of a worker share one worker id, so a
+//! batch one slot reserved may be run by a sibling. Reserved units go into a
+//! worker-local [`Pool`] from which each slot takes the units of the files
+//! its agent collected. A unit of a file no slot of its shard takes in time
+//! ([`STEAL_AFTER`]) is taken by any slot, whose agent then collects that
+//! file on request: affinity is a preference, never a condition for a test
+//! to run.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use leasehold_core::Delivery;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+/// A pooled unit of another shard waiting this long is taken by any slot.
+pub const STEAL_AFTER: Duration = Duration::from_secs(1);
+
+/// The environment variable that names an agent's shard (`k/N`).
+pub const SHARD_ENV: &str = "HOPPER_SHARD";
+
+/// How the tests of one worker are split between its agents.
+#[derive(Debug)]
+pub struct Sharding {
+    count: usize,
+    expected: Vec<u64>,
+    shard_of: HashMap<String, usize>,
+    /// Reserved units not yet taken by a slot.
+    pub(crate) pool: Mutex<Pool>,
+}
+
+impl Sharding {
+    /// `shards[k]`: the test ids shard `k`'s agent collected.
+    pub fn new(shards: &[Vec<String>]) -> Self {
+        let mut shard_of = HashMap::with_capacity(shards.iter().map(Vec::len).sum());
+        for (k, ids) in shards.iter().enumerate() {
+            for id in ids {
+                shard_of.insert(id.clone(), k);
+            }
+        }
+        Self {
+            count: shards.len(),
+            expected: shards.iter().map(|ids| ids.len() as u64).collect(),
+            shard_of,
+            pool: Mutex::new(Pool::default()),
+        }
+    }
+
+    /// How many shards (agents) there are.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The shard slot `slot`'s agents collect.
+    pub fn shard_of_slot(&self, slot: usize) -> usize {
+        slot % self.count.max(1)
+    }
+
+    /// The environment entry that gives an agent of `slot` its shard.
+    pub fn env(&self, slot: usize) -> (String, String) {
+        (SHARD_ENV.to_owned(), format!("{}/{}", self.shard_of_slot(slot), self.count))
+    }
+
+    /// How many tests an agent of `slot` must say it collected.
+    pub fn expected(&self, slot: usize) -> u64 {
+        self.expected.get(self.shard_of_slot(slot)).copied().unwrap_or(0)
+    }
+
+    /// The shard whose agent collected `unit` (`None`: no shard did, for
+    /// example a unit another worker discovered).
+    pub fn shard_of_unit(&self, unit: &str) -> Option<usize> {
+        self.shard_of.get(unit).copied()
+    }
+}
+
+/// The file (the node id's first part) a test id belongs to.
+pub fn file_of(unit: &str) -> &str {
+    unit.split_once("::").map_or(unit, |(file, _)| file)
+}
+
+/// What an agent has collected: its shard's files, and files it collected
+/// on request since it started.
+#[derive(Debug, Default, Clone)]
+pub struct Collected {
+    /// The agent's shard.
+    pub shard: usize,
+    /// Files of other shards it collected on request.
+    pub extra_files: HashSet<String>,
+}
+
+impl Collected {
+    fn has(&self, sharding: &Sharding, unit: &str) -> bool {
+        sharding.shard_of_unit(unit) == Some(self.shard) || self.extra_files.contains(file_of(unit))
+    }
+}
+
+#[derive(Debug)]
+struct Pooled {
+    delivery: Delivery,
+    since: Instant,
+}
+
+/// Units the worker reserved that no slot took yet.
+#[derive(Debug)]
+pub struct Pool {
+    entries: VecDeque<Pooled>,
+    /// When the pool's deliveries were last heartbeated.
+    pub(crate) last_beat: Instant,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self { entries: VecDeque::new(), last_beat: Instant::now() }
+    }
+}
+
+impl Pool {
+    /// How many units wait.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds freshly reserved units.
+    pub fn put(&mut self, deliveries: impl IntoIterator<Item = Delivery>, now: Instant) {
+        self.entries.extend(deliveries.into_iter().map(|delivery| Pooled { delivery, since: now }));
+    }
+
+    /// Up to `max` units of files `collected` has, in queue order.
+    pub fn take_collected(&mut self, sharding: &Sharding, collected: &Collected, max: usize) -> Vec<Delivery> {
+        self.take_where(max, |d| collected.has(sharding, d.unit.as_str()))
+    }
+
+    /// Up to `max` units of one file that waited since before `before` (the
+    /// file of the oldest such unit), whatever their shard; with the file.
+    pub fn steal(&mut self, before: Instant, max: usize) -> Option<(String, Vec<Delivery>)> {
+        let file =
+            self.entries.iter().find(|p| p.since <= before).map(|p| file_of(p.delivery.unit.as_str()).to_owned())?;
+        let taken = self.take_where(max, |d| file_of(d.unit.as_str()) == file);
+        Some((file, taken))
+    }
+
+    /// Every unit, for heartbeats.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.entries.iter().map(|p| p.delivery.clone()).collect()
+    }
+
+    /// Drops units the worker lost (another worker owns them now).
+    pub fn forget(&mut self, lost: &[Delivery]) {
+        self.entries.retain(|p| !lost.contains(&p.delivery));
+    }
+
+    /// Empties the pool (on shutdown, to hand the units back).
+    pub fn drain(&mut self) -> Vec<Delivery> {
+        self.entries.drain(..).map(|p| p.delivery).collect()
+    }
+
+    fn take_where(&mut self, max: usize, mut wanted: impl FnMut(&Delivery) -> bool) -> Vec<Delivery> {
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.entries.len());
+        for pooled in self.entries.drain(..) {
+            if taken.len() < max && wanted(&pooled.delivery) {
+                taken.push(pooled.delivery);
+            } else {
+                kept.push_back(pooled);
+            }
+        }
+        self.entries = kept;
+        taken
+    }
+}
+
+/// The shards' ids merged so that every stretch of the queue holds units of
+/// every shard in proportion to its size (shard `k`'s `i`-th id sits at
+/// `(i + ½) / len_k` of the way): any batch a slot reserves then holds work
+/// for each of its siblings, and the shards run out together.
+pub fn interleave(shards: Vec<Vec<String>>) -> Vec<String> {
+    let mut keyed: Vec<(u64, u64, usize, String)> = Vec::with_capacity(shards.iter().map(Vec::len).sum());
+    for (k, ids) in shards.into_iter().enumerate() {
+        let len = ids.len() as u64;
+        for (i, id) in ids.into_iter().enumerate() {
+            keyed.push((2 * i as u64 + 1, 2 * len, k, id));
+        }
+    }
+    // (a / b) < (c / d)  ⇔  a·d < c·b; ties go to the lower shard.
+    keyed.sort_by(|x, y| {
+        (u128::from(x.0) * u128::from(y.1)).cmp(&(u128::from(y.0) * u128::from(x.1))).then(x.2.cmp(&y.2))
+    });
+    keyed.into_iter().map(|k| k.3).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_core::{DeliveryOrigin, EntryId, StreamName, UnitId};
+
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn delivery(unit: &str, n: u64) -> Delivery {
+        Delivery {
+            unit: UnitId::new(unit).unwrap(),
+            kind: "test".into(),
+            stream: StreamName::Main,
+            entry_id: EntryId::new(n, 0),
+            delivery_count: 1,
+            retry_index: 0,
+            reclaim_count: 0,
+            origin: DeliveryOrigin::Fresh,
+        }
+    }
+
+    #[test]
+    fn shards_interleave_in_proportion() {
+        let merged = interleave(vec![ids(&["a1", "a2", "a3", "a4"]), ids(&["b1", "b2"])]);
+        assert_eq!(merged, ids(&["a1", "b1", "a2", "a3", "b2", "a4"]));
+        assert_eq!(interleave(vec![ids(&["x"]), vec![]]), ids(&["x"]));
+    }
+
+    #[test]
+    fn file_is_the_node_ids_first_part() {
+        assert_eq!(file_of("tests/a b.py::T::test[x::y]"), "tests/a b.py");
+        assert_eq!(file_of("plain"), "plain");
+    }
+
+    #[test]
+    fn slots_take_their_files_and_steal_only_what_waited() {
+        let sharding = Sharding::new(&[ids(&["a.py::t1", "a.py::t2"]), ids(&["b.py::t1", "c.py::t1", "c.py::t2"])]);
+        assert_eq!(sharding.env(3), ("HOPPER_SHARD".to_owned(), "1/2".to_owned()));
+        assert_eq!(sharding.expected(1), 3);
+        let start = Instant::now();
+        let mut pool = Pool::default();
+        pool.put(
+            ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "c.py::t2"]
+                .iter()
+                .enumerate()
+                .map(|(i, u)| delivery(u, i as u64 + 1)),
+            start,
+        );
+        let mut zero = Collected { shard: 0, extra_files: HashSet::new() };
+        let mine: Vec<_> = pool.take_collected(&sharding, &zero, 10).into_iter().map(|d| d.unit.to_string()).collect();
+        assert_eq!(mine, ["a.py::t1", "a.py::t2"]);
+        assert!(pool.take_collected(&sharding, &zero, 10).is_empty());
+        // Nothing waited long enough yet.
+        assert!(pool.steal(start - Duration::from_millis(1), 10).is_none());
+        let (file, stolen) = pool.steal(start, 1).unwrap();
+        assert_eq!((file.as_str(), stolen.len()), ("b.py", 1));
+        zero.extra_files.insert(file);
+        assert_eq!(pool.len(), 2);
+        let one = Collected { shard: 1, extra_files: HashSet::new() };
+        assert_eq!(pool.take_collected(&sharding, &one, 1).len(), 1);
+        assert_eq!(pool.drain().len(), 1);
+        assert!(pool.is_empty());
+    }
+}
