@@ -26,7 +26,8 @@
 //! The slow log costs Redis some CPU per command (inner commands of scripts
 //! included); `LEASEHOLD_BENCH_SLOWLOG=0` turns it off for a clean CPU figure.
 //!
-//! Environment: `LEASEHOLD_BENCH_UNITS` (default 20000), `LEASEHOLD_BENCH_SLOTS`
+//! Environment: `LEASEHOLD_BENCH_REDIS_URL` (a server to use instead of a
+//! private one; it must be empty), `LEASEHOLD_BENCH_UNITS` (default 20000), `LEASEHOLD_BENCH_SLOTS`
 //! (slots per worker, default 2), `LEASEHOLD_BENCH_TEST_US` (default 300),
 //! `LEASEHOLD_BENCH_HEARTBEAT_MS` (default 10000: hopper's `--timeout 30` / 3).
 
@@ -269,8 +270,16 @@ pub async fn run() -> Result<serde_json::Value> {
     let slots = env_u64("LEASEHOLD_BENCH_SLOTS", 2) as usize;
     let test_us = env_u64("LEASEHOLD_BENCH_TEST_US", 300);
     let heartbeat_every = Duration::from_millis(env_u64("LEASEHOLD_BENCH_HEARTBEAT_MS", 10_000).max(10));
-    let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
-    let url = server.url();
+    // `LEASEHOLD_BENCH_REDIS_URL`: a server started by hand (e.g. under
+    // valgrind, to count its instructions); otherwise a private one.
+    let (url, _server) = match std::env::var("LEASEHOLD_BENCH_REDIS_URL") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let server =
+                RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
+            (server.url(), Some(server))
+        }
+    };
     println!(
         "redis-per-test: {units} units, {WORKERS} workers × {slots} slots, {test_us} µs per test, heartbeats every {heartbeat_every:?}"
     );
@@ -303,6 +312,9 @@ pub async fn run() -> Result<serde_json::Value> {
         }));
     }
 
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut stats).await?;
+    let pid = info.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap_or("?").trim().to_owned();
+    println!("  redis-server pid {pid}");
     // The idle rate, to subtract.
     let idle_for = Duration::from_secs(1);
     let c0 = cpu_s(&mut stats).await?;
