@@ -9,6 +9,7 @@ mod hopper_nextest;
 mod hopper_pytest;
 mod hopper_redis;
 mod mem_queue;
+mod redis_per_test;
 mod redis_queue;
 mod sync_api;
 mod sync_hot;
@@ -23,6 +24,7 @@ use anyhow::{bail, Result};
 const BENCHES: &[(&str, &str)] = &[
     ("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks"),
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
+    ("redis-per-test", "Redis CPU per test with hopper's agent-slot pattern: 20,000 units, 2 workers × 2 slots"),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
     ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
@@ -47,6 +49,7 @@ fn main() -> Result<()> {
         match name {
             "mem-queue" => mem_queue::run().await,
             "redis-queue" => redis_queue::run().await,
+            "redis-per-test" => redis_per_test::run().await,
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,

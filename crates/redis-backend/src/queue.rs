@@ -211,6 +211,16 @@ impl RedisStore {
         }
         let keys = self.run_keys(run);
         let mut call = self.transition(&keys, "finalize_batch", worker).arg(items.len() as u64);
+        // Runs of adjacent entries of each stream: the script reads the
+        // fence rows of the batch with one range read per run.
+        let runs = adjacent_runs(items.iter().map(|(d, _)| (d.stream, d.entry_id)));
+        call.push(runs.len() as u64);
+        for (stream, lo, hi, n) in runs {
+            call.push(stream.as_str());
+            call.push(lo.to_string());
+            call.push(hi.to_string());
+            call.push(n);
+        }
         for (d, request) in items {
             Self::finalize_args(&mut call, d, request);
         }
@@ -687,6 +697,27 @@ impl UnitQueue for RedisStore {
     }
 }
 
+/// The entries as runs of adjacent ids per stream, as (stream, lowest,
+/// highest, length): ids are adjacent when they share the millisecond and
+/// their sequence numbers follow each other (no entry can lie between them).
+/// Duplicates are dropped.
+fn adjacent_runs(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(StreamName, EntryId, EntryId, u64)> {
+    let mut sorted: Vec<(StreamName, EntryId)> = entries.collect();
+    sorted.sort_by_key(|(stream, id)| (stream.as_str(), *id));
+    sorted.dedup();
+    let mut runs: Vec<(StreamName, EntryId, EntryId, u64)> = Vec::new();
+    for (stream, id) in sorted {
+        match runs.last_mut() {
+            Some((s, _, hi, n)) if *s == stream && hi.ms == id.ms && hi.seq.checked_add(1) == Some(id.seq) => {
+                *hi = id;
+                *n += 1;
+            }
+            _ => runs.push((stream, id, id, 1)),
+        }
+    }
+    runs
+}
+
 /// Bits of an [`EventId`]'s seq that hold the event's index in its entry.
 const EVENT_INDEX_BITS: u32 = 16;
 
@@ -743,4 +774,39 @@ fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>
         }
     }
     Ok((id, unit, kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_runs_split_at_gaps_streams_and_milliseconds() {
+        let main = StreamName::Main;
+        let prio = StreamName::Priority;
+        let e = EntryId::new;
+        let runs = adjacent_runs(
+            [
+                (main, e(5, 3)),
+                (main, e(5, 1)),
+                (prio, e(5, 2)),
+                (main, e(5, 2)),
+                (main, e(5, 2)),
+                (main, e(5, 7)),
+                (main, e(6, 0)),
+                (main, e(5, 8)),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            runs,
+            vec![
+                (main, e(5, 1), e(5, 3), 3),
+                (main, e(5, 7), e(5, 8), 2),
+                (main, e(6, 0), e(6, 0), 1),
+                (prio, e(5, 2), e(5, 2), 1),
+            ]
+        );
+        assert!(adjacent_runs(std::iter::empty()).is_empty());
+    }
 }

@@ -20,9 +20,9 @@ local function dispatch()
   elseif mode == "heartbeat" then
     return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
   elseif mode == "finalize" then
-    return { finalize_batch(m, 1, 3)[1] }
+    return { finalize_batch(m, 1, 3, false)[1] }
   elseif mode == "finalize_batch" then
-    return finalize_batch(m, ARGV[3], 4)
+    return finalize_batch(m, ARGV[3], 4, true)
   elseif mode == "requeue" then
     return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
   elseif mode == "abandoned" then

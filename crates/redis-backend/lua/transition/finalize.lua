@@ -1,61 +1,29 @@
 -- transition.lua, part: modes finalize and finalize_batch
 -- (The parts are joined in order in src/scripts.rs.)
 
--- Fence lookups for many entries of one stream: { [entry_id] = delivery_count }
--- of this worker's pending entries and { [entry_id] = unit } of the stream,
--- in a few calls instead of two per entry.
-local function fence_tables(stream, ids)
+-- Fence lookups for many entries of one stream: { [entry_id] = delivery_count
+-- or false } of this worker's pending entries and { [entry_id] = unit or
+-- false } of the stream. `ranges` are the client's runs of adjacent entries
+-- of the batch ({ lo, hi, n }): hints only, every id is matched exactly, and
+-- an id the range reads miss is looked up on its own. A batch is a few runs
+-- (each reserve call delivers adjacent entries), so the lookups are a few
+-- range reads that return only the batch's entries.
+local function fence_tables(stream, ids, ranges)
   local counts, units_of = {}, {}
-  local scanned = {}
-  if #ids <= 2 then
-    for _, id in ipairs(ids) do
-      local row = pending_row(stream, id)
-      if row and row.consumer == worker_id then
-        counts[id] = row.delivery_count
-      end
-    end
-  else
-    -- This worker's pending entries (normally exactly its batch).
-    local limit = #ids * 2
-    local rows = redis.call("XPENDING", stream, GROUP, "-", "+", limit, worker_id)
-    scanned = rows
-    for _, row in ipairs(rows) do
+  for _, range in ipairs(ranges) do
+    local lo, hi, n = range[1], range[2], range[3]
+    for _, row in ipairs(redis.call("XPENDING", stream, GROUP, lo, hi, n, worker_id)) do
       counts[row[1]] = tonumber(row[4])
     end
-    if #rows >= limit then
-      -- More pending than the scan covered: look the rest up one by one.
-      for _, id in ipairs(ids) do
-        if not counts[id] then
-          local row = pending_row(stream, id)
-          if row and row.consumer == worker_id then
-            counts[id] = row.delivery_count
-          end
-        end
-      end
-    end
-  end
-  -- Units of the entries: one XRANGE over their span when it is compact.
-  -- The scan's rows are in id order: the span runs from the first wanted row
-  -- to the last (entries found outside the scan are looked up one by one).
-  local lo, hi
-  if #ids > 2 then
-    local wanted = {}
-    for _, id in ipairs(ids) do
-      wanted[id] = true
-    end
-    for _, row in ipairs(scanned) do
-      if wanted[row[1]] then
-        lo = lo or row[1]
-        hi = row[1]
-      end
-    end
-  end
-  if lo then
-    for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", #ids * 2)) do
+    for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", n)) do
       units_of[entry[1]] = entry_unit(entry[2])
     end
   end
   for _, id in ipairs(ids) do
+    if counts[id] == nil then
+      local row = pending_row(stream, id)
+      counts[id] = (row and row.consumer == worker_id) and row.delivery_count or false
+    end
     if counts[id] and units_of[id] == nil then
       local range = redis.call("XRANGE", stream, id, id)
       if type(range[1]) == "table" then
@@ -68,13 +36,29 @@ local function fence_tables(stream, ids)
   return counts, units_of
 end
 
--- ARGV (from `base`): `count` groups of stream, entry_id, delivery_count,
+-- ARGV (from `base`): with `hinted`, the number of runs of adjacent entries
+-- of the batch, then per run its stream, lowest id, highest id and length
+-- (hints for fence_tables); then `count` groups of stream, entry_id, delivery_count,
 -- unit_id, tail: the client-built rest of the finalized event after its
 -- header (',"outcome":...,"entry_id":"..."}'), none of it decided here.
 -- The same result as `count` finalize calls in order, in one call.
 -- Reply: one status per delivery ("OK", "STALE" or "CORRUPT").
-local function finalize_batch(m, count, base)
+-- Without hints (a single finalize) the items start at `base`.
+local function finalize_batch(m, count, base, hinted)
   count = tonumber(count)
+  local ranges = { [units] = {}, [priority] = {} }
+  if hinted then
+    local r = tonumber(ARGV[base])
+    for k = 1, r do
+      local b = base + 1 + (k - 1) * 4
+      local stream = stream_key(ARGV[b])
+      if stream then
+        local list = ranges[stream]
+        list[#list + 1] = { ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]) }
+      end
+    end
+    base = base + 1 + r * 4
+  end
   -- Parallel arrays (a table per item costs more than its fields).
   local i_stream, i_id, i_dc, i_unit = {}, {}, {}, {}
   local by_stream = {}
@@ -97,7 +81,7 @@ local function finalize_batch(m, count, base)
   end
   local tables = {}
   for stream, ids in pairs(by_stream) do
-    local counts, units_of = fence_tables(stream, ids)
+    local counts, units_of = fence_tables(stream, ids, ranges[stream])
     tables[stream] = { counts = counts, units = units_of, seen = {} }
   end
 
