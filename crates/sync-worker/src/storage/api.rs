@@ -25,7 +25,7 @@ pub struct SessionRecord {
 }
 
 /// One folder of an account, with how many messages are stored for it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct FolderInfo {
     /// The folder's IMAP name.
     pub name: String,
@@ -66,7 +66,7 @@ impl MessageKey {
 }
 
 /// A message as listed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct MessageSummary {
     /// Its id ([`MessageKey::encode`]).
     pub id: String,
@@ -91,7 +91,7 @@ pub struct MessageSummary {
 }
 
 /// A message with everything stored of it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct MessageDetail {
     /// What the list shows.
     #[serde(flatten)]
