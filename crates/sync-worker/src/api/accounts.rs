@@ -332,8 +332,11 @@ pub async fn messages(
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Json<MessagePage>, ApiError> {
     let q = ListQuery::parse(&pairs)?;
-    owned(&state, &auth, &id).await?;
-    let Some(uidvalidity) = state.storage.folder_uidvalidity(&id, &q.folder).await? else {
+    // One query checks the owner and finds the folder (this is the hot path).
+    let Some(folder) = state.storage.owned_folder_uidvalidity(&auth.user, &id, &q.folder).await? else {
+        return Err(ApiError::NotFound { what: "account", id });
+    };
+    let Some(uidvalidity) = folder else {
         return Err(ApiError::NotFound { what: "folder", id: q.folder });
     };
     let before = match q.cursor {
