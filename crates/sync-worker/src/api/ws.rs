@@ -9,8 +9,8 @@
 //! per event of the user's accounts:
 //! `{"type":"message.new","account","folder","id","uid","message":{...}}`
 //! (`message.updated` alike, `message.deleted` without `message`), and
-//! `{"type":"account.status","id","tier","owner","last_sync_at","last_error","folders",...}`
-//! (the body of `GET /v1/accounts/{id}`) whenever an account's tier, owner,
+//! `{"type":"account.status","account","id","tier","owner","last_sync_at","last_error","folders",...}`
+//! (`account` and the body of `GET /v1/accounts/{id}`) whenever an account's tier, owner,
 //! last sync time or last error changes. A ping
 //! after the session has ended or expired closes the socket (code 4001).
 
@@ -57,8 +57,8 @@ impl FromRequestParts<ApiState> for WsAuth {
         (status = 101, description = "A WebSocket. The server sends `{\"type\":\"ready\"}`, then one JSON text \
             per event of the user's accounts: `message.new` and `message.updated` \
             (`{\"type\",\"account\",\"folder\",\"id\",\"uid\",\"message\":MessageSummary}`), `message.deleted` \
-            (the same without `message`) and `account.status` (`{\"type\":\"account.status\"}` with the fields \
-            of AccountView, as `GET /v1/accounts/{id}` shows them) when its tier, owner, last sync or last \
+            (the same without `message`) and `account.status` (`{\"type\":\"account.status\",\"account\"}` with \
+            the fields of AccountView, as `GET /v1/accounts/{id}` shows them) when its tier, owner, last sync or last \
             error changes. Send a ping, or the text `{\"type\":\"ping\"}` (answered \
             `{\"type\":\"pong\"}`), to stay present; a ping after the session ended closes with code 4001."),
         (status = 400, description = "Not a WebSocket upgrade request", body = ErrorBody),
@@ -148,6 +148,8 @@ async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<Strin
         Ok(view) => {
             let mut v = serde_json::to_value(view).ok()?;
             v["type"] = serde_json::Value::from("account.status");
+            // Every event names its account as `account`.
+            v["account"] = serde_json::Value::from(event.account.as_str());
             Some(v.to_string())
         }
         Err(e) => {
