@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
-use leasehold_core::LeaseKey;
+use leasehold_core::{LeaseKey, Tier};
 
 use super::auth::AuthUser;
 use super::auth::Created;
@@ -138,6 +138,12 @@ pub async fn add(
         })
         .await?;
     state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
+    // Its user is here adding it: it starts hot (the claim takes the stored
+    // tier), not warm until the next tier evaluation; that evaluation
+    // demotes it when the user's presence has passed.
+    if let Err(e) = state.store.set_tier(&id, Tier::Hot).await {
+        tracing::warn!(account = %id, error = %e, "could not store the new account's tier; it starts warm");
+    }
     tracing::info!(account = %id, user = %auth.user, "account added");
     Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })))
 }
