@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod backend_url;
+pub mod bus;
 pub mod clock;
 pub mod duration;
 pub mod errors;
@@ -29,6 +30,7 @@ pub mod ttl;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use bus::{BusError, BusSubscription, UserBus};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use errors::{IdError, LeaseError, QueueError, SpecError};
 pub use events::{Event, EventId, EventRecord, UnitEventHeader};

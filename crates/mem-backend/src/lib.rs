@@ -20,10 +20,12 @@
 //! [`leasehold_core::ManualClock`].
 #![warn(missing_docs)]
 
+mod bus;
 mod lease;
 mod queue;
 mod timings;
 
+pub use bus::MemoryBus;
 pub use timings::FileTimings;
 
 use std::collections::HashMap;

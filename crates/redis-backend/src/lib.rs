@@ -44,6 +44,7 @@
 //! tests and benchmarks.
 #![warn(missing_docs)]
 
+pub mod bus;
 mod config;
 mod conn;
 pub mod keys;

@@ -142,7 +142,7 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
     };
     // New mail reaches the API processes' WebSockets through the event bus.
     let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
-    let storage = open_storage().await?.with_events(bus);
+    let storage = open_storage().await?.with_events(Arc::new(bus.clone()));
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     if config.redis_url.is_none() {
         // The in-memory lease store restarts its fencing tokens at 1 with the
@@ -158,7 +158,11 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
         directory: Arc::new(storage.clone()),
         clock: Arc::new(TokioClock::new()),
     };
-    let mut handle = Coordinator::start(worker, config, deps).await.context("could not start the coordinator")?;
+    let mut handle = Coordinator::prepare(worker, config, deps)
+        .await
+        .context("could not start the coordinator")?
+        .with_events(Arc::new(bus))
+        .spawn();
     let ended = tokio::select! {
         r = shutdown_signal() => { r?; None }
         r = handle.finished() => Some(r),

@@ -1,26 +1,31 @@
-//! Mail events: how the engine's writes reach the API's WebSockets.
+//! Sync events: how the engine's writes and the coordinator's decisions
+//! reach the API's WebSockets.
 //!
-//! The storage publishes one [`MailEvent`] per message it stored, changed or
-//! deleted, once the write's transaction has committed, to the
-//! [`MailEventSink`] it was given ([`crate::storage::Storage::with_events`]).
+//! * The storage publishes one [`MailEvent`] per message it stored, changed
+//!   or deleted, and an [`AccountChanged`] when a poll recorded its outcome
+//!   (last sync time or last error), once the write's transaction has
+//!   committed, to the [`EventSink`] it was given
+//!   ([`crate::storage::Storage::with_events`]).
+//! * The coordinator publishes an [`AccountChanged`] when it claims, loses,
+//!   sheds or releases an account (its owner changes) and when it changes
+//!   an account's tier ([`crate::PreparedCoordinator::with_events`]).
+//!
 //! An [`EventBus`] is a sink that API processes can also subscribe to, one
-//! user at a time: [`MemoryBus`] within one process (`sync-worker serve`),
-//! Redis pub/sub on a channel per user across processes (see
-//! [`crate::wiring::connect_bus`]).
+//! user at a time. It sends each event as JSON on the user's topic of a
+//! [`UserBus`]: in one process (`sync-worker serve`) the in-memory bus, across
+//! processes Redis pub/sub (see [`crate::wiring::connect_bus`]).
 //!
 //! Delivery is at most once per subscriber and only to subscribers present
 //! when the event is published, like any pub/sub; a batch that a worker
 //! stores twice after a crash publishes its `message.new` events twice, so
-//! clients key messages by id.
+//! clients key messages by id. An [`AccountChanged`] carries no values: the
+//! API reads the account as it is when it sends the `account.status`.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use leasehold_core::bus::{publish_json, BusError, BusSubscription, UserBus};
 use leasehold_core::UserId;
-use tokio::sync::{broadcast, mpsc};
-
-use crate::runner::AbortOnDrop;
 
 /// What happened to a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -64,106 +69,103 @@ pub struct MailEvent {
     pub uid: u32,
 }
 
-/// Where the storage sends the events of committed writes. Publishing
-/// never blocks the writer and never fails it: an event that cannot be
-/// delivered is logged and dropped.
-pub trait MailEventSink: Send + Sync + Debug + 'static {
-    /// Publishes `events` (all of one account, in order).
-    fn publish(&self, events: Vec<MailEvent>);
-}
-
-/// Why a subscription could not be made.
-#[derive(Debug, thiserror::Error)]
-#[error("could not subscribe to the mail events of user {user}")]
-pub struct BusError {
-    /// The user.
+/// One account's tier, owner, last sync time or last error changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AccountChanged {
+    /// The account's user (a UUID).
     pub user: String,
-    /// Why.
-    #[source]
-    pub source: crate::errors::BoxError,
+    /// The account (a UUID).
+    pub account: String,
 }
 
-/// A [`MailEventSink`] that can also be listened to, per user.
-#[async_trait]
-pub trait EventBus: MailEventSink {
-    /// The events of `user`'s accounts published from now on.
-    async fn subscribe(&self, user: &UserId) -> Result<EventSubscription, BusError>;
+/// Anything a user's WebSockets hear of.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SyncEvent {
+    /// A message event.
+    Mail(MailEvent),
+    /// An account's status changed.
+    Account(AccountChanged),
 }
 
-/// How many events a subscriber may fall behind before it loses the oldest.
-pub const SUBSCRIBER_CAPACITY: usize = 1024;
-
-/// One user's events. Dropping it unsubscribes.
-#[derive(Debug)]
-pub struct EventSubscription {
-    rx: mpsc::Receiver<MailEvent>,
-    _forwarder: Option<AbortOnDrop<()>>,
-}
-
-impl EventSubscription {
-    /// A subscription fed through `rx`, kept alive by `forwarder` (stopped on drop).
-    pub fn new(rx: mpsc::Receiver<MailEvent>, forwarder: Option<tokio::task::JoinHandle<()>>) -> Self {
-        Self { rx, _forwarder: forwarder.map(AbortOnDrop) }
-    }
-
-    /// The next event; `None` once the bus is gone.
-    pub async fn recv(&mut self) -> Option<MailEvent> {
-        self.rx.recv().await
-    }
-}
-
-/// The in-process bus: one broadcast channel, each subscription keeps its user's events.
-#[derive(Debug, Clone)]
-pub struct MemoryBus {
-    tx: broadcast::Sender<Arc<MailEvent>>,
-}
-
-impl Default for MemoryBus {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl MemoryBus {
-    /// A bus with no subscribers.
-    pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(4096);
-        Self { tx }
-    }
-}
-
-impl MailEventSink for MemoryBus {
-    fn publish(&self, events: Vec<MailEvent>) {
-        for e in events {
-            // No subscriber is not an error.
-            let _ = self.tx.send(Arc::new(e));
+impl SyncEvent {
+    /// The user whose account it concerns.
+    pub fn user(&self) -> &str {
+        match self {
+            SyncEvent::Mail(e) => &e.user,
+            SyncEvent::Account(e) => &e.user,
         }
     }
 }
 
-#[async_trait]
-impl EventBus for MemoryBus {
-    async fn subscribe(&self, user: &UserId) -> Result<EventSubscription, BusError> {
-        let mut rx = self.tx.subscribe();
-        let (out, sub_rx) = mpsc::channel(SUBSCRIBER_CAPACITY);
-        let user = user.as_str().to_string();
-        let forwarder = tokio::spawn(async move {
-            loop {
-                match rx.recv().await {
-                    Ok(e) if e.user == user => {
-                        if out.send(MailEvent::clone(&e)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(skipped)) => {
-                        tracing::warn!(user, skipped, "mail event subscriber fell behind; skipped events");
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
+impl From<MailEvent> for SyncEvent {
+    fn from(e: MailEvent) -> Self {
+        SyncEvent::Mail(e)
+    }
+}
+
+impl From<AccountChanged> for SyncEvent {
+    fn from(e: AccountChanged) -> Self {
+        SyncEvent::Account(e)
+    }
+}
+
+/// Where the storage and the coordinator send their events. Publishing
+/// never blocks the caller and never fails it: an event that cannot be
+/// delivered is logged and dropped.
+pub trait EventSink: Send + Sync + Debug + 'static {
+    /// Publishes `events` (in order).
+    fn publish(&self, events: Vec<SyncEvent>);
+}
+
+/// Events as JSON on a [`UserBus`], one topic per user. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct EventBus {
+    bus: Arc<dyn UserBus>,
+}
+
+impl EventBus {
+    /// Events over `bus`.
+    pub fn new(bus: Arc<dyn UserBus>) -> Self {
+        Self { bus }
+    }
+
+    /// The events of `user`'s accounts published from now on.
+    pub async fn subscribe(&self, user: &UserId) -> Result<EventSubscription, BusError> {
+        Ok(EventSubscription { user: user.clone(), sub: self.bus.subscribe(user).await? })
+    }
+}
+
+impl EventSink for EventBus {
+    fn publish(&self, events: Vec<SyncEvent>) {
+        for e in events {
+            match UserId::new(e.user()) {
+                Ok(user) => publish_json(self.bus.as_ref(), &user, &e),
+                Err(err) => tracing::warn!(user = e.user(), error = %err, "an event's user is not a user id; dropped"),
             }
-        });
-        Ok(EventSubscription::new(sub_rx, Some(forwarder)))
+        }
+    }
+}
+
+/// One user's events. Dropping it unsubscribes.
+#[derive(Debug)]
+pub struct EventSubscription {
+    user: UserId,
+    sub: BusSubscription,
+}
+
+impl EventSubscription {
+    /// The next event; `None` once the bus is gone. Messages on the topic
+    /// that are not this user's events are logged and skipped.
+    pub async fn recv(&mut self) -> Option<SyncEvent> {
+        loop {
+            let payload = self.sub.recv().await?;
+            match serde_json::from_slice::<SyncEvent>(&payload) {
+                Ok(e) if e.user() == self.user.as_str() => return Some(e),
+                Ok(_) => tracing::warn!(user = %self.user, "another user's event on the user's topic; ignored"),
+                Err(err) => tracing::warn!(user = %self.user, error = %err, "a bus message is not an event; ignored"),
+            }
+        }
     }
 }
 
@@ -171,25 +173,27 @@ impl EventBus for MemoryBus {
 mod tests {
     use super::*;
 
-    fn event(user: &str, uid: u32) -> MailEvent {
-        MailEvent {
+    fn event(user: &str, uid: u32) -> SyncEvent {
+        SyncEvent::Mail(MailEvent {
             user: user.into(),
             account: "a".into(),
             kind: MailEventKind::New,
             folder: "INBOX".into(),
             uidvalidity: 1,
             uid,
-        }
+        })
     }
 
     #[tokio::test]
     async fn a_subscriber_sees_only_its_users_events_in_order() {
-        let bus = MemoryBus::new();
+        let bus = crate::wiring::memory_bus();
         let alice = UserId::new("alice").unwrap();
         let mut sub = bus.subscribe(&alice).await.unwrap();
-        bus.publish(vec![event("bob", 1), event("alice", 2), event("alice", 3)]);
-        assert_eq!(sub.recv().await.unwrap().uid, 2);
-        assert_eq!(sub.recv().await.unwrap().uid, 3);
+        let changed = SyncEvent::Account(AccountChanged { user: "alice".into(), account: "a".into() });
+        bus.publish(vec![event("bob", 1), event("alice", 2), changed.clone(), event("alice", 3)]);
+        assert_eq!(sub.recv().await.unwrap(), event("alice", 2));
+        assert_eq!(sub.recv().await.unwrap(), changed);
+        assert_eq!(sub.recv().await.unwrap(), event("alice", 3));
         assert!(tokio::time::timeout(std::time::Duration::from_millis(50), sub.recv()).await.is_err());
     }
 

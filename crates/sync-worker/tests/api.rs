@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use sqlx::Row;
 use sync_worker::api::process::{self, Parts, Running};
 use sync_worker::api::ApiSettings;
-use sync_worker::events::MemoryBus;
 use sync_worker::secret::SecretKey;
 use sync_worker::storage::Storage;
 use sync_worker::testing::{Dovecot, Postgres};
@@ -68,7 +67,7 @@ async fn server(postgres: bool, tag: &str, tune: impl FnOnce(&mut ApiSettings)) 
     let parts = Parts {
         storage: storage.clone(),
         store: Arc::new(leasehold_mem::MemoryStore::new()),
-        bus: Arc::new(MemoryBus::new()),
+        bus: sync_worker::wiring::memory_bus(),
         config,
         settings,
     };
@@ -219,6 +218,7 @@ on_both!(
     sign_up_log_in_add_an_account_and_see_its_mail,
     message_new_is_pushed_within_2s_of_an_append,
     websocket_presence_promotes_a_warm_account_to_hot_within_5s,
+    account_status_is_pushed_when_the_tier_or_the_last_error_changes,
     two_users_are_isolated,
     every_auth_failure_is_401,
     bad_input_is_a_400_naming_the_field,
@@ -373,8 +373,76 @@ async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(pg: bool, t
     eprintln!("hot {took:?} after the WebSocket connected");
     // A text ping keeps it so and is answered.
     ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await.unwrap();
-    let pong = next_json(&mut ws, Duration::from_secs(2)).await.expect("pong");
-    assert_eq!(pong["type"], "pong");
+    wait_kind(&mut ws, "pong", Duration::from_secs(2)).await.expect("pong");
+}
+
+/// The first `account.status` of `account` that `pred` accepts.
+async fn wait_status(ws: &mut Ws, account: &str, within: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
+        if ev["type"] == "account.status" && ev["id"] == account && pred(&ev) {
+            return Some(ev);
+        }
+    }
+    None
+}
+
+async fn account_status_is_pushed_when_the_tier_or_the_last_error_changes(pg: bool, tag: &str) {
+    // As in the presence test: the account settles warm once the login's presence wears off.
+    let s = server(pg, tag, |a| a.presence_grace = Duration::from_secs(2)).await;
+    let day_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 86_400;
+    tokio::task::block_in_place(|| s.dovecot.append_with("alice", "INBOX", &[], Some(day_ago), &mail("old")))
+        .expect("APPEND");
+    let token = s.user("alice@example.org").await;
+    // Another user's account must not show up on alice's socket.
+    let bob = s.user("bob@example.org").await;
+    let bobs = s.add_account(&bob, "bob").await;
+    let id = s.add_account(&token, "alice").await;
+    // Claimed warm, hot while the login's presence lasts, then warm.
+    s.wait_tier(&token, &id, "hot", Duration::from_secs(10)).await;
+    s.wait_tier(&token, &id, "warm", Duration::from_secs(15)).await;
+
+    // Connecting is presence: warm -> hot, pushed as account.status.
+    let mut ws = s.ws(&token).await;
+    let hot = wait_status(&mut ws, &id, Duration::from_secs(5), |e| e["tier"] == "hot")
+        .await
+        .expect("an account.status with tier hot within 5 s of connecting");
+    let (_, got) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(hot["account"], id.as_str(), "{hot}");
+    let mut fields: Vec<&String> =
+        hot.as_object().unwrap().keys().filter(|k| *k != "type" && *k != "account").collect();
+    fields.sort();
+    let mut expected: Vec<&String> = got.as_object().unwrap().keys().collect();
+    expected.sort();
+    assert_eq!(fields, expected, "account.status has the fields of GET /v1/accounts/{{id}}: {hot} vs {got}");
+    assert_eq!(hot["owner"], format!("w-{tag}"), "{hot}");
+    assert!(hot["last_sync_at"].as_i64().is_some(), "{hot}");
+    assert!(hot["last_error"].is_null(), "{hot}");
+    assert_eq!(hot["folders"].as_array().unwrap().iter().find(|f| f["name"] == "INBOX").unwrap()["messages"], 1);
+
+    // A password changed on the server: the next login fails, pushed as last_error.
+    tokio::task::block_in_place(|| {
+        s.dovecot.set_password("alice", "changed-Elsewhere-1").expect("set password");
+        s.dovecot.kill_imap_processes("alice").expect("kill alice's IMAP sessions");
+    });
+    // (The killed sessions may first fail a command in flight: a broken pipe.)
+    let refused = |e: &Value| {
+        e["last_error"]
+            .as_str()
+            .is_some_and(|t| t.to_lowercase().contains("auth") || t.to_lowercase().contains("login"))
+    };
+    let failed = wait_status(&mut ws, &id, Duration::from_secs(20), refused)
+        .await
+        .expect("an account.status with the refused login as last_error within 20 s of the password change");
+    eprintln!("last_error pushed: {}", failed["last_error"]);
+    let (_, got) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!(got["last_error"], failed["last_error"], "{got}");
+
+    // Never bob's.
+    while let Some(ev) = next_json(&mut ws, Duration::from_millis(500)).await {
+        assert_ne!(ev["id"], bobs, "{ev}");
+        assert_ne!(ev["account"], bobs, "{ev}");
+    }
 }
 
 async fn two_users_are_isolated(pg: bool, tag: &str) {

@@ -168,4 +168,17 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
             break;
         }
     }
+    // The worker process's poll outcomes come across too, as account.status.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next()).await.expect("no account.status within 15 s");
+        let Some(Ok(Message::Text(t))) = msg else { continue };
+        let ev: Value = serde_json::from_str(t.as_str()).unwrap();
+        if ev["type"] == "account.status" {
+            assert_eq!(ev["account"], id.as_str(), "{ev}");
+            assert!(ev["last_sync_at"].as_i64().is_some() && ev["tier"] == "hot", "{ev}");
+            assert!(ev["owner"].as_str().is_some_and(|o| !o.is_empty()), "{ev}");
+            break;
+        }
+    }
 }

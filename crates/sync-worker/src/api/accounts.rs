@@ -6,14 +6,17 @@ use axum::http::StatusCode;
 use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
-use leasehold_core::LeaseKey;
+use leasehold_core::{LeaseKey, Tier};
 
 use super::auth::AuthUser;
-use super::errors::ApiError;
+use super::auth::Created;
+use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::ApiState;
 use crate::imap::{ImapSource, LoginError};
-use crate::storage::{AccountSummary, Credentials, FolderInfo, MessageKey, NewAccount, Security};
+use crate::storage::{
+    AccountSummary, Credentials, FolderInfo, MessageDetail, MessageKey, MessageSummary, NewAccount, Security,
+};
 
 /// Default page size of a message list.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -21,7 +24,7 @@ pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
 
 /// `POST /v1/accounts`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddAccount {
     /// The IMAP server's host name.
@@ -36,8 +39,8 @@ pub struct AddAccount {
     pub password: String,
 }
 
-/// An account as the API shows it.
-#[derive(Debug, serde::Serialize)]
+/// An account as the API shows it (also the body of an `account.status` event).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct AccountView {
     /// Its id.
     pub id: String,
@@ -62,6 +65,15 @@ pub struct AccountView {
     pub folders: Option<Vec<FolderInfo>>,
 }
 
+/// A page of a message list.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct MessagePage {
+    /// Newest first.
+    pub messages: Vec<MessageSummary>,
+    /// The `cursor` of the next page; `null` when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
 fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
     if value.trim().is_empty() {
         return Err(ApiError::field(field, "must not be empty"));
@@ -71,11 +83,21 @@ fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
 
 /// `POST /v1/accounts`: checks the login against the server, then saves the
 /// account (password encrypted) and marks it live.
+#[utoipa::path(post, path = "/v1/accounts", tag = "accounts", security(("bearer" = [])),
+    request_body = AddAccount,
+    responses(
+        (status = 201, description = "The IMAP login worked; the account is saved and will sync", body = Created),
+        (status = 400, description = "A bad field, or the IMAP server refused the login or could not be reached \
+            (`imap_login_refused` with the server's answer, `imap_unreachable`)", body = ErrorBody),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 409, description = "The caller has this account already", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn add(
     State(state): State<ApiState>,
     auth: AuthUser,
     ApiJson(body): ApiJson<AddAccount>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Created>), ApiError> {
     let host = body.host.trim().to_string();
     required("host", &host)?;
     if host.len() > 253 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -116,8 +138,14 @@ pub async fn add(
         })
         .await?;
     state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
+    // Its user is here adding it: it starts hot (the claim takes the stored
+    // tier), not warm until the next tier evaluation; that evaluation
+    // demotes it when the user's presence has passed.
+    if let Err(e) = state.store.set_tier(&id, Tier::Hot).await {
+        tracing::warn!(account = %id, error = %e, "could not store the new account's tier; it starts warm");
+    }
     tracing::info!(account = %id, user = %auth.user, "account added");
-    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": id.as_str() }))))
+    Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })))
 }
 
 /// The account `id` when `auth`'s user owns it; 404 otherwise.
@@ -129,7 +157,8 @@ async fn owned(state: &ApiState, auth: &AuthUser, id: &str) -> Result<AccountSum
     state.storage.account(id).await?.ok_or_else(not_found)
 }
 
-async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Result<AccountView, ApiError> {
+/// The account as `GET /v1/accounts/{id}` shows it (with folders) or the list does (without).
+pub async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Result<AccountView, ApiError> {
     let (mut tier, mut owner) = (None, a.owner.clone());
     if let Ok(key) = LeaseKey::new(&a.id) {
         let lease_err = |e| ApiError::internal(format!("read the lease of account {}", a.id), e);
@@ -154,6 +183,12 @@ async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Result
 }
 
 /// `GET /v1/accounts`: the caller's accounts, oldest first.
+#[utoipa::path(get, path = "/v1/accounts", tag = "accounts", security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The caller's accounts, oldest first (without folders)", body = Vec<AccountView>),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn list(State(state): State<ApiState>, auth: AuthUser) -> Result<Json<Vec<AccountView>>, ApiError> {
     let mut out = Vec::new();
     for id in state.storage.account_ids_of(&auth.user).await? {
@@ -165,6 +200,14 @@ pub async fn list(State(state): State<ApiState>, auth: AuthUser) -> Result<Json<
 }
 
 /// `GET /v1/accounts/{id}`: tier, owner, last sync, last error and folders.
+#[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)")),
+    responses(
+        (status = 200, description = "Tier, owner, last sync, last error and folders", body = AccountView),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn get(
     State(state): State<ApiState>,
     auth: AuthUser,
@@ -176,6 +219,14 @@ pub async fn get(
 
 /// `DELETE /v1/accounts/{id}`: removes the account and its mail, and takes
 /// it out of the live set (its owner's next renew fails and its sync stops).
+#[utoipa::path(delete, path = "/v1/accounts/{id}", tag = "accounts", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)")),
+    responses(
+        (status = 204, description = "The account and its mail are gone; its sync stops"),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn delete(
     State(state): State<ApiState>,
     auth: AuthUser,
@@ -196,6 +247,14 @@ pub async fn delete(
 }
 
 /// `GET /v1/accounts/{id}/folders`.
+#[utoipa::path(get, path = "/v1/accounts/{id}/folders", tag = "mail", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)")),
+    responses(
+        (status = 200, description = "The folders by name, with their message counts", body = Vec<FolderInfo>),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn folders(
     State(state): State<ApiState>,
     auth: AuthUser,
@@ -258,15 +317,32 @@ impl ListQuery {
 
 /// `GET /v1/accounts/{id}/messages?folder=INBOX&limit=50&cursor=…`: newest
 /// first; `next_cursor` is set when there may be more.
+#[utoipa::path(get, path = "/v1/accounts/{id}/messages", tag = "mail", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)"),
+        ("folder" = Option<String>, Query, description = "The folder (default `INBOX`)"),
+        ("limit" = Option<u32>, Query, description = "The page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
+    ),
+    responses(
+        (status = 200, description = "One page, newest first", body = MessagePage),
+        (status = 400, description = "A bad or unknown parameter (the message names it), or a cursor from \
+            before the folder's UIDVALIDITY changed", body = ErrorBody),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's, or no such folder", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn messages(
     State(state): State<ApiState>,
     auth: AuthUser,
     Path(id): Path<String>,
     Query(pairs): Query<Vec<(String, String)>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MessagePage>, ApiError> {
     let q = ListQuery::parse(&pairs)?;
-    owned(&state, &auth, &id).await?;
-    let Some(uidvalidity) = state.storage.folder_uidvalidity(&id, &q.folder).await? else {
+    // One query checks the owner and finds the folder (this is the hot path).
+    let Some(folder) = state.storage.owned_folder_uidvalidity(&auth.user, &id, &q.folder).await? else {
+        return Err(ApiError::NotFound { what: "account", id });
+    };
+    let Some(uidvalidity) = folder else {
         return Err(ApiError::NotFound { what: "folder", id: q.folder });
     };
     let before = match q.cursor {
@@ -281,15 +357,25 @@ pub async fn messages(
         Some(last) if page.len() == q.limit as usize => Some(encode_cursor(uidvalidity, last.uid)),
         _ => None,
     };
-    Ok(Json(serde_json::json!({ "messages": page, "next_cursor": next })))
+    Ok(Json(MessagePage { messages: page, next_cursor: next }))
 }
 
 /// `GET /v1/accounts/{id}/messages/{message_id}`.
+#[utoipa::path(get, path = "/v1/accounts/{id}/messages/{message_id}", tag = "mail", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)"),
+        ("message_id" = String, Path, description = "A message's `id` from a list or an event"),
+    ),
+    responses(
+        (status = 200, description = "The message with its header", body = MessageDetail),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's, or no such message", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn message(
     State(state): State<ApiState>,
     auth: AuthUser,
     Path((id, message_id)): Path<(String, String)>,
-) -> Result<Json<crate::storage::MessageDetail>, ApiError> {
+) -> Result<Json<MessageDetail>, ApiError> {
     owned(&state, &auth, &id).await?;
     let not_found = || ApiError::NotFound { what: "message", id: message_id.clone() };
     let key = MessageKey::decode(&message_id).ok_or_else(not_found)?;

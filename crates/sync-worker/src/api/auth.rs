@@ -25,7 +25,7 @@ use leasehold_core::UserId;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::errors::ApiError;
+use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::ApiState;
 use crate::storage::{now_ms, Email};
@@ -36,7 +36,7 @@ pub const MIN_PASSWORD_LEN: usize = 8;
 pub const MAX_PASSWORD_LEN: usize = 1024;
 
 /// `POST /v1/users` and `POST /v1/login`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Credentials {
     /// The user's e-mail address.
@@ -46,7 +46,7 @@ pub struct Credentials {
 }
 
 /// A fresh session.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct LoginAnswer {
     /// The bearer token (shown once, never stored).
     pub token: String,
@@ -155,11 +155,27 @@ fn email_field(email: &str) -> Result<Email, ApiError> {
     email.parse::<Email>().map_err(|e| ApiError::field("email", e.to_string()))
 }
 
+/// The id of what a `POST` made.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Created {
+    /// Its id (a UUID).
+    pub id: String,
+}
+
 /// `POST /v1/users`: sign up.
+#[utoipa::path(post, path = "/v1/users", tag = "users",
+    request_body = Credentials,
+    responses(
+        (status = 201, description = "The user was made", body = Created),
+        (status = 400, description = "A bad e-mail address or password (the message names the field)", body = ErrorBody),
+        (status = 403, description = "Sign-up is closed on this server", body = ErrorBody),
+        (status = 409, description = "A user with this e-mail address exists", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn sign_up(
     State(state): State<ApiState>,
     ApiJson(body): ApiJson<Credentials>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Created>), ApiError> {
     if !state.settings.signup_open {
         return Err(ApiError::SignupClosed);
     }
@@ -175,10 +191,19 @@ pub async fn sign_up(
     let user = state.storage.add_user(&email).await?;
     state.storage.set_password_hash(&user.id, &hash).await?;
     tracing::info!(user = %user.id, "user signed up");
-    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": user.id.as_str() }))))
+    Ok((StatusCode::CREATED, Json(Created { id: user.id.to_string() })))
 }
 
 /// `POST /v1/login`: a new session, and the user is present.
+#[utoipa::path(post, path = "/v1/login", tag = "users",
+    request_body = Credentials,
+    responses(
+        (status = 200, description = "A new session; the user is present (their accounts turn hot)", body = LoginAnswer),
+        (status = 400, description = "A malformed body (the message names the field)", body = ErrorBody),
+        (status = 401, description = "Wrong e-mail address or password", body = ErrorBody),
+        (status = 429, description = "Too many failed logins for this address or client (`Retry-After`)", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn login(
     State(state): State<ApiState>,
     ClientAddr(ip): ClientAddr,
@@ -205,6 +230,12 @@ pub async fn login(
 }
 
 /// `POST /v1/logout`: ends the session of the token used.
+#[utoipa::path(post, path = "/v1/logout", tag = "users", security(("bearer" = [])),
+    responses(
+        (status = 204, description = "The session has ended"),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
 pub async fn logout(State(state): State<ApiState>, auth: AuthUser) -> Result<StatusCode, ApiError> {
     state.storage.remove_session(&auth.token_hash).await?;
     Ok(StatusCode::NO_CONTENT)

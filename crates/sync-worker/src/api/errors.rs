@@ -8,6 +8,32 @@ use axum::Json;
 
 use crate::storage::StorageError;
 
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for programs (`code`) and people (`message`).
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
+    /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`,
+    /// `method_not_allowed` or `internal`.
+    #[schema(example = "bad_request")]
+    pub code: String,
+    /// A sentence; for `bad_request` it starts with the field (`port: ...`).
+    #[schema(example = "port: must be 1 to 65535")]
+    pub message: String,
+}
+
+impl ErrorBody {
+    fn new(code: &str, message: String) -> Self {
+        Self { error: ErrorDetail { code: code.to_string(), message } }
+    }
+}
+
 /// What went wrong with a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -112,7 +138,7 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal { .. } = &self {
             tracing::error!(error = %crate::runner::error_chain(&self), "request failed");
         }
-        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        let body = ErrorBody::new(code, self.to_string());
         let mut response = (status, Json(body)).into_response();
         if let ApiError::RateLimited { retry_after_s } = self {
             if let Ok(v) = axum::http::HeaderValue::from_str(&retry_after_s.to_string()) {
@@ -130,9 +156,6 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
 
 /// The answer to a route called with a method it does not take.
 pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let body = serde_json::json!({ "error": {
-        "code": "method_not_allowed",
-        "message": format!("{method} is not allowed on {}", uri.path()),
-    }});
+    let body = ErrorBody::new("method_not_allowed", format!("{method} is not allowed on {}", uri.path()));
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }

@@ -12,6 +12,7 @@
 //! | `GET /v1/accounts/{id}/messages/{message_id}` | one message |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
+//! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
 //!
 //! Every error is `{"error":{"code","message"}}` ([`errors::ApiError`]).
 //! Settings from the environment: `LISTEN` (default `127.0.0.1:8080`),
@@ -26,12 +27,11 @@ pub mod process;
 pub mod ws;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::response::Html;
-use axum::routing::{get, post};
-use axum::Router;
+use axum::{Json, Router};
 use leasehold_core::duration::{parse_duration, PlainUnit};
 use leasehold_core::{LeaseStore, UserId};
 
@@ -39,7 +39,9 @@ use crate::errors::ConfigError;
 use crate::events::EventBus;
 use crate::imap::ImapSettings;
 use crate::storage::Storage;
-use errors::ApiError;
+use errors::{ApiError, ErrorBody};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The default `LISTEN`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -122,7 +124,7 @@ pub struct ApiState {
     /// Leases, tiers and presence.
     pub store: Arc<dyn LeaseStore>,
     /// Where the engine's writes are announced.
-    pub bus: Arc<dyn EventBus>,
+    pub bus: EventBus,
     /// The settings.
     pub settings: Arc<ApiSettings>,
     /// Failed-login bounds.
@@ -140,7 +142,7 @@ impl std::fmt::Debug for ApiState {
 
 impl ApiState {
     /// The state of an API on these parts.
-    pub fn new(storage: Storage, store: Arc<dyn LeaseStore>, bus: Arc<dyn EventBus>, settings: ApiSettings) -> Self {
+    pub fn new(storage: Storage, store: Arc<dyn LeaseStore>, bus: EventBus, settings: ApiSettings) -> Self {
         let limiter = auth::LoginLimiter::new(
             settings.login_failures_per_email,
             settings.login_failures_per_client,
@@ -168,23 +170,75 @@ impl ApiState {
 /// The console page.
 pub const CONSOLE_HTML: &str = include_str!("console.html");
 
+/// `GET /`: the web console.
+#[utoipa::path(get, path = "/", tag = "console",
+    responses((status = 200, description = "The web console (one HTML page)", content_type = "text/html", body = String)))]
 async fn console() -> Html<&'static str> {
     Html(CONSOLE_HTML)
 }
 
+/// The document's frame: title, the bearer scheme, the error shape.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "sync-worker API", description = "Accounts, synced mail and live push. Every error is \
+        `{\"error\":{\"code\",\"message\"}}` (ErrorBody)."),
+    modifiers(&BearerScheme),
+    components(schemas(ErrorBody, errors::ErrorDetail)),
+)]
+struct ApiDoc;
+
+struct BearerScheme;
+
+impl utoipa::Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The token of `POST /v1/login`, as `Authorization: Bearer <token>`".to_string()))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Every route with its documentation: a route exists only through its
+/// `#[utoipa::path]`, so what is served and what is documented are one list.
+fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
+        .routes(routes!(console))
+        .routes(routes!(openapi_json))
+        .routes(routes!(auth::sign_up))
+        .routes(routes!(auth::login))
+        .routes(routes!(auth::logout))
+        .routes(routes!(accounts::list, accounts::add))
+        .routes(routes!(accounts::get, accounts::delete))
+        .routes(routes!(accounts::folders))
+        .routes(routes!(accounts::messages))
+        .routes(routes!(accounts::message))
+        .routes(routes!(ws::upgrade))
+}
+
+/// The OpenAPI document of [`router`].
+pub fn openapi() -> &'static utoipa::openapi::OpenApi {
+    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    DOC.get_or_init(|| routes().split_for_parts().1)
+}
+
+/// `GET /v1/openapi.json`: this document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "console",
+    responses((status = 200, description = "The OpenAPI document of this API", body = Object)))]
+async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(openapi())
+}
+
 /// Every route.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/", get(console))
-        .route("/v1/users", post(auth::sign_up))
-        .route("/v1/login", post(auth::login))
-        .route("/v1/logout", post(auth::logout))
-        .route("/v1/accounts", get(accounts::list).post(accounts::add))
-        .route("/v1/accounts/{id}", get(accounts::get).delete(accounts::delete))
-        .route("/v1/accounts/{id}/folders", get(accounts::folders))
-        .route("/v1/accounts/{id}/messages", get(accounts::messages))
-        .route("/v1/accounts/{id}/messages/{message_id}", get(accounts::message))
-        .route("/v1/ws", get(ws::upgrade))
+    let (router, _) = routes().split_for_parts();
+    router
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
         .layer(tower_http::trace::TraceLayer::new_for_http())

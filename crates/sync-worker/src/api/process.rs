@@ -43,7 +43,7 @@ pub struct Parts {
     /// Leases, tiers and presence.
     pub store: Arc<dyn LeaseStore>,
     /// Where the engine's writes are announced and the API listens.
-    pub bus: Arc<dyn EventBus>,
+    pub bus: EventBus,
     /// The engine's settings.
     pub config: Config,
     /// The API's settings.
@@ -75,7 +75,7 @@ pub async fn start(parts: Parts, worker: Option<WorkerId>) -> Result<Running, St
     let addr = parts.settings.listen;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
-    let storage = parts.storage.with_events(parts.bus.clone());
+    let storage = parts.storage.with_events(Arc::new(parts.bus.clone()));
     let (coordinator, reconciler) = match worker {
         None => (None, None),
         Some(worker) => {
@@ -87,7 +87,10 @@ pub async fn start(parts: Parts, worker: Option<WorkerId>) -> Result<Running, St
                 directory: Arc::new(storage.clone()),
                 clock: Arc::new(TokioClock::new()),
             };
-            let handle = Coordinator::start(worker, parts.config.clone(), deps).await?;
+            let handle = Coordinator::prepare(worker, parts.config.clone(), deps)
+                .await?
+                .with_events(Arc::new(parts.bus.clone()))
+                .spawn();
             (Some(handle), Some(reconciler))
         }
     };

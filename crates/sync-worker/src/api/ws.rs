@@ -8,7 +8,10 @@
 //! `{"type":"ready"}` (from then on no event is missed), then one JSON text
 //! per event of the user's accounts:
 //! `{"type":"message.new","account","folder","id","uid","message":{...}}`
-//! (`message.updated` alike, `message.deleted` without `message`). A ping
+//! (`message.updated` alike, `message.deleted` without `message`), and
+//! `{"type":"account.status","account","id","tier","owner","last_sync_at","last_error","folders",...}`
+//! (`account` and the body of `GET /v1/accounts/{id}`) whenever an account's tier, owner,
+//! last sync time or last error changes. A ping
 //! after the session has ended or expired closes the socket (code 4001).
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -17,9 +20,9 @@ use axum::http::request::Parts;
 use axum::response::Response;
 
 use super::auth::{authenticate, bearer, AuthUser};
-use super::errors::ApiError;
+use super::errors::{ApiError, ErrorBody};
 use super::ApiState;
-use crate::events::{MailEvent, MailEventKind};
+use crate::events::{AccountChanged, MailEvent, MailEventKind, SyncEvent};
 use crate::storage::MessageKey;
 
 /// Close code for a session that ended while the socket was open.
@@ -47,6 +50,20 @@ impl FromRequestParts<ApiState> for WsAuth {
 }
 
 /// `GET /v1/ws`.
+#[utoipa::path(get, path = "/v1/ws", tag = "events", security(("bearer" = []), ()),
+    params(("token" = Option<String>, Query, description = "The session token, for browsers \
+        (which cannot set `Authorization` on a WebSocket)")),
+    responses(
+        (status = 101, description = "A WebSocket. The server sends `{\"type\":\"ready\"}`, then one JSON text \
+            per event of the user's accounts: `message.new` and `message.updated` \
+            (`{\"type\",\"account\",\"folder\",\"id\",\"uid\",\"message\":MessageSummary}`), `message.deleted` \
+            (the same without `message`) and `account.status` (`{\"type\":\"account.status\",\"account\"}` with \
+            the fields of AccountView, as `GET /v1/accounts/{id}` shows them) when its tier, owner, last sync or last \
+            error changes. Send a ping, or the text `{\"type\":\"ping\"}` (answered \
+            `{\"type\":\"pong\"}`), to stay present; a ping after the session ended closes with code 4001."),
+        (status = 400, description = "Not a WebSocket upgrade request", body = ErrorBody),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+    ))]
 pub async fn upgrade(State(state): State<ApiState>, WsAuth(auth): WsAuth, ws: WebSocketUpgrade) -> Response {
     ws.on_upgrade(move |socket| async move {
         if let Err(e) = session(state, auth, socket).await {
@@ -94,8 +111,9 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
             }
             event = events.recv() => {
                 let Some(event) = event else { return Ok(()) };
-                let text = render(&state, &event).await;
-                socket.send(Message::Text(text.into())).await?;
+                if let Some(text) = render(&state, &event).await {
+                    socket.send(Message::Text(text.into())).await?;
+                }
             }
         }
     }
@@ -106,8 +124,43 @@ fn is_ping(text: &str) -> bool {
         == Some(serde_json::Value::String("ping".into()))
 }
 
+/// The JSON text of `event`; `None` when there is nothing to say (the
+/// account is gone).
+pub async fn render(state: &ApiState, event: &SyncEvent) -> Option<String> {
+    match event {
+        SyncEvent::Mail(e) => Some(render_mail(state, e).await),
+        SyncEvent::Account(e) => render_status(state, e).await,
+    }
+}
+
+/// `{"type":"account.status", ...}` with the fields of `GET /v1/accounts/{id}`,
+/// as the account is now.
+async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<String> {
+    let summary = match state.storage.account(&event.account).await {
+        Ok(Some(a)) => a,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(error = %crate::runner::error_chain(&e), "could not read an account for its status");
+            return None;
+        }
+    };
+    match super::accounts::view(state, summary, true).await {
+        Ok(view) => {
+            let mut v = serde_json::to_value(view).ok()?;
+            v["type"] = serde_json::Value::from("account.status");
+            // Every event names its account as `account`.
+            v["account"] = serde_json::Value::from(event.account.as_str());
+            Some(v.to_string())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, account = event.account, "could not read an account's status");
+            None
+        }
+    }
+}
+
 /// The JSON text of `event`, with the message as listed for new and updated ones.
-pub async fn render(state: &ApiState, event: &MailEvent) -> String {
+async fn render_mail(state: &ApiState, event: &MailEvent) -> String {
     let key = MessageKey { folder: event.folder.clone(), uidvalidity: event.uidvalidity, uid: event.uid };
     let mut v = serde_json::json!({
         "type": event.kind.as_str(),

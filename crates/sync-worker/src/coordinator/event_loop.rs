@@ -15,6 +15,7 @@ use super::handle::{CoordinatorStats, Shared, SharedEntry};
 use super::Deps;
 use crate::config::Config;
 use crate::errors::SyncError;
+use crate::events::{AccountChanged, EventSink, SyncEvent};
 use crate::runner::{RunnerHandle, RunnerSettings};
 use crate::source::Fence;
 use crate::tiers::{TierInputs, TierPolicy};
@@ -52,6 +53,7 @@ pub(super) struct Coord {
     ticks_since_sweep: u32,
     sweep_cursor: usize,
     retry_claim_at: Option<Instant>,
+    events: Option<Arc<dyn EventSink>>,
 }
 
 fn tier_rank(t: Tier) -> u8 {
@@ -63,7 +65,14 @@ fn tier_rank(t: Tier) -> u8 {
 }
 
 impl Coord {
-    pub(super) fn new(worker: WorkerId, config: Config, ttl: Ttl, deps: Deps, shared: Arc<Shared>) -> Self {
+    pub(super) fn new(
+        worker: WorkerId,
+        config: Config,
+        ttl: Ttl,
+        deps: Deps,
+        shared: Arc<Shared>,
+        events: Option<Arc<dyn EventSink>>,
+    ) -> Self {
         Coord {
             worker,
             settings: RunnerSettings::from(&config),
@@ -80,6 +89,22 @@ impl Coord {
             ticks_since_sweep: 0,
             sweep_cursor: 0,
             retry_claim_at: None,
+            events,
+        }
+    }
+
+    /// Announces that these accounts' owner or tier changed (those with a known user).
+    fn announce<'a>(&self, changed: impl IntoIterator<Item = (Option<&'a UserId>, &'a LeaseKey)>) {
+        let Some(sink) = &self.events else { return };
+        let events: Vec<SyncEvent> = changed
+            .into_iter()
+            .filter_map(|(user, key)| {
+                let user = user?;
+                Some(SyncEvent::Account(AccountChanged { user: user.to_string(), account: key.to_string() }))
+            })
+            .collect();
+        if !events.is_empty() {
+            sink.publish(events);
         }
     }
 
@@ -202,6 +227,7 @@ impl Coord {
                 self.stats(|s| s.lost += 1);
                 // Harmless if it is gone: release is token-checked.
                 let _ = self.deps.store.release(&o.lease).await;
+                self.announce([(o.user.as_ref(), &key)]);
             }
         }
     }
@@ -371,6 +397,7 @@ impl Coord {
         };
         let n = leases.len() as u64;
         let mut shared = Vec::with_capacity(leases.len());
+        let mut claimed = Vec::with_capacity(leases.len());
         for ((lease, tier), user) in leases.into_iter().zip(tiers).zip(users) {
             let key = lease.key.clone();
             let runner =
@@ -380,9 +407,11 @@ impl Coord {
                 key.clone(),
                 SharedEntry { token: lease.token, tier, user: user.clone(), status: runner.status_handle() },
             ));
+            claimed.push((user.clone(), key.clone()));
             self.owned.insert(key, Owned { lease, deadline, user, latest_mail_ms: None, runner });
         }
         self.shared.owned.lock().extend(shared);
+        self.announce(claimed.iter().map(|(u, k)| (u.as_ref(), k)));
         self.stats(|s| s.claimed += n);
     }
 
@@ -402,6 +431,8 @@ impl Coord {
     /// tick), then releases the leases. Returns how many were released.
     async fn release_all(&self, owned: Vec<Owned>) -> u64 {
         let grace = self.config.renew_interval() / 2;
+        let changed: Vec<(Option<UserId>, LeaseKey)> =
+            owned.iter().map(|o| (o.user.clone(), o.lease.key.clone())).collect();
         let mut leases = Vec::with_capacity(owned.len());
         let stops = owned.into_iter().map(|o| {
             leases.push(o.lease);
@@ -422,6 +453,7 @@ impl Coord {
             }
         })
         .await;
+        self.announce(changed.iter().map(|(u, k)| (u.as_ref(), k)));
         released.into_iter().filter(|r| *r).count() as u64
     }
 
@@ -457,10 +489,11 @@ impl Coord {
             }
         })
         .await;
-        for (key, tier) in changes {
+        for (key, tier) in &changes {
             tracing::debug!(worker = %self.worker, account = %key, %tier, "tier changed");
-            self.set_tier_local(&key, tier);
+            self.set_tier_local(key, *tier);
         }
+        self.announce(changes.iter().map(|(k, _)| (self.owned.get(k).and_then(|o| o.user.as_ref()), k)));
     }
 
     async fn on_user_active(&mut self, user: &UserId) {

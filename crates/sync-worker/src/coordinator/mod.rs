@@ -29,6 +29,11 @@
 //! * **`user.active` events**: the user's owned accounts are promoted to hot
 //!   at once.
 //!
+//! With [`PreparedCoordinator::with_events`], every claim, release, loss by
+//! deadline and tier change is announced as an
+//! [`AccountChanged`](crate::events::AccountChanged) (the API's
+//! `account.status`).
+//!
 //! Claims are spread: each worker starts its sweep of the (sorted) live set at
 //! `index_of_worker * live / workers`, so workers that start together claim
 //! disjoint ranges on the first try.
@@ -51,6 +56,7 @@ use leasehold_core::{Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
 use crate::config::Config;
 use crate::directory::AccountDirectory;
 use crate::errors::SyncError;
+use crate::events::EventSink;
 use crate::source::MailSource;
 
 pub use handle::{AccountView, CoordinatorHandle, CoordinatorObserver, CoordinatorStats};
@@ -86,6 +92,7 @@ pub struct PreparedCoordinator {
     ttl: Ttl,
     deps: Deps,
     sub: UserActiveSubscription,
+    events: Option<Arc<dyn EventSink>>,
 }
 
 impl std::fmt::Debug for PreparedCoordinator {
@@ -110,17 +117,26 @@ impl Coordinator {
         let ttl = config.checked_lease_ttl()?;
         deps.store.register_worker(&worker, ttl).await?;
         let sub = deps.store.subscribe_user_active().await?;
-        Ok(PreparedCoordinator { worker, config, ttl, deps, sub })
+        Ok(PreparedCoordinator { worker, config, ttl, deps, sub, events: None })
     }
 }
 
 impl PreparedCoordinator {
+    /// The same coordinator, announcing to `events` every account it claims,
+    /// releases or gives up and every tier change (an
+    /// [`AccountChanged`](crate::events::AccountChanged) each, for accounts
+    /// whose user it knows), so the API can push `account.status`.
+    pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
     /// Starts the coordinator task; the first tick runs at once.
     pub fn spawn(self) -> CoordinatorHandle {
-        let PreparedCoordinator { worker, config, ttl, deps, sub } = self;
+        let PreparedCoordinator { worker, config, ttl, deps, sub, events } = self;
         let shared = Arc::new(handle::Shared::default());
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let coord = event_loop::Coord::new(worker.clone(), config, ttl, deps, shared.clone());
+        let coord = event_loop::Coord::new(worker.clone(), config, ttl, deps, shared.clone(), events);
         tracing::info!(%worker, "coordinator started");
         let task = tokio::spawn(coord.run(shutdown_rx, sub));
         CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }

@@ -52,7 +52,9 @@ impl fmt::Display for Email {
 }
 
 /// How the engine reaches an account's server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Security {
     /// TLS from the first byte (usually port 993).

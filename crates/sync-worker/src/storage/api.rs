@@ -25,7 +25,7 @@ pub struct SessionRecord {
 }
 
 /// One folder of an account, with how many messages are stored for it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct FolderInfo {
     /// The folder's IMAP name.
     pub name: String,
@@ -66,7 +66,7 @@ impl MessageKey {
 }
 
 /// A message as listed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct MessageSummary {
     /// Its id ([`MessageKey::encode`]).
     pub id: String,
@@ -91,7 +91,7 @@ pub struct MessageSummary {
 }
 
 /// A message with everything stored of it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct MessageDetail {
     /// What the list shows.
     #[serde(flatten)]
@@ -250,17 +250,28 @@ impl Storage {
             .collect()
     }
 
-    /// The current UIDVALIDITY of `folder`, `None` when it is unknown or not synced yet.
-    pub async fn folder_uidvalidity(&self, account: &str, folder: &str) -> Result<Option<u32>, StorageError> {
-        let row = sqlx::query("SELECT uidvalidity FROM folders WHERE account_id = $1 AND name = $2")
-            .bind(account)
-            .bind(folder)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_err(format!("read the UIDVALIDITY of {account}/{folder}")))?;
+    /// For a message list, in one query: `None` when `account` is not
+    /// `user`'s (or does not exist), else the current UIDVALIDITY of `folder`
+    /// (`None` when the folder is unknown or not synced yet).
+    pub async fn owned_folder_uidvalidity(
+        &self,
+        user: &UserId,
+        account: &str,
+        folder: &str,
+    ) -> Result<Option<Option<u32>>, StorageError> {
+        let row = sqlx::query(
+            "SELECT f.uidvalidity FROM accounts a LEFT JOIN folders f ON f.account_id = a.id AND f.name = $2 \
+             WHERE a.id = $1 AND a.user_id = $3",
+        )
+        .bind(account)
+        .bind(folder)
+        .bind(user.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_err(format!("read the UIDVALIDITY of {account}/{folder}")))?;
         let Some(row) = row else { return Ok(None) };
         let v: Option<i64> = row.try_get(0).map_err(query_err("read uidvalidity"))?;
-        v.map(|v| u32::try_from(v).map_err(|_| corrupt(account, "uidvalidity", v))).transpose()
+        Ok(Some(v.map(|v| u32::try_from(v).map_err(|_| corrupt(account, "uidvalidity", v))).transpose()?))
     }
 
     /// Up to `limit` messages of `folder` under `uidvalidity`, newest (highest

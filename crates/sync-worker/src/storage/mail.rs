@@ -5,7 +5,7 @@ use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::{Any, Row, Transaction};
 
 use super::{now_ms, query_err, Storage, StorageError};
-use crate::events::{MailEvent, MailEventKind, MailEventSink};
+use crate::events::{AccountChanged, EventSink, MailEvent, MailEventKind, SyncEvent};
 use crate::source::Fence;
 
 /// Rows per multi-row INSERT: 13 columns each stays far below SQLite's and
@@ -153,7 +153,13 @@ impl Storage {
                 }
             });
         }
-        Ok(FencedTx { tx, account: a.to_string(), events: self.events.clone(), pending: Vec::new() })
+        Ok(FencedTx {
+            tx,
+            account: a.to_string(),
+            events: self.events.clone(),
+            pending: Vec::new(),
+            status_changed: false,
+        })
     }
 }
 
@@ -164,9 +170,11 @@ impl Storage {
 pub struct FencedTx {
     tx: Transaction<'static, Any>,
     account: String,
-    events: Option<std::sync::Arc<dyn MailEventSink>>,
+    events: Option<std::sync::Arc<dyn EventSink>>,
     /// What this transaction did to which message, announced after the commit.
     pending: Vec<(MailEventKind, String, u32, u32)>,
+    /// Whether a poll outcome that changed the account's status was recorded.
+    status_changed: bool,
 }
 
 impl FencedTx {
@@ -346,17 +354,25 @@ impl FencedTx {
     }
 
     /// Records the end of a poll: its time when `error` is `None`, else the error.
+    /// A good poll always changes the status (its time); an error only when
+    /// it differs from the one recorded.
     pub async fn record_poll(&mut self, error: Option<&str>) -> Result<(), StorageError> {
         let q = match error {
             None => {
                 sqlx::query("UPDATE accounts SET last_sync_at = $1, last_error = NULL WHERE id = $2").bind(now_ms())
             }
-            Some(e) => sqlx::query("UPDATE accounts SET last_error = $1 WHERE id = $2").bind(e.to_string()),
+            Some(e) => sqlx::query(
+                "UPDATE accounts SET last_error = $1 WHERE id = $2 AND (last_error IS NULL OR last_error <> $1)",
+            )
+            .bind(e.to_string()),
         };
-        q.bind(&self.account)
+        let changed = q
+            .bind(&self.account)
             .execute(&mut *self.tx)
             .await
-            .map_err(query_err(format!("record the poll of {}", self.account)))?;
+            .map_err(query_err(format!("record the poll of {}", self.account)))?
+            .rows_affected();
+        self.status_changed |= changed > 0;
         Ok(())
     }
 
@@ -371,7 +387,7 @@ impl FencedTx {
     pub async fn commit(mut self) -> Result<(), StorageError> {
         let a = self.account;
         let announce = match self.events.take() {
-            Some(sink) if !self.pending.is_empty() => {
+            Some(sink) if !self.pending.is_empty() || self.status_changed => {
                 let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
                     .bind(&a)
                     .fetch_one(&mut *self.tx)
@@ -384,18 +400,23 @@ impl FencedTx {
         };
         self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))?;
         if let Some((sink, user)) = announce {
-            let events = self
+            let mut events: Vec<SyncEvent> = self
                 .pending
                 .into_iter()
-                .map(|(kind, folder, uidvalidity, uid)| MailEvent {
-                    user: user.clone(),
-                    account: a.clone(),
-                    kind,
-                    folder,
-                    uidvalidity,
-                    uid,
+                .map(|(kind, folder, uidvalidity, uid)| {
+                    SyncEvent::Mail(MailEvent {
+                        user: user.clone(),
+                        account: a.clone(),
+                        kind,
+                        folder,
+                        uidvalidity,
+                        uid,
+                    })
                 })
                 .collect();
+            if self.status_changed {
+                events.push(SyncEvent::Account(AccountChanged { user, account: a }));
+            }
             sink.publish(events);
         }
         Ok(())

@@ -34,7 +34,7 @@ pub use api::{FolderInfo, MessageDetail, MessageKey, MessageSummary, SessionReco
 pub use mail::{FencedTx, FolderState, MessageRow};
 
 use crate::config::redact_url;
-use crate::events::MailEventSink;
+use crate::events::EventSink;
 use crate::secret::{SecretError, SecretKey};
 
 /// Which database a [`Storage`] talks to.
@@ -133,7 +133,7 @@ pub struct Storage {
     kind: DbKind,
     secret: SecretKey,
     /// Where committed writes announce their messages (the API's event bus).
-    events: Option<std::sync::Arc<dyn MailEventSink>>,
+    events: Option<std::sync::Arc<dyn EventSink>>,
 }
 
 /// The database used when `DATABASE_URL` is unset: a SQLite file in the
@@ -169,9 +169,9 @@ impl Storage {
         Ok(Self { pool, kind, secret, events: None })
     }
 
-    /// This storage, announcing every committed message write to `events`
+    /// This storage, announcing every committed message write and poll outcome to `events`
     /// (see [`crate::events`]).
-    pub fn with_events(mut self, events: std::sync::Arc<dyn MailEventSink>) -> Self {
+    pub fn with_events(mut self, events: std::sync::Arc<dyn EventSink>) -> Self {
         self.events = Some(events);
         self
     }

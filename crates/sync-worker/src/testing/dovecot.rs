@@ -246,6 +246,28 @@ impl Dovecot {
         Ok(())
     }
 
+    /// Changes the password of an existing user (Dovecot rereads the file
+    /// at the next login; sessions already logged in stay).
+    pub fn set_password(&self, name: &str, password: &str) -> Result<()> {
+        check_user(name, password)?;
+        let mut known = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        if !known.contains_key(name) {
+            return Err(HarnessError::Invalid(format!("no Dovecot user {name:?}: add it with add_user first")));
+        }
+        known.insert(name.to_owned(), password.to_owned());
+        let mut lines = String::new();
+        for (n, p) in known.iter() {
+            let _ = writeln!(lines, "{n}:{{PLAIN}}{p}");
+        }
+        let path = self.dir.path().join("users");
+        let tmp = self.dir.path().join("users.new");
+        std::fs::write(&tmp, lines).map_err(HarnessError::io(format!("write {}", tmp.display())))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+            .map_err(HarnessError::io(format!("chmod {}", tmp.display())))?;
+        std::fs::rename(&tmp, &path).map_err(HarnessError::io(format!("replace {}", path.display())))?;
+        Ok(())
+    }
+
     fn password(&self, user: &str) -> Result<String> {
         self.users
             .lock()
