@@ -2,8 +2,8 @@
 //! unit's result is read from the tool's own report, written to `{report}`
 //! (or `$HOPPER_REPORT`), never from the batch's exit code.
 //!
-//! The pytest tests run the real pytest (`cargo xtask setup` installs it); a
-//! missing pytest fails them, it never skips them.
+//! The pytest tests run the real pytest of the venv `cargo xtask setup` makes;
+//! a missing pytest fails them, it never skips them.
 
 mod common;
 
@@ -11,18 +11,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::{hopper, junit_cases, texts};
+use common::{hopper, junit_cases, texts, venv_python};
 use quick_junit::TestCaseStatus;
 
 /// Every throwaway test appends its name to the file this variable names.
 const RAN_LOG_VAR: &str = "BATCH_RAN_LOG";
-
-fn require_pytest() {
-    let version = Command::new("python3").args(["-m", "pytest", "--version"]).output();
-    if !version.as_ref().is_ok_and(|o| o.status.success()) {
-        panic!("pytest is required by this test and `python3 -m pytest --version` failed: run `cargo xtask setup`");
-    }
-}
 
 /// A pytest file with `passing` passing tests (`test_000`, ...) and the extra test bodies given.
 fn pytest_suite(dir: &Path, passing: usize, extra: &str) {
@@ -51,7 +44,7 @@ fn is_success(status: &TestCaseStatus) -> bool {
 
 #[test]
 fn one_failing_test_in_a_batch_of_50_fails_alone() {
-    require_pytest();
+    let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
     pytest_suite(
         dir.path(),
@@ -65,7 +58,7 @@ fn one_failing_test_in_a_batch_of_50_fails_alone() {
         .args(["run", "-j", "1", "--batch-size", "50", "--max-requeues", "1", "--no-timings", "--discover", "pytest"])
         .arg("--junit")
         .arg(&junit)
-        .args(["--", "python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&output);
@@ -97,7 +90,7 @@ fn one_failing_test_in_a_batch_of_50_fails_alone() {
 /// though pytest itself exits 0.
 #[test]
 fn units_missing_from_the_report_are_retried_never_passed() {
-    require_pytest();
+    let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
     pytest_suite(dir.path(), 9, "def test_vanishes():\n    ran('test_vanishes')\n");
     std::fs::write(
@@ -118,7 +111,7 @@ fn units_missing_from_the_report_are_retried_never_passed() {
         .arg(&list)
         .arg("--junit")
         .arg(&junit)
-        .args(["--", "python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml={report}", "{unit}"])
+        .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml={report}", "{unit}"])
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&output);

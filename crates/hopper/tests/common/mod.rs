@@ -27,6 +27,25 @@ pub fn hopper(dir: &Path) -> Command {
     cmd
 }
 
+/// The bin dir of the venv `cargo xtask setup` makes, with pytest; panics
+/// (never skips) when it is missing. Tests name its `python` explicitly, so
+/// they never depend on which python3 is first on PATH.
+pub fn venv_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
+    let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
+    assert!(
+        ok.as_ref().is_ok_and(|o| o.status.success()),
+        "pytest is required: {}/python -m pytest --version failed; run `cargo xtask setup`",
+        bin.display()
+    );
+    bin
+}
+
+/// The venv's python (see [`venv_bin`]), as a command-line argument.
+pub fn venv_python() -> String {
+    venv_bin().join("python").display().to_string()
+}
+
 /// stdout and stderr of a finished command, for assertions and messages.
 pub fn texts(output: &Output) -> (String, String) {
     (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
