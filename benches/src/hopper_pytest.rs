@@ -8,7 +8,15 @@
 //!   redis-server's CPU time (`INFO cpu`) divided by the tests.
 //!
 //! Targets: agents ≤ 0.6 × the wall time of one pytest process, and ≤ 10 µs
-//! of Redis CPU per test. pytest comes from the venv `cargo xtask setup`
+//! of Redis CPU per test.
+//!
+//! The machine is often shared, so wall times swing with its load. Beside
+//! them the bench gives the CPU time (user + system, of the command and every
+//! process it waited for) of plain pytest and of the agents' run:
+//! `agents_cpu_over_plain` is the agents' CPU over plain pytest's, and
+//! `agents_cpu_per_core_over_plain` that divided by the 2 slots, which is what
+//! the wall ratio comes to on an idle 2-core machine when the two agents end
+//! together. pytest comes from the venv `cargo xtask setup`
 //! makes (`target/test-venv`), or `HOPPER_BENCH_PYTHON`.
 
 use std::path::{Path, PathBuf};
@@ -55,10 +63,37 @@ fn write_suite(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn timed(mut cmd: Command, what: &str) -> Result<(Duration, String)> {
+/// The 1-minute load average (`/proc/loadavg`), to read the wall times by.
+fn load_1m() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// CPU seconds (user + system) of the child processes waited for so far.
+fn children_cpu_s() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn timed(cmd: Command, what: &str) -> Result<(Duration, String)> {
+    timed_cpu(cmd, what).map(|(wall, _, out)| (wall, out))
+}
+
+/// Wall time, CPU seconds of the command and its descendants, and stdout.
+fn timed_cpu(mut cmd: Command, what: &str) -> Result<(Duration, f64, String)> {
+    let cpu_before = children_cpu_s();
     let started = Instant::now();
     let output = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot start {what}"))?;
     let elapsed = started.elapsed();
+    let cpu = children_cpu_s() - cpu_before;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         bail!(
@@ -68,7 +103,7 @@ fn timed(mut cmd: Command, what: &str) -> Result<(Duration, String)> {
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Ok((elapsed, stdout))
+    Ok((elapsed, cpu, stdout))
 }
 
 fn path_env(python: &Path) -> String {
@@ -76,9 +111,17 @@ fn path_env(python: &Path) -> String {
     format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
 }
 
+/// Every pytest of the bench imports the suite cold: pytest's rewritten
+/// modules are not cached in `__pycache__`, whatever the caller's
+/// environment says, so no run finds a cache an earlier one wrote.
+fn cold(cmd: &mut Command) -> &mut Command {
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1")
+}
+
 fn hopper_cmd(hopper: &Path, dir: &Path, python: &Path) -> Command {
     let mut cmd = Command::new(hopper);
     cmd.current_dir(dir).env("PATH", path_env(python)).env_remove("HOPPER_QUEUE");
+    cold(&mut cmd);
     cmd
 }
 
@@ -102,13 +145,14 @@ pub async fn run() -> Result<serde_json::Value> {
     let pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
     println!("hopper-pytest: {TESTS} tests in {FILES} files ({SLOW} of {SLOW_S}s), python {}", python.display());
 
+    let load_before = load_1m();
     let mut plain = Command::new(&python);
-    plain.current_dir(dir.path()).args(pytest).arg("tests");
-    let (plain_t, out) = timed(plain, "plain pytest")?;
+    cold(&mut plain).current_dir(dir.path()).args(pytest).arg("tests");
+    let (plain_t, plain_cpu, out) = timed_cpu(plain, "plain pytest")?;
     if !out.contains(&format!("{TESTS} passed")) {
         bail!("plain pytest did not pass {TESTS} tests: {}", out.lines().last().unwrap_or(""));
     }
-    println!("  plain pytest (1 process):   {:.2}s", plain_t.as_secs_f64());
+    println!("  plain pytest (1 process):   {:.2}s, {plain_cpu:.2}s CPU", plain_t.as_secs_f64());
 
     let mut agents = hopper_cmd(&hopper, dir.path(), &python);
     agents.args([
@@ -125,11 +169,11 @@ pub async fn run() -> Result<serde_json::Value> {
         "python",
     ]);
     agents.args(pytest);
-    let (agents_t, out) = timed(agents, "hopper with agents")?;
+    let (agents_t, agents_cpu, out) = timed_cpu(agents, "hopper with agents")?;
     if !out.contains(&format!("PASSED: {TESTS} units")) {
         bail!("hopper with agents did not pass {TESTS} units: {}", out.trim());
     }
-    println!("  hopper -j 2, agents:        {:.2}s", agents_t.as_secs_f64());
+    println!("  hopper -j 2, agents:        {:.2}s, {agents_cpu:.2}s CPU", agents_t.as_secs_f64());
 
     let mut per_file = hopper_cmd(&hopper, dir.path(), &python);
     per_file.args([
@@ -147,6 +191,7 @@ pub async fn run() -> Result<serde_json::Value> {
     ]);
     per_file.args(pytest);
     let (per_file_t, _) = timed(per_file, "hopper per file")?;
+    let load_after = load_1m();
     println!("  hopper -j 2, per file:      {:.2}s", per_file_t.as_secs_f64());
 
     let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
@@ -208,6 +253,11 @@ pub async fn run() -> Result<serde_json::Value> {
         "per_file_s": round3(per_file_t.as_secs_f64()),
         "redis_agents_s": round3(redis_t.as_secs_f64()),
         "agents_over_plain": round3(ratio),
+        "load_1m": [load_before, load_after],
+        "plain_cpu_s": round3(plain_cpu),
+        "agents_cpu_s": round3(agents_cpu),
+        "agents_cpu_over_plain": round3(agents_cpu / plain_cpu),
+        "agents_cpu_per_core_over_plain": round3(agents_cpu / 2.0 / plain_cpu),
         "redis_cpu_us_per_test": round3(cpu_us_per_test),
     }))
 }

@@ -296,3 +296,19 @@ fn two_redis_workers_with_sharded_agents_run_every_test_once() {
     let report = project.hopper().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
     assert_every_test_once(&project, &report, 70);
 }
+
+#[test]
+fn tests_named_on_the_command_line_are_split_too_and_each_runs_once() {
+    let project = Project::new(&files(&[("a", 4, ""), ("b", 3, ""), ("c", 5, "")]));
+    // A file named with its test (every agent must collect it), a whole file, and a file left out.
+    let args = ["tests/test_a.py::test_fast", "tests/test_c.py"];
+    let output = project
+        .hopper()
+        .args(["run", "-j", "2", "--no-timings", "--discover", "pytest", "--junit", "out.xml", "--"])
+        .args(PYTEST)
+        .args(args)
+        .output()
+        .expect("run hopper");
+    assert_every_test_once(&project, &output, 9);
+    assert!(project.ran().keys().all(|t| !t.starts_with("b ")), "{:?}", project.ran());
+}

@@ -338,6 +338,9 @@ def pytest_runtestloop(session):
                 _send({"event": "result", "seq": seq, "outcome": "failed", "duration_ms": 0,
                        "message": "not collected: %s is not a test of this pytest session" % test})
                 continue
+            # The test's own time starts now, not with its file's collection.
+            _replies.write(_started(seq))
+            _replies.flush()
         else:
             out += _started(seq)
             _replies.write(out)

@@ -123,7 +123,8 @@ impl Slot {
                     None => return Err(HopperError::StateLost { run: config.run.clone() }),
                     Some(p) if p.is_complete() => {
                         shared.wake.notify_waiters();
-                        if let Some(mut agent) = self.agent.take() {
+                        // An agent started for this slot that never got a test ends the same way.
+                        if let Some(mut agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
                             let _ = agent.send(&Request::Exit).await;
                             agent.finish(config.limits.kill_grace, false).await;
                         }
@@ -512,7 +513,7 @@ impl Slot {
         if let Err(error) = self.flush().await {
             tracing::warn!(%error, "could not finalize the passed tests on the way out");
         }
-        if let Some(agent) = self.agent.take() {
+        if let Some(agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
             agent.finish(self.shared.config.limits.kill_grace, true).await;
         }
         let running = self.requeue_unstarted();
