@@ -14,23 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{hopper, junit_cases, texts};
+use common::{hopper, junit_cases, texts, venv_bin};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
 const RAN_LOG_VAR: &str = "AGENT_RAN_LOG";
-
-/// The venv `cargo xtask setup` makes, with pytest.
-fn venv_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
-    let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
-    assert!(
-        ok.as_ref().is_ok_and(|o| o.status.success()),
-        "pytest is required: {}/python -m pytest --version failed; run `cargo xtask setup`",
-        bin.display()
-    );
-    bin
-}
 
 struct Project {
     dir: tempfile::TempDir,

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{alive, children_named, hopper, junit_cases, plugin_dirs, sigkill, sigkill_group, texts, wait_for};
+use common::{
+    alive, children_named, hopper, junit_cases, plugin_dirs, sigkill, sigkill_group, texts, venv_bin, wait_for,
+};
 use leasehold_redis::test_support::RedisServer;
 use quick_junit::TestCaseStatus;
 
@@ -25,18 +27,6 @@ const RAN_LOG_VAR: &str = "AGENT_RAN_LOG";
 /// How long a worker may take to list (nextest builds the crate) and start
 /// its first test on a loaded machine.
 const START_WITHIN: Duration = Duration::from_secs(180);
-
-/// The venv `cargo xtask setup` makes, with pytest.
-fn venv_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
-    let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
-    assert!(
-        ok.as_ref().is_ok_and(|o| o.status.success()),
-        "pytest is required: {}/python -m pytest --version failed; run `cargo xtask setup`",
-        bin.display()
-    );
-    bin
-}
 
 fn require_rspec() {
     let ok = Command::new("rspec").arg("--version").output();

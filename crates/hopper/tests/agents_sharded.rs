@@ -13,22 +13,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use common::{hopper, junit_cases, texts};
+use common::{hopper, junit_cases, texts, venv_bin};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
 const LOG_VAR: &str = "AGENT_RAN_LOG";
-
-fn venv_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
-    let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
-    assert!(
-        ok.as_ref().is_ok_and(|o| o.status.success()),
-        "pytest is required: {}/python -m pytest --version failed; run `cargo xtask setup`",
-        bin.display()
-    );
-    bin
-}
 
 /// Logs `import <file> <pid>` when a test module is imported and
 /// `ran <test> <pid>` when a test runs.

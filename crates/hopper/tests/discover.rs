@@ -14,7 +14,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{hopper, junit_cases, texts};
+use common::{hopper, junit_cases, texts, venv_python};
 use quick_junit::TestCaseStatus;
 
 /// The variable naming the log every throwaway test appends its name to.
@@ -220,19 +220,6 @@ fn require_nextest() {
         ),
         Err(error) => panic!("cannot run `cargo nextest --version` ({error}): is cargo on PATH?"),
     }
-}
-
-/// The tests' own Python, with pytest: the venv `cargo xtask setup` makes.
-fn venv_python() -> String {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python");
-    let version = Command::new(&venv).args(["-m", "pytest", "--version"]).output();
-    if !version.as_ref().is_ok_and(|out| out.status.success()) {
-        panic!(
-            "pytest is required by this test and {} -m pytest --version failed: run `cargo xtask setup`",
-            venv.display()
-        );
-    }
-    venv.display().to_string()
 }
 
 #[test]
