@@ -5,6 +5,8 @@
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, total, then `total` pairs of unit id, kind.
+-- A probe passes "probe" for total and no units: the same replies when the
+-- run exists, else { "ABSENT" } and nothing changes.
 -- Reply: { "INITIALIZED" }
 --      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims }
 --      | { "MISMATCH", existing_total }
@@ -14,7 +16,7 @@
 local units, priority, attempts, meta, unit_state, workers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local total = tonumber(ARGV[7])
+local total = ARGV[7]
 
 local existing = redis.call("HMGET", meta, "fingerprint", "init_nonce", "max_requeues", "requeue_tolerance",
   "max_reclaims", "total_units")
@@ -27,11 +29,16 @@ if existing[1] then
   end
   return { "ALREADY", existing[3], existing[4], existing[5] }
 end
+-- A probe (total "probe", no units) only asks whether the run exists.
+if ARGV[7] == "probe" then
+  return { "ABSENT" }
+end
 
 -- No meta: the run does not exist. Drop leftovers of an earlier run of the same
 -- id (state whose meta was lost) so the groups and units start clean; the
 -- event log is kept (worker errors may be recorded before initialisation).
 redis.call("DEL", units, priority, unit_state, workers)
+total = tonumber(total)
 
 local CHUNK = 256
 local states = {}
