@@ -40,11 +40,26 @@ end
 redis.call("DEL", units, priority, unit_state, workers)
 total = tonumber(total)
 
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Main-stream entries share one millisecond (`<ms>-*`, Redis 7), so their
+-- sequence numbers are consecutive: the entries a reserve call delivers are
+-- runs of adjacent ids, which finalize_batch reads with one range read per
+-- run. Older servers (no `<ms>-*`) take "*".
+local id_form = string.format("%d-*", now)
+local first = total > 0 and redis.pcall("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+if type(first) == "table" and first.err then
+  id_form = "*"
+  redis.call("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+end
 local CHUNK = 256
 local states = {}
 for i = 1, total do
   local id, kind = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
-  redis.call("XADD", units, "*", "id", id, "type", kind)
+  if i > 1 then
+    redis.call("XADD", units, id_form, "id", id, "type", kind)
+  end
   states[#states + 1] = id
   states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
   if #states >= 2 * CHUNK then
@@ -58,8 +73,6 @@ end
 redis.call("XGROUP", "CREATE", units, "workers", "0", "MKSTREAM")
 redis.call("XGROUP", "CREATE", priority, "workers", "0", "MKSTREAM")
 
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("HSET", meta,
   "total_units", total,
   "finalized_count", 0,
