@@ -86,7 +86,7 @@ async fn commandstats(conn: &mut MultiplexedConnection) -> Result<Vec<(String, u
         };
         out.push((name.to_owned(), field("calls") as u64, field("usec") as u64));
     }
-    out.sort_by(|a, b| b.2.cmp(&a.2));
+    out.sort_by_key(|e| std::cmp::Reverse(e.2));
     Ok(out)
 }
 

@@ -5,6 +5,8 @@
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, total, then `total` pairs of unit id, kind.
+-- A probe passes "probe" for total and no units: the same replies when the
+-- run exists, else { "ABSENT" } and nothing changes.
 -- Reply: { "INITIALIZED" }
 --      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims }
 --      | { "MISMATCH", existing_total }
@@ -14,7 +16,7 @@
 local units, priority, attempts, meta, unit_state, workers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local total = tonumber(ARGV[7])
+local total = ARGV[7]
 
 local existing = redis.call("HMGET", meta, "fingerprint", "init_nonce", "max_requeues", "requeue_tolerance",
   "max_reclaims", "total_units")
@@ -27,17 +29,37 @@ if existing[1] then
   end
   return { "ALREADY", existing[3], existing[4], existing[5] }
 end
+-- A probe (total "probe", no units) only asks whether the run exists.
+if ARGV[7] == "probe" then
+  return { "ABSENT" }
+end
 
 -- No meta: the run does not exist. Drop leftovers of an earlier run of the same
 -- id (state whose meta was lost) so the groups and units start clean; the
 -- event log is kept (worker errors may be recorded before initialisation).
 redis.call("DEL", units, priority, unit_state, workers)
+total = tonumber(total)
 
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Main-stream entries share one millisecond (`<ms>-*`, Redis 7), so their
+-- sequence numbers are consecutive: the entries a reserve call delivers are
+-- runs of adjacent ids, which finalize_batch reads with one range read per
+-- run. Older servers (no `<ms>-*`) take "*".
+local id_form = string.format("%d-*", now)
+local first = total > 0 and redis.pcall("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+if type(first) == "table" and first.err then
+  id_form = "*"
+  redis.call("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+end
 local CHUNK = 256
 local states = {}
 for i = 1, total do
   local id, kind = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
-  redis.call("XADD", units, "*", "id", id, "type", kind)
+  if i > 1 then
+    redis.call("XADD", units, id_form, "id", id, "type", kind)
+  end
   states[#states + 1] = id
   states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
   if #states >= 2 * CHUNK then
@@ -51,8 +73,6 @@ end
 redis.call("XGROUP", "CREATE", units, "workers", "0", "MKSTREAM")
 redis.call("XGROUP", "CREATE", priority, "workers", "0", "MKSTREAM")
 
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("HSET", meta,
   "total_units", total,
   "finalized_count", 0,

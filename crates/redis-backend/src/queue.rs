@@ -266,21 +266,33 @@ impl UnitQueue for RedisStore {
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
         );
-        let mut call = Call::new(keys.all())
-            .arg(spec.fingerprint())
-            .arg(nonce)
-            .arg(millis(spec.ttl))
-            .arg(spec.budgets.max_requeues)
-            .arg(spec.budgets.requeue_tolerance.to_string())
-            .arg(spec.budgets.max_reclaims)
-            .arg(spec.units.len() as u64);
-        for unit in &spec.units {
-            call.push(unit.id.as_str());
-            call.push(unit.kind.as_str());
-        }
-        let value = self.eval(&scripts::INITIALIZE, &call).await.map_err(|e| queue_err("initialize", run, e))?;
+        let fingerprint = spec.fingerprint();
+        let head = |total: String| {
+            Call::new(keys.all())
+                .arg(fingerprint.as_str())
+                .arg(nonce.as_str())
+                .arg(millis(spec.ttl))
+                .arg(spec.budgets.max_requeues)
+                .arg(spec.budgets.requeue_tolerance.to_string())
+                .arg(spec.budgets.max_reclaims)
+                .arg(total)
+        };
+        // A probe without the units first: a worker joining a run that exists
+        // (every worker but the leader) does not send, nor make Redis parse,
+        // the whole unit list.
+        let probe = head("probe".to_owned());
+        let value = self.eval(&scripts::INITIALIZE, &probe).await.map_err(|e| queue_err("initialize", run, e))?;
         let bad = |e| queue_reply_err("initialize", run, e);
-        let (s, rest) = status("initialize", value).map_err(bad)?;
+        let (mut s, mut rest) = status("initialize", value).map_err(bad)?;
+        if s == "ABSENT" {
+            let mut call = head(spec.units.len().to_string());
+            for unit in &spec.units {
+                call.push(unit.id.as_str());
+                call.push(unit.kind.as_str());
+            }
+            let value = self.eval(&scripts::INITIALIZE, &call).await.map_err(|e| queue_err("initialize", run, e))?;
+            (s, rest) = status("initialize", value).map_err(bad)?;
+        }
         match s.as_str() {
             "INITIALIZED" => Ok(InitOutcome::Initialized),
             "ALREADY" => {

@@ -1,41 +1,6 @@
 -- transition.lua, part: modes finalize and finalize_batch
 -- (The parts are joined in order in src/scripts.rs.)
 
--- Fence lookups for many entries of one stream: { [entry_id] = delivery_count
--- or false } of this worker's pending entries and { [entry_id] = unit or
--- false } of the stream. `ranges` are the client's runs of adjacent entries
--- of the batch ({ lo, hi, n }): hints only, every id is matched exactly, and
--- an id the range reads miss is looked up on its own. A batch is a few runs
--- (each reserve call delivers adjacent entries), so the lookups are a few
--- range reads that return only the batch's entries.
-local function fence_tables(stream, ids, ranges)
-  local counts, units_of = {}, {}
-  for _, range in ipairs(ranges) do
-    local lo, hi, n = range[1], range[2], range[3]
-    for _, row in ipairs(redis.call("XPENDING", stream, GROUP, lo, hi, n, worker_id)) do
-      counts[row[1]] = tonumber(row[4])
-    end
-    for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", n)) do
-      units_of[entry[1]] = entry_unit(entry[2])
-    end
-  end
-  for _, id in ipairs(ids) do
-    if counts[id] == nil then
-      local row = pending_row(stream, id)
-      counts[id] = (row and row.consumer == worker_id) and row.delivery_count or false
-    end
-    if counts[id] and units_of[id] == nil then
-      local range = redis.call("XRANGE", stream, id, id)
-      if type(range[1]) == "table" then
-        units_of[id] = entry_unit(range[1][2])
-      else
-        units_of[id] = false
-      end
-    end
-  end
-  return counts, units_of
-end
-
 -- ARGV (from `base`): with `hinted`, the number of runs of adjacent entries
 -- of the batch, then per run its stream, lowest id, highest id and length
 -- (hints for fence_tables); then `count` groups of stream, entry_id, delivery_count,
@@ -59,9 +24,11 @@ local function finalize_batch(m, count, base, hinted)
     end
     base = base + 1 + r * 4
   end
-  -- Parallel arrays (a table per item costs more than its fields).
-  local i_stream, i_id, i_dc, i_unit = {}, {}, {}, {}
-  local by_stream = {}
+  -- Parallel arrays (a table per item costs more than its fields), and one
+  -- hash insert per entry: pos[stream][entry_id] = the first item naming it.
+  -- Lookups are by that first item's index (array parts, no string keys).
+  local i_stream, i_id, i_dc, i_unit, first = {}, {}, {}, {}, {}
+  local pos = { [units] = {}, [priority] = {} }
   for i = 1, count do
     local b = base + (i - 1) * 5
     local stream = stream_key(ARGV[b])
@@ -71,27 +38,63 @@ local function finalize_batch(m, count, base, hinted)
     i_dc[i] = tonumber(ARGV[b + 2])
     i_unit[i] = ARGV[b + 3]
     if stream then
-      local ids = by_stream[stream]
-      if not ids then
-        ids = {}
-        by_stream[stream] = ids
+      local p = pos[stream]
+      local f = p[entry_id]
+      if not f then
+        f = i
+        p[entry_id] = i
       end
-      ids[#ids + 1] = entry_id
+      first[i] = f
+    else
+      first[i] = false
     end
   end
-  local tables = {}
-  for stream, ids in pairs(by_stream) do
-    local counts, units_of = fence_tables(stream, ids, ranges[stream])
-    tables[stream] = { counts = counts, units = units_of, seen = {} }
+
+  -- The fence rows: dc_of[f] = the delivery count pending on this worker (or
+  -- false), unit_of[f] = the unit of the entry (or false). The client's runs
+  -- of adjacent entries ({ lo, hi, n }) are hints only: every id is matched
+  -- exactly, and an entry the range reads miss is looked up on its own. A
+  -- batch is a few runs (each reserve call delivers adjacent entries), so
+  -- this is a few range reads that return only the batch's entries.
+  local dc_of, unit_of = {}, {}
+  for _, stream in ipairs({ units, priority }) do
+    local p = pos[stream]
+    for _, range in ipairs(ranges[stream]) do
+      local lo, hi, n = range[1], range[2], range[3]
+      for _, row in ipairs(redis.call("XPENDING", stream, GROUP, lo, hi, n, worker_id)) do
+        local f = p[row[1]]
+        if f then
+          dc_of[f] = tonumber(row[4])
+        end
+      end
+      for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", n)) do
+        local f = p[entry[1]]
+        if f then
+          unit_of[f] = entry_unit(entry[2]) or false
+        end
+      end
+    end
+  end
+  for i = 1, count do
+    if first[i] == i then
+      local stream, entry_id = i_stream[i], i_id[i]
+      if dc_of[i] == nil then
+        local row = pending_row(stream, entry_id)
+        dc_of[i] = (row and row.consumer == worker_id) and row.delivery_count or false
+      end
+      if dc_of[i] and unit_of[i] == nil then
+        local range = redis.call("XRANGE", stream, entry_id, entry_id)
+        unit_of[i] = type(range[1]) == "table" and entry_unit(range[1][2]) or false
+      end
+    end
   end
 
   -- The fence, in order; an entry finalized earlier in the batch is STALE.
-  local reply, passed, passed_units = {}, {}, {}
+  local reply, passed, passed_units, used = {}, {}, {}, {}
   for i = 1, count do
-    local stream, entry_id = i_stream[i], i_id[i]
-    local t = stream and tables[stream]
-    if t and not t.seen[entry_id] and t.counts[entry_id] == i_dc[i] and t.units[entry_id] == i_unit[i] then
-      t.seen[entry_id] = true
+    local f = first[i]
+    if f and not used[f] and dc_of[f] == i_dc[i] and unit_of[f] == i_unit[i] then
+      used[f] = true
       passed[#passed + 1] = i
       passed_units[#passed_units + 1] = i_unit[i]
       reply[i] = "OK"

@@ -17,7 +17,11 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- Entries handed out by this call, per stream. A long-running call must not
   -- reclaim what it has just delivered: their idle time starts now, as in the
   -- memory backend, even when the script itself runs past the timeout.
-  local touched, touched_count = { [priority] = {}, [units] = {} }, { [priority] = 0, [units] = 0 }
+  -- The sets are built only when the call goes on to reclaim (not in the
+  -- steady state, where fresh entries fill the batch): fresh[stream] lists
+  -- the ids read fresh.
+  local touched, touched_count = nil, { [priority] = 0, [units] = 0 }
+  local fresh = {}
   local function touch(stream, entry_id)
     touched[stream][entry_id] = true
     touched_count[stream] = touched_count[stream] + 1
@@ -41,7 +45,7 @@ local function reserve(m, max, reclaim_after_ms, single)
         end
       end
       local states = read_states(unit_list)
-      local seen_here = touched[stream]
+      fresh[stream] = ids
       local mid = ',"stream":"' .. short .. '","entry_id":"'
       for i = 1, #entries do
         local unit, state = unit_list[i], states[i]
@@ -74,7 +78,6 @@ local function reserve(m, max, reclaim_after_ms, single)
         reply[r + 8] = state.reclaim_count
         reply[r + 9] = 0
         reply[r + 10] = false
-        seen_here[ids[i]] = true
         delivered = delivered + 1
         changed = true
         current = unit
@@ -87,6 +90,15 @@ local function reserve(m, max, reclaim_after_ms, single)
   local tail = "NONE"
   if delivered >= max then
     tail = "FULL"
+  end
+  if delivered < max then
+    touched = { [priority] = {}, [units] = {} }
+    for stream, ids in pairs(fresh) do
+      local set = touched[stream]
+      for _, id in ipairs(ids) do
+        set[id] = true
+      end
+    end
   end
   while delivered < max do
     local stream, row
