@@ -85,6 +85,14 @@ pub enum ApiError {
         /// Why.
         reason: String,
     },
+    /// `GET /v1/ws` without a valid WebSocket upgrade (a plain GET, a
+    /// missing or wrong `Connection`, `Upgrade` or `Sec-WebSocket-*` header).
+    #[error("not a WebSocket upgrade request: {source}; connect with a WebSocket client")]
+    NotWebSocket {
+        /// axum's reason.
+        #[source]
+        source: axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    },
     /// Anything else: a storage or backend failure.
     #[error("internal error while trying to {op}")]
     Internal {
@@ -118,6 +126,7 @@ impl ApiError {
             ApiError::SignupClosed => (StatusCode::FORBIDDEN, "signup_closed"),
             ApiError::ImapRefused { .. } => (StatusCode::BAD_REQUEST, "imap_login_refused"),
             ApiError::ImapUnreachable { .. } => (StatusCode::BAD_REQUEST, "imap_unreachable"),
+            ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -14,6 +14,7 @@
 //! last sync time or last error changes. A ping
 //! after the session has ended or expired closes the socket (code 4001).
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
@@ -64,12 +65,18 @@ impl FromRequestParts<ApiState> for WsAuth {
         (status = 400, description = "Not a WebSocket upgrade request", body = ErrorBody),
         (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
     ))]
-pub async fn upgrade(State(state): State<ApiState>, WsAuth(auth): WsAuth, ws: WebSocketUpgrade) -> Response {
-    ws.on_upgrade(move |socket| async move {
+pub async fn upgrade(
+    State(state): State<ApiState>,
+    WsAuth(auth): WsAuth,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    // axum's own rejection is plain text; every error here has the one JSON shape.
+    let ws = ws.map_err(|source| ApiError::NotWebSocket { source })?;
+    Ok(ws.on_upgrade(move |socket| async move {
         if let Err(e) = session(state, auth, socket).await {
             tracing::debug!(error = %e, "websocket ended");
         }
-    })
+    }))
 }
 
 async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Result<(), axum::Error> {
