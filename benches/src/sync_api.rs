@@ -30,7 +30,12 @@ fn sync_worker_binary() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     println!("building the sync-worker binary ({})", if release { "release" } else { "debug" });
     let mut build = Command::new(cargo);
-    build.args(["build", "-p", "sync-worker", "--bin", "sync-worker"]).env("CARGO_TARGET_DIR", target_dir);
+    // Selecting leasehold-benches too resolves features exactly as the
+    // `cargo run -p leasehold-benches` that started this process did, so
+    // cargo reuses every compiled dependency and only links the binary.
+    build
+        .args(["build", "-p", "leasehold-benches", "-p", "sync-worker", "--bin", "sync-worker"])
+        .env("CARGO_TARGET_DIR", target_dir);
     if release {
         build.arg("--release");
     }
