@@ -30,7 +30,20 @@ fn sync_worker_binary() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     println!("building the sync-worker binary ({})", if release { "release" } else { "debug" });
     let mut build = Command::new(cargo);
-    build.args(["build", "-p", "sync-worker", "--bin", "sync-worker"]).env("CARGO_TARGET_DIR", target_dir);
+    // `cargo run` gave this process its package's CARGO_PKG_*, CARGO_MANIFEST_*
+    // and such; build scripts (ring's) name them in rerun-if-env-changed, so
+    // passing them on would rebuild ring and all above it on every run.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(cargo_set_for_run) {
+            build.env_remove(&name);
+        }
+    }
+    // Selecting leasehold-benches too resolves features exactly as the
+    // `cargo run -p leasehold-benches` that started this process did, so
+    // cargo reuses every compiled dependency and only links the binary.
+    build
+        .args(["build", "-p", "leasehold-benches", "-p", "sync-worker", "--bin", "sync-worker"])
+        .env("CARGO_TARGET_DIR", target_dir);
     if release {
         build.arg("--release");
     }
@@ -39,6 +52,14 @@ fn sync_worker_binary() -> Result<PathBuf> {
         bail!("building sync-worker failed ({status})");
     }
     Ok(candidate)
+}
+
+/// An environment variable `cargo run` sets for the program it runs (not
+/// one a user sets for cargo itself).
+fn cargo_set_for_run(name: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"].iter().any(|p| name.starts_with(p))
+        || name == "CARGO_PRIMARY_PACKAGE"
+        || name == "OUT_DIR"
 }
 
 struct Server(Child);

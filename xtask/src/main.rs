@@ -66,7 +66,22 @@ fn workspace_root() -> Result<PathBuf> {
 }
 
 fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // `cargo xtask` runs this as xtask's package (CARGO_PKG_NAME=xtask and
+    // such); build scripts such as ring's track those variables, so passing
+    // them on would make every build here differ from a plain `cargo build`
+    // and rebuild ring and all above it.
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo_run = name.to_str().is_some_and(|n| {
+            ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"].iter().any(|p| n.starts_with(p))
+                || n == "CARGO_PRIMARY_PACKAGE"
+                || n == "OUT_DIR"
+        });
+        if set_by_cargo_run {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
 }
 
 fn run(step: &str, mut cmd: Command) -> Result<()> {

@@ -109,6 +109,36 @@ fn corrupt(account: &str, field: &'static str, value: impl ToString) -> StorageE
     StorageError::Corrupt { account: account.into(), field, value: value.to_string() }
 }
 
+/// What a list shows of a message: the first columns of [`MESSAGE_COLUMNS`],
+/// so a page does not read (and copy) every stored header.
+const SUMMARY_COLUMNS: &str = "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview";
+
+/// Reads a row whose first columns are [`SUMMARY_COLUMNS`].
+fn summary_of(
+    account: &str,
+    folder: &str,
+    uidvalidity: u32,
+    row: &sqlx::any::AnyRow,
+) -> Result<MessageSummary, StorageError> {
+    let get = |c| query_err(format!("read message column {c} of {account}/{folder}"));
+    let uid: i64 = row.try_get(0).map_err(get("uid"))?;
+    let uid = u32::try_from(uid).map_err(|_| corrupt(account, "uid", uid))?;
+    let flags: String = row.try_get(5).map_err(get("flags"))?;
+    Ok(MessageSummary {
+        id: MessageKey { folder: folder.to_string(), uidvalidity, uid }.encode(),
+        folder: folder.to_string(),
+        uid,
+        subject: row.try_get(1).map_err(get("subject"))?,
+        from: row.try_get(2).map_err(get("from_addr"))?,
+        to: row.try_get(3).map_err(get("to_addrs"))?,
+        date: row.try_get(4).map_err(get("internal_date"))?,
+        flags: flags.split_whitespace().map(str::to_string).collect(),
+        size: row.try_get(6).map_err(get("size"))?,
+        preview: row.try_get(7).map_err(get("preview"))?,
+    })
+}
+
+/// Reads a row of [`MESSAGE_COLUMNS`].
 fn message_of(
     account: &str,
     folder: &str,
@@ -116,22 +146,8 @@ fn message_of(
     row: &sqlx::any::AnyRow,
 ) -> Result<MessageDetail, StorageError> {
     let get = |c| query_err(format!("read message column {c} of {account}/{folder}"));
-    let uid: i64 = row.try_get(0).map_err(get("uid"))?;
-    let uid = u32::try_from(uid).map_err(|_| corrupt(account, "uid", uid))?;
-    let flags: String = row.try_get(5).map_err(get("flags"))?;
     Ok(MessageDetail {
-        summary: MessageSummary {
-            id: MessageKey { folder: folder.to_string(), uidvalidity, uid }.encode(),
-            folder: folder.to_string(),
-            uid,
-            subject: row.try_get(1).map_err(get("subject"))?,
-            from: row.try_get(2).map_err(get("from_addr"))?,
-            to: row.try_get(3).map_err(get("to_addrs"))?,
-            date: row.try_get(4).map_err(get("internal_date"))?,
-            flags: flags.split_whitespace().map(str::to_string).collect(),
-            size: row.try_get(6).map_err(get("size"))?,
-            preview: row.try_get(7).map_err(get("preview"))?,
-        },
+        summary: summary_of(account, folder, uidvalidity, row)?,
         message_id: row.try_get(8).map_err(get("message_id"))?,
         header: row.try_get(9).map_err(get("header"))?,
     })
@@ -285,7 +301,7 @@ impl Storage {
         limit: u32,
     ) -> Result<Vec<MessageSummary>, StorageError> {
         let sql = format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 \
+            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 \
              AND uid < $4 ORDER BY uid DESC LIMIT $5"
         );
         // Only the constant column list is spliced in, never a value.
@@ -298,7 +314,7 @@ impl Storage {
             .fetch_all(&self.pool)
             .await
             .map_err(query_err(format!("list the messages of {account}/{folder}")))?;
-        rows.iter().map(|r| message_of(account, folder, uidvalidity, r).map(|m| m.summary)).collect()
+        rows.iter().map(|r| summary_of(account, folder, uidvalidity, r)).collect()
     }
 
     /// One message, if stored.
