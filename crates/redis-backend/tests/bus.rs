@@ -44,7 +44,9 @@ async fn publish_until_seen(
     }
 }
 
-async fn topics_are_per_user_and_in_order(url: &str) {
+/// Returns the listener and alice's subscription still held, so the caller
+/// can look at the server's channels while they are subscribed.
+async fn topics_are_per_user_and_in_order(url: &str) -> (RedisBus, BusSubscription) {
     let publisher = bus(url).await;
     let listener = bus(url).await;
     let (alice, bob) = (user("alice-0001"), user("bob-0002"));
@@ -68,12 +70,13 @@ async fn topics_are_per_user_and_in_order(url: &str) {
     drop(a1);
     publisher.publish(&alice, b"after".to_vec());
     assert_eq!(recv(&mut a2, Duration::from_secs(5)).await.unwrap(), b"after");
+    (listener, a2)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_on_one_server() {
     let server = RedisServer::start().unwrap();
-    topics_are_per_user_and_in_order(&server.url()).await;
+    let _subscribed = topics_are_per_user_and_in_order(&server.url()).await;
     let channels = server.command("PUBSUB CHANNELS *").unwrap();
     assert!(channels.contains("bus-test:bus:{alice-0001}"), "{channels}");
 }
@@ -81,7 +84,7 @@ async fn topics_on_one_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_on_a_cluster_are_sharded() {
     let cluster = RedisCluster::start(3).unwrap();
-    topics_are_per_user_and_in_order(&cluster.url()).await;
+    let _subscribed = topics_are_per_user_and_in_order(&cluster.url()).await;
     // SSUBSCRIBE: the channel is a shard channel on exactly the node owning its slot.
     let holders: Vec<u16> = cluster
         .nodes()
