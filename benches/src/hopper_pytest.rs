@@ -28,6 +28,7 @@ use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use serde_json::json;
 
 use crate::hopper_local::{hopper_binary, round3};
+use crate::machine::load_1m;
 
 const FILES: usize = 20;
 const PER_FILE: usize = 1000;
@@ -61,14 +62,6 @@ fn write_suite(dir: &Path) -> Result<()> {
         std::fs::write(tests.join(format!("test_file_{f:02}.py")), text)?;
     }
     Ok(())
-}
-
-/// The 1-minute load average (`/proc/loadavg`), to read the wall times by.
-fn load_1m() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|t| t.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(f64::NAN)
 }
 
 /// CPU seconds (user + system) of the child processes waited for so far.

@@ -8,6 +8,7 @@ mod hopper_local;
 mod hopper_nextest;
 mod hopper_pytest;
 mod hopper_redis;
+mod machine;
 mod mem_queue;
 mod redis_per_test;
 mod redis_queue;

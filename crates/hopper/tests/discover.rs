@@ -39,7 +39,9 @@ mod tests {
     fn ran(name: &str) {
         let log = std::env::var("DISCOVER_RAN_LOG").expect("DISCOVER_RAN_LOG is set");
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
-        writeln!(file, "{name}").expect("append to the log");
+        // One write per line (`writeln!` on a File is two writes, which
+        // concurrent test processes can interleave).
+        file.write_all(format!("{name}\n").as_bytes()).expect("append to the log");
     }
 
     #[test]

@@ -221,6 +221,7 @@ on_both!(
     account_status_is_pushed_when_the_tier_or_the_last_error_changes,
     two_users_are_isolated,
     every_auth_failure_is_401,
+    the_message_list_answers_each_failure_as_the_other_routes_do,
     bad_input_is_a_400_naming_the_field,
     no_plain_text_password_in_any_column,
     deleting_an_account_stops_its_sync_and_removes_its_data,
@@ -540,6 +541,63 @@ async fn every_auth_failure_is_401(pg: bool, tag: &str) {
     let (st, v) =
         s.call("POST", "/v1/login", None, Some(json!({"email": "alice@example.org", "password": USER_PASSWORD}))).await;
     assert_eq!((st, v["error"]["code"].clone()), (StatusCode::TOO_MANY_REQUESTS, json!("rate_limited")), "{v}");
+}
+
+/// The message list checks the session, the owner and the folder in its own
+/// query (the hot path); every way that can fail still gets its own answer,
+/// on an account that has mail to show.
+async fn the_message_list_answers_each_failure_as_the_other_routes_do(pg: bool, tag: &str) {
+    let s = server(pg, tag, |_| {}).await;
+    let alice = s.user("alice@example.org").await;
+    let bob = s.user("bob@example.org").await;
+    let id = s.add_account(&alice, "alice").await;
+    s.append("alice", "listed");
+    s.wait_listed(&alice, &id, 1).await;
+    let list = |query: &str| format!("/v1/accounts/{id}/messages{query}");
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_string();
+    let field = |v: &Value| v["error"]["message"].as_str().unwrap_or_default().split(':').next().unwrap().to_string();
+
+    let (old, old_hash) = sync_worker::api::auth::new_token();
+    let (user, _) = s.storage.password_hash(&"alice@example.org".parse().unwrap()).await.unwrap().unwrap();
+    s.storage.add_session(&old_hash, &user, 1).await.unwrap();
+    for (token, what) in [(None, "no token"), (Some("not-a-token"), "wrong token"), (Some(old.as_str()), "expired")] {
+        let (st, v) = s.call("GET", &list(""), token, None).await;
+        assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized".into()), "{what}: {v}");
+        // 401 before 400: a bad query says nothing to a caller without a session.
+        let (st, v) = s.call("GET", &list("?limit=0"), token, None).await;
+        assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized".into()), "{what}, bad query: {v}");
+    }
+    let (st, v) = s.call("GET", &list("?limit=0"), Some(&alice), None).await;
+    assert_eq!((st, field(&v)), (StatusCode::BAD_REQUEST, "limit".into()), "{v}");
+    let (st, v) = s.call("GET", &list(""), Some(&bob), None).await;
+    assert_eq!((st, code(&v)), (StatusCode::NOT_FOUND, "not_found".into()), "bob: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("account"), "{v}");
+    let (st, v) = s.call("GET", &list("?folder=Nowhere"), Some(&alice), None).await;
+    assert_eq!((st, code(&v)), (StatusCode::NOT_FOUND, "not_found".into()), "unknown folder: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("folder"), "{v}");
+
+    // A page of one is full, so it has a cursor; the page after it is empty.
+    let (st, page) = s.call("GET", &list("?limit=1"), Some(&alice), None).await;
+    assert_eq!(st, StatusCode::OK, "{page}");
+    let cursor = page["next_cursor"].as_str().expect("a full page has a cursor").to_string();
+    let (st, rest) = s.call("GET", &list(&format!("?cursor={cursor}")), Some(&alice), None).await;
+    assert_eq!((st, rest), (StatusCode::OK, json!({"messages": [], "next_cursor": null})));
+    // A cursor made under another UIDVALIDITY (the folder was reset): 400, whether a page would follow or not.
+    let uid = page["messages"][0]["uid"].as_u64().unwrap() as u32;
+    let (st, folders) = s.call("GET", &format!("/v1/accounts/{id}/folders"), Some(&alice), None).await;
+    assert_eq!(st, StatusCode::OK, "{folders}");
+    let inbox = folders.as_array().unwrap().iter().find(|f| f["name"] == "INBOX").expect("INBOX").clone();
+    let uidvalidity = inbox["uidvalidity"].as_u64().expect("INBOX has a UIDVALIDITY") as u32;
+    for before in [uid + 1, uid] {
+        let stale = sync_worker::api::accounts::encode_cursor(uidvalidity.wrapping_add(1), before);
+        let (st, v) = s.call("GET", &list(&format!("?cursor={stale}")), Some(&alice), None).await;
+        assert_eq!((st, field(&v)), (StatusCode::BAD_REQUEST, "cursor".into()), "{v}");
+    }
+    // Logged out: the token no longer lists anything.
+    let (st, _) = s.call("POST", "/v1/logout", Some(&alice), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) = s.call("GET", &list(""), Some(&alice), None).await;
+    assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized".into()), "after logout: {v}");
 }
 
 async fn bad_input_is_a_400_naming_the_field(pg: bool, tag: &str) {

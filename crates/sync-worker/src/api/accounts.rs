@@ -8,8 +8,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
 use leasehold_core::{LeaseKey, Tier};
 
-use super::auth::AuthUser;
 use super::auth::Created;
+use super::auth::{authenticate, token_hash, AuthUser, BearerToken};
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::ApiState;
@@ -72,6 +72,17 @@ pub struct MessagePage {
     pub messages: Vec<MessageSummary>,
     /// The `cursor` of the next page; `null` when this page is the last.
     pub next_cursor: Option<String>,
+}
+
+impl MessagePage {
+    /// `messages` as a page of at most `limit`: a full page may have more after it.
+    fn new(messages: Vec<MessageSummary>, uidvalidity: u32, limit: u32) -> Self {
+        let next_cursor = match messages.last() {
+            Some(last) if messages.len() == limit as usize => Some(encode_cursor(uidvalidity, last.uid)),
+            _ => None,
+        };
+        MessagePage { messages, next_cursor }
+    }
 }
 
 fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
@@ -333,31 +344,47 @@ impl ListQuery {
     ))]
 pub async fn messages(
     State(state): State<ApiState>,
-    auth: AuthUser,
+    BearerToken(token): BearerToken,
     Path(id): Path<String>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Json<MessagePage>, ApiError> {
-    let q = ListQuery::parse(&pairs)?;
-    // One query checks the owner and finds the folder (this is the hot path).
+    let q = match ListQuery::parse(&pairs) {
+        Ok(q) => q,
+        // 401 before 400: a caller without a valid token learns nothing more.
+        Err(bad) => {
+            authenticate(&state, &token).await?;
+            return Err(bad);
+        }
+    };
+    // The hot path: one query checks the session and the owner, and reads the page.
+    let before = q.cursor.map(|(_, uid)| uid);
+    if let Some((uidvalidity, page)) =
+        state.storage.session_message_page(&token_hash(&token), &id, &q.folder, before, q.limit).await?
+    {
+        check_cursor(q.cursor, uidvalidity)?;
+        return Ok(Json(MessagePage::new(page, uidvalidity, q.limit)));
+    }
+    // No page: find out why (each check gives its own answer), or list an empty one.
+    let auth = authenticate(&state, &token).await?;
     let Some(folder) = state.storage.owned_folder_uidvalidity(&auth.user, &id, &q.folder).await? else {
         return Err(ApiError::NotFound { what: "account", id });
     };
     let Some(uidvalidity) = folder else {
         return Err(ApiError::NotFound { what: "folder", id: q.folder });
     };
-    let before = match q.cursor {
-        Some((v, _)) if v != uidvalidity => {
-            return Err(ApiError::field("cursor", "the folder was reset since (UIDVALIDITY changed): start over"))
-        }
-        Some((_, uid)) => Some(uid),
-        None => None,
-    };
+    check_cursor(q.cursor, uidvalidity)?;
     let page = state.storage.list_messages(&id, &q.folder, uidvalidity, before, q.limit).await?;
-    let next = match page.last() {
-        Some(last) if page.len() == q.limit as usize => Some(encode_cursor(uidvalidity, last.uid)),
-        _ => None,
-    };
-    Ok(Json(MessagePage { messages: page, next_cursor: next }))
+    Ok(Json(MessagePage::new(page, uidvalidity, q.limit)))
+}
+
+/// A cursor is good only under the UIDVALIDITY it was made under.
+fn check_cursor(cursor: Option<(u32, u32)>, uidvalidity: u32) -> Result<(), ApiError> {
+    match cursor {
+        Some((v, _)) if v != uidvalidity => {
+            Err(ApiError::field("cursor", "the folder was reset since (UIDVALIDITY changed): start over"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `GET /v1/accounts/{id}/messages/{message_id}`.

@@ -283,13 +283,28 @@ pub async fn authenticate(state: &ApiState, token: &str) -> Result<AuthUser, Api
     }
 }
 
+/// A request's bearer token, not yet checked against the sessions: 401 when
+/// the request carries none. For handlers that fold the session check into
+/// their own query ([`AuthUser`] checks it first).
+#[derive(Debug, Clone)]
+pub struct BearerToken(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for BearerToken {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let token = bearer(parts)?
+            .ok_or(ApiError::Unauthorized("no token: send `Authorization: Bearer <token>` (POST /v1/login)"))?;
+        Ok(BearerToken(token.to_string()))
+    }
+}
+
 impl FromRequestParts<ApiState> for AuthUser {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts)?
-            .ok_or(ApiError::Unauthorized("no token: send `Authorization: Bearer <token>` (POST /v1/login)"))?;
-        authenticate(state, token).await
+        let BearerToken(token) = BearerToken::from_request_parts(parts, state).await?;
+        authenticate(state, &token).await
     }
 }
 
