@@ -11,6 +11,7 @@ mod hopper_redis;
 mod mem_queue;
 mod redis_per_test;
 mod redis_queue;
+mod redis_stats;
 mod sync_api;
 mod sync_hot;
 mod sync_initial;

@@ -56,12 +56,31 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
     const WHAT: &str = "reserve";
     let items = reply::array(WHAT, value)?;
     let tail = reply::string(WHAT, reply::at(WHAT, &items, 0)?)?;
-    let mut out = Reserved { items: Vec::with_capacity(items.len() / 10), corrupt: tail == "CORRUPT" };
-    // Items follow flat: "OK" and 9 fields, or "FINALIZED" and the unit.
+    let mut out = Reserved { items: Vec::with_capacity(items.len() / 5), corrupt: tail == "CORRUPT" };
+    // Items follow flat: "FRESH", the stream, n and n groups of 5 fields;
+    // "OK" and 9 fields; or "FINALIZED" and the unit.
     let mut i = 1;
     while i < items.len() {
         let field = |k: usize| reply::at(WHAT, &items, i + k);
         match reply::string(WHAT, field(0)?)?.as_str() {
+            "FRESH" => {
+                let stream = parse_stream(WHAT, field(1)?)?;
+                let n = reply::uint::<usize>(WHAT, field(2)?)?;
+                for k in 0..n {
+                    let at = 3 + k * 5;
+                    out.items.push(Item::Delivered(Delivery {
+                        stream,
+                        entry_id: parse_entry_id(WHAT, field(at)?)?,
+                        unit: parse_unit(WHAT, field(at + 1)?)?,
+                        kind: reply::string(WHAT, field(at + 2)?)?,
+                        delivery_count: 1,
+                        retry_index: reply::uint(WHAT, field(at + 3)?)?,
+                        reclaim_count: reply::uint(WHAT, field(at + 4)?)?,
+                        origin: DeliveryOrigin::Fresh,
+                    }));
+                }
+                i += 3 + n * 5;
+            }
             "OK" => {
                 let reclaimed = reply::int(WHAT, field(8)?)? == 1;
                 let origin = if reclaimed {
@@ -357,6 +376,27 @@ impl UnitQueue for RedisStore {
         let value = self.run_transition("heartbeat", run, &call).await?;
         let (s, _) = status("heartbeat", value).map_err(|e| queue_reply_err("heartbeat", run, e))?;
         ack("heartbeat", &s).map_err(|e| queue_reply_err("heartbeat", run, e))
+    }
+
+    async fn heartbeat_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.run_keys(run);
+        let mut call = self.transition(&keys, "heartbeat_batch", worker).arg(deliveries.len() as u64);
+        for d in deliveries {
+            call.push(d.stream.as_str());
+            call.push(d.entry_id.to_string());
+            call.push(d.delivery_count);
+            call.push(d.unit.as_str());
+        }
+        let value = self.run_transition("heartbeat", run, &call).await?;
+        batch_acks("heartbeat", run, deliveries.len(), value)
     }
 
     async fn finalize_batch(
@@ -768,12 +808,16 @@ fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), Qu
     Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") })
 }
 
-/// A stream entry as (id, unit, kind).
+/// A stream entry as (id, unit, kind): one field, the unit id valued its
+/// kind; or, written before that format, fields `id` and `type`.
 fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>), ReplyError> {
     const WHAT: &str = "stream entry";
     let items = reply::array(WHAT, entry)?;
     let id = parse_entry_id(WHAT, reply::at(WHAT, &items, 0)?)?;
     let fields = reply::array(WHAT, items.into_iter().nth(1).unwrap_or(Value::Nil))?;
+    if let [unit, kind] = fields.as_slice() {
+        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?)));
+    }
     let (mut unit, mut kind) = (None, None);
     for kv in fields.chunks(2) {
         if kv.len() < 2 {
