@@ -774,38 +774,101 @@ fn adjacent_runs(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(S
 const EVENT_INDEX_BITS: u32 = 16;
 
 /// An entry of the attempts stream as (entry id, its events in order): a
-/// `json` field holds one event, a `batch` field a JSON array of events.
+/// `json` field holds one event, a `batch` field a JSON array of events, and
+/// a `packed` entry the tokens of `lua/transition/events.lua`.
 fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), QueueError> {
     let bad = |e| queue_reply_err("events", run, e);
     let items = reply::array("events", entry).map_err(bad)?;
     let id = parse_entry_id("events", reply::at("events", &items, 0).map_err(bad)?).map_err(bad)?;
     let fields = reply::array("events", items.into_iter().nth(1).unwrap_or(Value::Nil)).map_err(bad)?;
-    let field = |name: &str| {
-        fields
-            .chunks(2)
-            .find(|kv| reply::opt_string("events", &kv[0]).ok().flatten().as_deref() == Some(name))
-            .and_then(|kv| kv.get(1))
-            .and_then(|v| reply::opt_string("events", v).ok().flatten())
-    };
     let corrupt = |what: &str, e: serde_json::Error, json: &str| QueueError::Corrupt {
         run: run.clone(),
         detail: format!("event {id} is not a valid {what} ({e}): {json}"),
     };
-    if let Some(json) = field("json") {
-        let event: Event = serde_json::from_str(&json).map_err(|e| corrupt("event", e, &json))?;
-        return Ok((id, vec![event]));
-    }
-    if let Some(json) = field("batch") {
-        let events: Vec<Event> = serde_json::from_str(&json).map_err(|e| corrupt("event batch", e, &json))?;
-        if events.len() > 1 << EVENT_INDEX_BITS {
-            return Err(QueueError::Corrupt {
-                run: run.clone(),
-                detail: format!("event batch {id} holds {} events", events.len()),
-            });
+    let tokens = fields
+        .iter()
+        .map(|v| reply::opt_string("events", v).map(Option::unwrap_or_default))
+        .collect::<Result<Vec<String>, ReplyError>>()
+        .map_err(bad)?;
+    let events = match tokens.first().map(String::as_str) {
+        Some("json") if tokens.len() >= 2 => {
+            vec![serde_json::from_str(&tokens[1]).map_err(|e| corrupt("event", e, &tokens[1]))?]
         }
-        return Ok((id, events));
+        Some("batch") if tokens.len() >= 2 => {
+            serde_json::from_str(&tokens[1]).map_err(|e| corrupt("event batch", e, &tokens[1]))?
+        }
+        Some("packed") => unpack_events(&tokens).map_err(|detail| QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("event entry {id}: {detail}"),
+        })?,
+        _ => return Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") }),
+    };
+    if events.len() > 1 << EVENT_INDEX_BITS {
+        return Err(QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("event batch {id} holds {} events", events.len()),
+        });
     }
-    Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") })
+    Ok((id, events))
+}
+
+/// The events of a packed attempts entry (`lua/transition/events.lua`):
+/// "packed", worker, "at_ms", at_ms, then per event "D" unit stream entry_id
+/// state, "F" unit state tail, or "J" json (a lone "" pads the last pair).
+/// Each is rebuilt as the JSON the script wrote before events were packed.
+fn unpack_events(tokens: &[String]) -> Result<Vec<Event>, String> {
+    let [_, worker, at_label, at_ms, rest @ ..] = tokens else { return Err("no packed header".into()) };
+    if at_label != "at_ms" || at_ms.parse::<u64>().is_err() {
+        return Err(format!("bad packed header at_ms {at_ms:?}"));
+    }
+    let worker_json = serde_json::to_string(worker).map_err(|e| e.to_string())?;
+    let head = |kind: &str, unit: &str, state: &str| -> Result<String, String> {
+        let (r, c) = state.split_once(':').ok_or_else(|| format!("bad state {state:?}"))?;
+        let (r, c): (u64, u64) = (
+            r.parse().map_err(|_| format!("bad state {state:?}"))?,
+            c.parse().map_err(|_| format!("bad state {state:?}"))?,
+        );
+        let unit_json = serde_json::to_string(unit).map_err(|e| e.to_string())?;
+        Ok(format!(
+            r#"{{"type":"{kind}","unit_id":{unit_json},"worker_id":{worker_json},"retry_index":{r},"reclaim_count":{c},"ownership_generation":{},"at_ms":{at_ms}"#,
+            1 + r + c
+        ))
+    };
+    let parse = |json: &str| serde_json::from_str::<Event>(json).map_err(|e| format!("bad event ({e}): {json}"));
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i].as_str() {
+            "D" => {
+                let [unit, stream, entry_id, state] = event_tokens::<4>(rest, i)?;
+                let json = head("delivered", unit, state)?
+                    + &format!(r#","stream":"{stream}","entry_id":"{entry_id}","delivery_count":1}}"#);
+                out.push(parse(&json)?);
+                i += 5;
+            }
+            "F" => {
+                let [unit, state, tail] = event_tokens::<3>(rest, i)?;
+                out.push(parse(&(head("finalized", unit, state)? + tail))?);
+                i += 4;
+            }
+            "J" => {
+                let [json] = event_tokens::<1>(rest, i)?;
+                out.push(parse(json)?);
+                i += 2;
+            }
+            "" if i + 1 == rest.len() => i += 1,
+            other => return Err(format!("unknown event token {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The `N` tokens after the tag at `at`.
+fn event_tokens<const N: usize>(tokens: &[String], at: usize) -> Result<&[String; N], String> {
+    tokens
+        .get(at + 1..at + 1 + N)
+        .and_then(|t| <&[String; N]>::try_from(t).ok())
+        .ok_or_else(|| format!("truncated {:?} event", tokens[at]))
 }
 
 /// A stream entry as (id, unit, kind): one field, the unit id valued its

@@ -49,7 +49,6 @@ local function reserve(m, max, reclaim_after_ms, single)
       end
       local states = read_states(unit_list)
       fresh[stream] = ids
-      local mid = ',"stream":"' .. short .. '","entry_id":"'
       local group = #reply
       reply[group + 1] = "FRESH"
       reply[group + 2] = short
@@ -64,16 +63,7 @@ local function reserve(m, max, reclaim_after_ms, single)
           end
           return reply
         end
-        local prefix, suffix = event_head_parts("delivered", state)
-        event_begin()
-        local n = ev_n + 1
-        ev_parts[n] = prefix
-        n = put_unit_json(n, unit)
-        ev_parts[n + 1] = suffix
-        ev_parts[n + 2] = mid
-        ev_parts[n + 3] = ids[i]
-        ev_parts[n + 4] = '","delivery_count":1}'
-        ev_n = n + 4
+        append_delivered(unit, short, ids[i], state)
         local r = group + 3 + (i - 1) * 5
         reply[r + 1] = ids[i]
         reply[r + 2] = unit
