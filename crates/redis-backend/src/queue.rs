@@ -899,6 +899,79 @@ fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>
 mod tests {
     use super::*;
 
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn entry(id: &str, fields: &[&str]) -> Value {
+        Value::Array(vec![bulk(id), Value::Array(fields.iter().map(|f| bulk(f)).collect())])
+    }
+
+    #[test]
+    fn stream_entries_of_both_formats_read_alike() {
+        let new = stream_entry(entry("5-1", &["tests/a.py::t[x y]", "test"])).unwrap();
+        let old = stream_entry(entry("5-1", &["id", "tests/a.py::t[x y]", "type", "test"])).unwrap();
+        assert_eq!(new, old);
+        assert_eq!(new, (EntryId::new(5, 1), Some(UnitId::new("tests/a.py::t[x y]").unwrap()), Some("test".into())));
+        // A unit named like a field name is still the unit of a one-field entry.
+        let named_id = stream_entry(entry("5-2", &["id", "type"])).unwrap();
+        assert_eq!((named_id.1.unwrap().as_str(), named_id.2.as_deref()), ("id", Some("type")));
+    }
+
+    #[test]
+    fn packed_events_read_as_the_json_they_replace() {
+        let run = RunId::new("r").unwrap();
+        let head = |kind: &str, unit: &str, r: u32, c: u32| {
+            format!(
+                r#"{{"type":"{kind}","unit_id":{},"worker_id":"w\"1","retry_index":{r},"reclaim_count":{c},"ownership_generation":{},"at_ms":1700"#,
+                serde_json::to_string(unit).unwrap(),
+                1 + r + c
+            )
+        };
+        let tail =
+            r#","outcome":"passed","duration_ms":7,"reason":null,"errors":null,"stream":"units","entry_id":"5-1"}"#;
+        let delivered =
+            head("delivered", "u\"1", 0, 0) + r#","stream":"units:priority","entry_id":"5-1","delivery_count":1}"#;
+        let finalized = head("finalized", "u\"1", 2, 1) + tail;
+        let released = head("released", "u2", 0, 0) + r#","stream":"units","entry_id":"5-2","new_entry_id":"6-0"}"#;
+        let as_json = serde_json::to_string(
+            &[&delivered, &finalized, &released].map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap()),
+        )
+        .unwrap();
+        let (_, batch) = attempts_entry(&run, entry("9-0", &["batch", &as_json])).unwrap();
+        let tokens = [
+            "packed",
+            "w\"1",
+            "at_ms",
+            "1700",
+            "D",
+            "u\"1",
+            "units:priority",
+            "5-1",
+            "0:0",
+            "F",
+            "u\"1",
+            "2:1",
+            tail,
+            "J",
+            &released,
+            "",
+        ];
+        let (id, packed) = attempts_entry(&run, entry("9-0", &tokens)).unwrap();
+        assert_eq!(id, EntryId::new(9, 0));
+        assert_eq!(packed, batch);
+        assert_eq!(packed.len(), 3);
+        let (_, single) = attempts_entry(&run, entry("9-1", &["json", &released])).unwrap();
+        assert_eq!(single, vec![batch[2].clone()]);
+        for bad in [
+            &["packed", "w", "at_ms"][..],
+            &["packed", "w", "at_ms", "1", "D", "u"],
+            &["packed", "w", "at_ms", "1", "X"],
+        ] {
+            assert!(matches!(attempts_entry(&run, entry("9-2", bad)), Err(QueueError::Corrupt { .. })), "{bad:?}");
+        }
+    }
+
     #[test]
     fn adjacent_runs_split_at_gaps_streams_and_milliseconds() {
         let main = StreamName::Main;
