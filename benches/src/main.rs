@@ -12,6 +12,7 @@ mod machine;
 mod mem_queue;
 mod redis_per_test;
 mod redis_queue;
+mod redis_stats;
 mod sync_api;
 mod sync_hot;
 mod sync_initial;

@@ -12,7 +12,8 @@
 //!   prefetch being 500 ms of work at the running average test time (2..64),
 //!   and finalizes what is done (`finalize_batch`) first;
 //! * finalizes passed tests in batches of 64, or after 200 ms;
-//! * heartbeats every held delivery each heartbeat interval; each worker
+//! * heartbeats every held delivery each heartbeat interval (one
+//!   `heartbeat_batch` call); each worker
 //!   sends `liveness` and reads `progress` at the same cadence;
 //! * "runs" each test for `LEASEHOLD_BENCH_TEST_US` µs (default 300), slept
 //!   in steps of at least 1 ms.
@@ -31,7 +32,7 @@
 //! (slots per worker, default 2), `LEASEHOLD_BENCH_TEST_US` (default 300),
 //! `LEASEHOLD_BENCH_HEARTBEAT_MS` (default 10000: hopper's `--timeout 30` / 3).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +43,13 @@ use leasehold_core::{
 };
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
-use redis::aio::MultiplexedConnection;
-use redis::Value;
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::hopper_local::round3;
+use crate::redis_stats::{
+    commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats, slowlog_by_mode,
+};
 
 const WORKERS: usize = 2;
 /// hopper's agent slot constants (crates/hopper/src/agent/slot.rs).
@@ -60,75 +62,6 @@ const RECLAIM_AFTER: Ttl = Ttl::from_secs(30);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-async fn cpu_s(conn: &mut MultiplexedConnection) -> Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum())
-}
-
-/// `INFO commandstats` as (command, calls, usec).
-async fn commandstats(conn: &mut MultiplexedConnection) -> Result<Vec<(String, u64, u64)>> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
-    let mut out = Vec::new();
-    for line in info.lines() {
-        let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
-        let field = |key: &str| {
-            stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        out.push((name.to_owned(), field("calls") as u64, field("usec") as u64));
-    }
-    out.sort_by_key(|e| std::cmp::Reverse(e.2));
-    Ok(out)
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// The slow log grouped by what ran: the transition mode for the transition
-/// script (6 keys), "script/<n> keys" for other scripts, else the command.
-/// Values: (calls, µs).
-async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, (u64, u64)>> {
-    let entries: Vec<Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query_async(conn).await?;
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for entry in entries {
-        let Value::Array(fields) = entry else { continue };
-        let (Some(Value::Int(us)), Some(Value::Array(args))) = (fields.get(2), fields.get(3)) else { continue };
-        let args: Vec<String> = args.iter().filter_map(text).collect();
-        let command = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
-        let label = if command == "evalsha" || command == "eval" {
-            match args.get(2).map(String::as_str) {
-                Some("6") => match args.get(9) {
-                    Some(mode) if mode.chars().all(|c| c.is_ascii_lowercase() || c == '_') => mode.clone(),
-                    _ => "initialize".into(),
-                },
-                Some(n) => format!("script/{n} keys"),
-                None => "script".into(),
-            }
-        } else {
-            command
-        };
-        if label == "slowlog" || label == "info" || label == "config" {
-            continue;
-        }
-        let slot = out.entry(label).or_default();
-        slot.0 += 1;
-        slot.1 += *us as u64;
-    }
-    Ok(out)
 }
 
 struct Worker {
@@ -199,8 +132,11 @@ impl Slot {
     }
 
     async fn heartbeat(&mut self) -> Result<()> {
-        for d in self.buffer.iter().chain(self.done.iter()) {
-            let reply = self.w.store.heartbeat(&self.w.run, &self.w.worker, d).await?;
+        let held: Vec<Delivery> = self.buffer.iter().chain(self.done.iter()).cloned().collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        for reply in self.w.store.heartbeat_batch(&self.w.run, &self.w.worker, &held).await? {
             if reply != Ack::Ok {
                 bail!("heartbeat replied {reply:?}");
             }
@@ -316,17 +252,14 @@ pub async fn run() -> Result<serde_json::Value> {
     let pid = info.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap_or("?").trim().to_owned();
     println!("  redis-server pid {pid}");
     // The idle rate, to subtract.
-    let idle_for = Duration::from_secs(1);
-    let c0 = cpu_s(&mut stats).await?;
-    tokio::time::sleep(idle_for).await;
-    let idle_rate = (cpu_s(&mut stats).await? - c0) / idle_for.as_secs_f64();
+    let idle_rate = idle_rate(&mut stats, Duration::from_secs(1)).await?;
 
     let slowlog = if env_u64("LEASEHOLD_BENCH_SLOWLOG", 1) == 1 { "0" } else { "-1" };
     for (cmd, arg) in [("slowlog-log-slower-than", slowlog), ("slowlog-max-len", "1000000")] {
         redis::cmd("CONFIG").arg("SET").arg(cmd).arg(arg).query_async::<()>(&mut stats).await?;
     }
     redis::cmd("SLOWLOG").arg("RESET").query_async::<()>(&mut stats).await?;
-    redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(&mut stats).await?;
+    reset_stats(&mut stats).await?;
 
     // Initialization: both workers, as hopper's leader and follower.
     let t0 = Instant::now();
@@ -338,7 +271,7 @@ pub async fn run() -> Result<serde_json::Value> {
     let init_s = (c1 - c0 - idle_rate * t0.elapsed().as_secs_f64()).max(0.0);
     let init_log = slowlog_by_mode(&mut stats).await?;
     redis::cmd("SLOWLOG").arg("RESET").query_async::<()>(&mut stats).await?;
-    redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(&mut stats).await?;
+    reset_stats(&mut stats).await?;
 
     // The run.
     let started = Instant::now();
@@ -397,10 +330,7 @@ pub async fn run() -> Result<serde_json::Value> {
             modes.insert(format!("{label}:{mode}"), json!({"calls": calls, "us_per_unit": round3(*us as f64 / n)}));
         }
     }
-    println!("  commandstats of the run (calls, µs/unit; script inner commands are counted inside the script too):");
-    for (name, calls, usec) in stats_list.iter().take(14) {
-        println!("    {name:<24} {calls:>8} {:>7.2}", *usec as f64 / n);
-    }
+    print_commandstats(&stats_list, n);
     Ok(json!({
         "bench": "redis-per-test",
         "units": units,
@@ -412,5 +342,6 @@ pub async fn run() -> Result<serde_json::Value> {
         "init_cpu_us_per_unit": round3(init_us),
         "run_cpu_us_per_unit": round3(run_us),
         "script_time": modes,
+        "commands": commandstats_json(&stats_list, n),
     }))
 }

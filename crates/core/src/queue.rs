@@ -663,6 +663,28 @@ pub trait UnitQueue: Send + Sync + 'static {
         delivery: &Delivery,
     ) -> Result<HeartbeatReply, QueueError>;
 
+    /// Heartbeats several deliveries of one worker (every unit it holds, once
+    /// per heartbeat period): the same replies and state as calling
+    /// [`UnitQueue::heartbeat`] for each item in order. Each item is fenced
+    /// on its own: one the worker no longer owns is `STALE` and changes
+    /// nothing, the others are still renewed; an item repeated in the batch
+    /// is renewed each time (`OK` twice). The worker record's current unit
+    /// ends as the last renewed item's unit, and is untouched when no item
+    /// is renewed. A run that is gone replies `CORRUPT` for every item; an
+    /// empty batch replies nothing. Backends may do this in one round trip.
+    async fn heartbeat_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<HeartbeatReply>, QueueError> {
+        let mut replies = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            replies.push(self.heartbeat(run, worker, delivery).await?);
+        }
+        Ok(replies)
+    }
+
     /// Records the unit's final outcome.
     async fn finalize(
         &self,

@@ -423,6 +423,15 @@ impl UnitQueue for OutageQueue {
         self.once("heartbeat", self.inner.heartbeat(run, worker, delivery)).await
     }
 
+    async fn heartbeat_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<HeartbeatReply>, QueueError> {
+        self.once("heartbeat", self.inner.heartbeat_batch(run, worker, deliveries)).await
+    }
+
     async fn finalize(
         &self,
         run: &RunId,

@@ -456,19 +456,24 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         tokio::select! {
             result = &mut process => break result,
             _ = beat.tick() => {
-                for (i, delivery) in deliveries.iter().enumerate() {
-                    if lost[i] {
-                        continue;
-                    }
-                    match shared.queue.heartbeat(run, worker, delivery).await {
-                        Ok(Ack::Ok) => {}
-                        Ok(reply) => {
-                            lost[i] = true;
-                            fenced_off(shared, delivery, "heartbeat", reply).await;
+                // The deliveries still ours, heartbeated in one call.
+                let (held_at, held): (Vec<usize>, Vec<Delivery>) = deliveries
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !lost[*i])
+                    .map(|(i, d)| (i, d.clone()))
+                    .unzip();
+                match shared.queue.heartbeat_batch(run, worker, &held).await {
+                    Ok(replies) => {
+                        for ((i, delivery), reply) in held_at.into_iter().zip(&held).zip(replies) {
+                            if reply != Ack::Ok {
+                                lost[i] = true;
+                                fenced_off(shared, delivery, "heartbeat", reply).await;
+                            }
                         }
-                        // The queue announces the outage; the next beat tries again.
-                        Err(error) => tracing::debug!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
                     }
+                    // The queue announces the outage; the next beat tries again.
+                    Err(error) => tracing::debug!(units = held.len(), %error, "heartbeat failed; will try again"),
                 }
                 if lost.iter().all(|l| *l) {
                     // Nobody will take this attempt's result: stop wasting the slot.

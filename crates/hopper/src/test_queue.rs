@@ -61,6 +61,14 @@ impl UnitQueue for Flaky {
     async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {
         self.store.heartbeat(r, w, d).await
     }
+    async fn heartbeat_batch(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        d: &[Delivery],
+    ) -> Result<Vec<HeartbeatReply>, QueueError> {
+        self.store.heartbeat_batch(r, w, d).await
+    }
     async fn finalize(
         &self,
         r: &RunId,

@@ -534,6 +534,40 @@ impl UnitQueue for MemoryStore {
         })))
     }
 
+    async fn heartbeat_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .with_run(run, |r, now| {
+                let mut renewed = false;
+                let replies = deliveries
+                    .iter()
+                    .map(|delivery| {
+                        if r.fenced_unit(worker, delivery).is_none() {
+                            return Ack::Stale;
+                        }
+                        if let Some(p) = r.stream(delivery.stream).pending.get_mut(&delivery.entry_id) {
+                            p.last_delivery_ms = now;
+                        }
+                        r.touch_worker(worker, Current::Set(&delivery.unit), 0, now);
+                        renewed = true;
+                        Ack::Ok
+                    })
+                    .collect();
+                if renewed {
+                    r.renew(now);
+                }
+                replies
+            })
+            .unwrap_or_else(|| vec![Ack::Corrupt; deliveries.len()]))
+    }
+
     async fn finalize(
         &self,
         run: &RunId,

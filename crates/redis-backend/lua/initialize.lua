@@ -48,17 +48,19 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- runs of adjacent ids, which finalize_batch reads with one range read per
 -- run. Older servers (no `<ms>-*`) take "*".
 local id_form = string.format("%d-*", now)
-local first = total > 0 and redis.pcall("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+-- An entry is one field: the unit id, valued its kind (the fewest values
+-- for the scripts to read back, twice per unit).
+local first = total > 0 and redis.pcall("XADD", units, id_form, ARGV[8], ARGV[9])
 if type(first) == "table" and first.err then
   id_form = "*"
-  redis.call("XADD", units, id_form, "id", ARGV[8], "type", ARGV[9])
+  redis.call("XADD", units, id_form, ARGV[8], ARGV[9])
 end
 local CHUNK = 256
 local states = {}
 for i = 1, total do
   local id, kind = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
   if i > 1 then
-    redis.call("XADD", units, id_form, "id", id, "type", kind)
+    redis.call("XADD", units, id_form, id, kind)
   end
   states[#states + 1] = id
   states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'

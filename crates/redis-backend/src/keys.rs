@@ -20,6 +20,14 @@
 //! | a user's presence | `{P}:sess:active:<user>` |
 //! | the `user.active` channel | `P:user.active` |
 //!
+//! **Entries.** A stream entry is one field, the unit id valued its kind
+//! (`XADD … <unit> <kind>`); entries of older versions hold `id` and `type`
+//! fields, and both are read. An event-log entry holds one event (`json`),
+//! or the events of one transition call packed as tokens (`packed`, see
+//! `lua/transition/events.lua`: the two events every unit has are stored as
+//! their few varying fields, the reader rebuilds them); older versions wrote
+//! a JSON array (`batch`), still read.
+//!
 //! **Hash tags.** All keys of one run share the tag `{run}`, so each
 //! transition script (which touches all six) runs on one Redis Cluster node.
 //! All keys of the lease space share the tag `{P}`: a claim touches the lease,

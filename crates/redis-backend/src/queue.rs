@@ -56,12 +56,31 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
     const WHAT: &str = "reserve";
     let items = reply::array(WHAT, value)?;
     let tail = reply::string(WHAT, reply::at(WHAT, &items, 0)?)?;
-    let mut out = Reserved { items: Vec::with_capacity(items.len() / 10), corrupt: tail == "CORRUPT" };
-    // Items follow flat: "OK" and 9 fields, or "FINALIZED" and the unit.
+    let mut out = Reserved { items: Vec::with_capacity(items.len() / 5), corrupt: tail == "CORRUPT" };
+    // Items follow flat: "FRESH", the stream, n and n groups of 5 fields;
+    // "OK" and 9 fields; or "FINALIZED" and the unit.
     let mut i = 1;
     while i < items.len() {
         let field = |k: usize| reply::at(WHAT, &items, i + k);
         match reply::string(WHAT, field(0)?)?.as_str() {
+            "FRESH" => {
+                let stream = parse_stream(WHAT, field(1)?)?;
+                let n = reply::uint::<usize>(WHAT, field(2)?)?;
+                for k in 0..n {
+                    let at = 3 + k * 5;
+                    out.items.push(Item::Delivered(Delivery {
+                        stream,
+                        entry_id: parse_entry_id(WHAT, field(at)?)?,
+                        unit: parse_unit(WHAT, field(at + 1)?)?,
+                        kind: reply::string(WHAT, field(at + 2)?)?,
+                        delivery_count: 1,
+                        retry_index: reply::uint(WHAT, field(at + 3)?)?,
+                        reclaim_count: reply::uint(WHAT, field(at + 4)?)?,
+                        origin: DeliveryOrigin::Fresh,
+                    }));
+                }
+                i += 3 + n * 5;
+            }
             "OK" => {
                 let reclaimed = reply::int(WHAT, field(8)?)? == 1;
                 let origin = if reclaimed {
@@ -357,6 +376,27 @@ impl UnitQueue for RedisStore {
         let value = self.run_transition("heartbeat", run, &call).await?;
         let (s, _) = status("heartbeat", value).map_err(|e| queue_reply_err("heartbeat", run, e))?;
         ack("heartbeat", &s).map_err(|e| queue_reply_err("heartbeat", run, e))
+    }
+
+    async fn heartbeat_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.run_keys(run);
+        let mut call = self.transition(&keys, "heartbeat_batch", worker).arg(deliveries.len() as u64);
+        for d in deliveries {
+            call.push(d.stream.as_str());
+            call.push(d.entry_id.to_string());
+            call.push(d.delivery_count);
+            call.push(d.unit.as_str());
+        }
+        let value = self.run_transition("heartbeat", run, &call).await?;
+        batch_acks("heartbeat", run, deliveries.len(), value)
     }
 
     async fn finalize_batch(
@@ -734,46 +774,113 @@ fn adjacent_runs(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(S
 const EVENT_INDEX_BITS: u32 = 16;
 
 /// An entry of the attempts stream as (entry id, its events in order): a
-/// `json` field holds one event, a `batch` field a JSON array of events.
+/// `json` field holds one event, a `batch` field a JSON array of events, and
+/// a `packed` entry the tokens of `lua/transition/events.lua`.
 fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), QueueError> {
     let bad = |e| queue_reply_err("events", run, e);
     let items = reply::array("events", entry).map_err(bad)?;
     let id = parse_entry_id("events", reply::at("events", &items, 0).map_err(bad)?).map_err(bad)?;
     let fields = reply::array("events", items.into_iter().nth(1).unwrap_or(Value::Nil)).map_err(bad)?;
-    let field = |name: &str| {
-        fields
-            .chunks(2)
-            .find(|kv| reply::opt_string("events", &kv[0]).ok().flatten().as_deref() == Some(name))
-            .and_then(|kv| kv.get(1))
-            .and_then(|v| reply::opt_string("events", v).ok().flatten())
-    };
     let corrupt = |what: &str, e: serde_json::Error, json: &str| QueueError::Corrupt {
         run: run.clone(),
         detail: format!("event {id} is not a valid {what} ({e}): {json}"),
     };
-    if let Some(json) = field("json") {
-        let event: Event = serde_json::from_str(&json).map_err(|e| corrupt("event", e, &json))?;
-        return Ok((id, vec![event]));
-    }
-    if let Some(json) = field("batch") {
-        let events: Vec<Event> = serde_json::from_str(&json).map_err(|e| corrupt("event batch", e, &json))?;
-        if events.len() > 1 << EVENT_INDEX_BITS {
-            return Err(QueueError::Corrupt {
-                run: run.clone(),
-                detail: format!("event batch {id} holds {} events", events.len()),
-            });
+    let tokens = fields
+        .iter()
+        .map(|v| reply::opt_string("events", v).map(Option::unwrap_or_default))
+        .collect::<Result<Vec<String>, ReplyError>>()
+        .map_err(bad)?;
+    let events = match tokens.first().map(String::as_str) {
+        Some("json") if tokens.len() >= 2 => {
+            vec![serde_json::from_str(&tokens[1]).map_err(|e| corrupt("event", e, &tokens[1]))?]
         }
-        return Ok((id, events));
+        Some("batch") if tokens.len() >= 2 => {
+            serde_json::from_str(&tokens[1]).map_err(|e| corrupt("event batch", e, &tokens[1]))?
+        }
+        Some("packed") => unpack_events(&tokens).map_err(|detail| QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("event entry {id}: {detail}"),
+        })?,
+        _ => return Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") }),
+    };
+    if events.len() > 1 << EVENT_INDEX_BITS {
+        return Err(QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("event batch {id} holds {} events", events.len()),
+        });
     }
-    Err(QueueError::Corrupt { run: run.clone(), detail: format!("event {id} has no json field") })
+    Ok((id, events))
 }
 
-/// A stream entry as (id, unit, kind).
+/// The events of a packed attempts entry (`lua/transition/events.lua`):
+/// "packed", worker, "at_ms", at_ms, then per event "D" unit stream entry_id
+/// state, "F" unit state tail, or "J" json (a lone "" pads the last pair).
+/// Each is rebuilt as the JSON the script wrote before events were packed.
+fn unpack_events(tokens: &[String]) -> Result<Vec<Event>, String> {
+    let [_, worker, at_label, at_ms, rest @ ..] = tokens else { return Err("no packed header".into()) };
+    if at_label != "at_ms" || at_ms.parse::<u64>().is_err() {
+        return Err(format!("bad packed header at_ms {at_ms:?}"));
+    }
+    let worker_json = serde_json::to_string(worker).map_err(|e| e.to_string())?;
+    let head = |kind: &str, unit: &str, state: &str| -> Result<String, String> {
+        let (r, c) = state.split_once(':').ok_or_else(|| format!("bad state {state:?}"))?;
+        let (r, c): (u64, u64) = (
+            r.parse().map_err(|_| format!("bad state {state:?}"))?,
+            c.parse().map_err(|_| format!("bad state {state:?}"))?,
+        );
+        let unit_json = serde_json::to_string(unit).map_err(|e| e.to_string())?;
+        Ok(format!(
+            r#"{{"type":"{kind}","unit_id":{unit_json},"worker_id":{worker_json},"retry_index":{r},"reclaim_count":{c},"ownership_generation":{},"at_ms":{at_ms}"#,
+            1 + r + c
+        ))
+    };
+    let parse = |json: &str| serde_json::from_str::<Event>(json).map_err(|e| format!("bad event ({e}): {json}"));
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i].as_str() {
+            "D" => {
+                let [unit, stream, entry_id, state] = event_tokens::<4>(rest, i)?;
+                let json = head("delivered", unit, state)?
+                    + &format!(r#","stream":"{stream}","entry_id":"{entry_id}","delivery_count":1}}"#);
+                out.push(parse(&json)?);
+                i += 5;
+            }
+            "F" => {
+                let [unit, state, tail] = event_tokens::<3>(rest, i)?;
+                out.push(parse(&(head("finalized", unit, state)? + tail))?);
+                i += 4;
+            }
+            "J" => {
+                let [json] = event_tokens::<1>(rest, i)?;
+                out.push(parse(json)?);
+                i += 2;
+            }
+            "" if i + 1 == rest.len() => i += 1,
+            other => return Err(format!("unknown event token {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The `N` tokens after the tag at `at`.
+fn event_tokens<const N: usize>(tokens: &[String], at: usize) -> Result<&[String; N], String> {
+    tokens
+        .get(at + 1..at + 1 + N)
+        .and_then(|t| <&[String; N]>::try_from(t).ok())
+        .ok_or_else(|| format!("truncated {:?} event", tokens[at]))
+}
+
+/// A stream entry as (id, unit, kind): one field, the unit id valued its
+/// kind; or, written before that format, fields `id` and `type`.
 fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>), ReplyError> {
     const WHAT: &str = "stream entry";
     let items = reply::array(WHAT, entry)?;
     let id = parse_entry_id(WHAT, reply::at(WHAT, &items, 0)?)?;
     let fields = reply::array(WHAT, items.into_iter().nth(1).unwrap_or(Value::Nil))?;
+    if let [unit, kind] = fields.as_slice() {
+        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?)));
+    }
     let (mut unit, mut kind) = (None, None);
     for kv in fields.chunks(2) {
         if kv.len() < 2 {
@@ -791,6 +898,79 @@ fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn entry(id: &str, fields: &[&str]) -> Value {
+        Value::Array(vec![bulk(id), Value::Array(fields.iter().map(|f| bulk(f)).collect())])
+    }
+
+    #[test]
+    fn stream_entries_of_both_formats_read_alike() {
+        let new = stream_entry(entry("5-1", &["tests/a.py::t[x y]", "test"])).unwrap();
+        let old = stream_entry(entry("5-1", &["id", "tests/a.py::t[x y]", "type", "test"])).unwrap();
+        assert_eq!(new, old);
+        assert_eq!(new, (EntryId::new(5, 1), Some(UnitId::new("tests/a.py::t[x y]").unwrap()), Some("test".into())));
+        // A unit named like a field name is still the unit of a one-field entry.
+        let named_id = stream_entry(entry("5-2", &["id", "type"])).unwrap();
+        assert_eq!((named_id.1.unwrap().as_str(), named_id.2.as_deref()), ("id", Some("type")));
+    }
+
+    #[test]
+    fn packed_events_read_as_the_json_they_replace() {
+        let run = RunId::new("r").unwrap();
+        let head = |kind: &str, unit: &str, r: u32, c: u32| {
+            format!(
+                r#"{{"type":"{kind}","unit_id":{},"worker_id":"w\"1","retry_index":{r},"reclaim_count":{c},"ownership_generation":{},"at_ms":1700"#,
+                serde_json::to_string(unit).unwrap(),
+                1 + r + c
+            )
+        };
+        let tail =
+            r#","outcome":"passed","duration_ms":7,"reason":null,"errors":null,"stream":"units","entry_id":"5-1"}"#;
+        let delivered =
+            head("delivered", "u\"1", 0, 0) + r#","stream":"units:priority","entry_id":"5-1","delivery_count":1}"#;
+        let finalized = head("finalized", "u\"1", 2, 1) + tail;
+        let released = head("released", "u2", 0, 0) + r#","stream":"units","entry_id":"5-2","new_entry_id":"6-0"}"#;
+        let as_json = serde_json::to_string(
+            &[&delivered, &finalized, &released].map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap()),
+        )
+        .unwrap();
+        let (_, batch) = attempts_entry(&run, entry("9-0", &["batch", &as_json])).unwrap();
+        let tokens = [
+            "packed",
+            "w\"1",
+            "at_ms",
+            "1700",
+            "D",
+            "u\"1",
+            "units:priority",
+            "5-1",
+            "0:0",
+            "F",
+            "u\"1",
+            "2:1",
+            tail,
+            "J",
+            &released,
+            "",
+        ];
+        let (id, packed) = attempts_entry(&run, entry("9-0", &tokens)).unwrap();
+        assert_eq!(id, EntryId::new(9, 0));
+        assert_eq!(packed, batch);
+        assert_eq!(packed.len(), 3);
+        let (_, single) = attempts_entry(&run, entry("9-1", &["json", &released])).unwrap();
+        assert_eq!(single, vec![batch[2].clone()]);
+        for bad in [
+            &["packed", "w", "at_ms"][..],
+            &["packed", "w", "at_ms", "1", "D", "u"],
+            &["packed", "w", "at_ms", "1", "X"],
+        ] {
+            assert!(matches!(attempts_entry(&run, entry("9-2", bad)), Err(QueueError::Corrupt { .. })), "{bad:?}");
+        }
+    }
 
     #[test]
     fn adjacent_runs_split_at_gaps_streams_and_milliseconds() {

@@ -52,6 +52,7 @@ enum Op {
     ReserveBatch { w: usize, max: usize },
     ReserveIdle { w: usize, batch: Option<usize> },
     Heartbeat { d: usize, who: Option<usize> },
+    HeartbeatBatch { w: usize, skip: usize },
     Finalize { d: usize, who: Option<usize>, outcome: u8 },
     FinalizeMany { w: usize },
     Requeue { d: usize, who: Option<usize>, summary: bool },
@@ -93,6 +94,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (d.clone(), who()).prop_map(|(d, who)| Op::Abandon { d, who }),
         3 => (d.clone(), who()).prop_map(|(d, who)| Op::HandBack { d, who }),
         1 => (w.clone(), 0..4usize).prop_map(|(w, skip)| Op::HandBackBatch { w, skip }),
+        1 => (w.clone(), 0..4usize).prop_map(|(w, skip)| Op::HeartbeatBatch { w, skip }),
         1 => (w.clone(), proptest::option::of(0..4usize)).prop_map(|(w, unit)| Op::Liveness { w, unit }),
         1 => d.clone().prop_map(|d| Op::StaleRecord { d }),
         1 => w.clone().prop_map(|w| Op::WorkerError { w }),
@@ -322,6 +324,16 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             }
             None => "no delivery".into(),
         },
+        Op::HeartbeatBatch { w, skip } => {
+            // This worker's deliveries (stale ones included) and one of
+            // another worker's, oldest first: each is fenced on its own.
+            let mut held: Vec<Delivery> =
+                side.deliveries.iter().filter(|(o, _)| o == w).skip(*skip).map(|(_, d)| d.clone()).collect();
+            if let Some((_, other)) = side.deliveries.iter().find(|(o, _)| o != w) {
+                held.insert(held.len() / 2, other.clone());
+            }
+            format!("{:?}", q.heartbeat_batch(run, &wid(*w), &held).await.expect("heartbeat_batch"))
+        }
         Op::HandBackBatch { w, skip } => {
             // This worker's latest deliveries (stale ones included), newest first.
             let mine: Vec<Delivery> =

@@ -349,6 +349,8 @@ pub async fn assert_all_stale(fx: &Fixture, run: &RunId, w: &str, d: &Delivery) 
     assert_eq!(fx.queue.release(run, &wk, d).await.expect("release"), Ack::Stale, "release by {w}: {d:?}");
     let batch = fx.queue.release_batch(run, &wk, &[d.clone(), d.clone()]).await.expect("release_batch");
     assert_eq!(batch, vec![Ack::Stale; 2], "release_batch by {w}: {d:?}");
+    let batch = fx.queue.heartbeat_batch(run, &wk, &[d.clone(), d.clone()]).await.expect("heartbeat_batch");
+    assert_eq!(batch, vec![Ack::Stale; 2], "heartbeat_batch by {w}: {d:?}");
     assert_eq!(snapshot(fx, run).await, before, "a STALE reply changed the run");
 }
 
@@ -368,6 +370,8 @@ pub async fn assert_all_corrupt(fx: &Fixture, run: &RunId, w: &str, d: &Delivery
     assert_eq!(fx.queue.release(run, &wk, d).await.expect("release"), Ack::Corrupt, "release");
     let batch = fx.queue.release_batch(run, &wk, std::slice::from_ref(d)).await.expect("release_batch");
     assert_eq!(batch, vec![Ack::Corrupt], "release_batch");
+    let batch = fx.queue.heartbeat_batch(run, &wk, std::slice::from_ref(d)).await.expect("heartbeat_batch");
+    assert_eq!(batch, vec![Ack::Corrupt], "heartbeat_batch");
     assert_eq!(fx.queue.liveness(run, &wk, Some(&d.unit)).await.expect("liveness"), LivenessReply::Corrupt);
     assert_eq!(fx.queue.liveness(run, &wk, None).await.expect("liveness"), LivenessReply::Corrupt);
     assert_run_absent(fx, run).await;

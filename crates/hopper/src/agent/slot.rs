@@ -456,23 +456,17 @@ impl Slot {
         Ok(())
     }
 
-    /// Heartbeats every delivery this slot holds (waiting, sent or done).
+    /// Heartbeats every delivery this slot holds (waiting, sent or done), in
+    /// one call.
     async fn heartbeat(&mut self) {
-        let shared = Arc::clone(&self.shared);
-        let (run, worker) = (&shared.config.run, &shared.config.worker);
-        let held =
-            self.buffer.iter().chain(self.sent.iter().map(|s| &s.delivery)).chain(self.done.iter().map(|d| &d.0));
-        let mut lost = Vec::new();
-        for delivery in held {
-            match shared.queue.heartbeat(run, worker, delivery).await {
-                Ok(Ack::Ok) => {}
-                Ok(reply) => {
-                    lost.push(delivery.clone());
-                    fenced_off(&shared, delivery, "heartbeat", reply).await;
-                }
-                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
-            }
-        }
+        let held: Vec<Delivery> = self
+            .buffer
+            .iter()
+            .chain(self.sent.iter().map(|s| &s.delivery))
+            .chain(self.done.iter().map(|d| &d.0))
+            .cloned()
+            .collect();
+        let lost = heartbeat_all(&self.shared, &held).await;
         // Another worker owns these now: do not run them.
         self.buffer.retain(|d| !lost.contains(d));
         self.heartbeat_pool().await;
@@ -491,18 +485,7 @@ impl Slot {
             pool.last_beat = Instant::now();
             pool.deliveries()
         };
-        let (run, worker) = (&shared.config.run, &shared.config.worker);
-        let mut lost = Vec::new();
-        for delivery in &pooled {
-            match shared.queue.heartbeat(run, worker, delivery).await {
-                Ok(Ack::Ok) => {}
-                Ok(reply) => {
-                    lost.push(delivery.clone());
-                    fenced_off(shared, delivery, "heartbeat", reply).await;
-                }
-                Err(error) => tracing::warn!(unit = %delivery.unit, %error, "heartbeat failed; will try again"),
-            }
-        }
+        let lost = heartbeat_all(shared, &pooled).await;
         sharding.pool.lock().forget(&lost);
     }
 
@@ -531,6 +514,31 @@ impl Slot {
         }
         hand_back(&self.shared, &held, Duration::ZERO).await;
     }
+}
+
+/// Heartbeats `held` in one call; returns the deliveries the worker no
+/// longer owns (each reported with [`fenced_off`]). A failed call loses
+/// nothing: the next beat tries again.
+async fn heartbeat_all(shared: &Shared, held: &[Delivery]) -> Vec<Delivery> {
+    if held.is_empty() {
+        return Vec::new();
+    }
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    let replies = match shared.queue.heartbeat_batch(run, worker, held).await {
+        Ok(replies) => replies,
+        Err(error) => {
+            tracing::warn!(units = held.len(), %error, "heartbeat failed; will try again");
+            return Vec::new();
+        }
+    };
+    let mut lost = Vec::new();
+    for (delivery, reply) in held.iter().zip(replies) {
+        if reply != Ack::Ok {
+            fenced_off(shared, delivery, "heartbeat", reply).await;
+            lost.push(delivery.clone());
+        }
+    }
+    lost
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {

@@ -19,6 +19,8 @@ local function dispatch()
     return reserve(m, ARGV[3], ARGV[4], ARGV[5])
   elseif mode == "heartbeat" then
     return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+  elseif mode == "heartbeat_batch" then
+    return heartbeat_batch(m, ARGV[3], 4)
   elseif mode == "finalize" then
     return { finalize_batch(m, 1, 3, false)[1] }
   elseif mode == "finalize_batch" then

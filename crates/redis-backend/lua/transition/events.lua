@@ -27,60 +27,98 @@ local function event_head(event_type, unit_json, state)
   return prefix .. unit_json .. suffix
 end
 
--- Events of this call, appended to the attempts stream by flush_events: one
--- event as a "json" entry, several as one "batch" entry (a JSON array, in
--- order; at most EVENTS_PER_ENTRY per entry). The reader numbers the events
--- of an entry <ms>-<seq> as EventId <ms>-<seq * 65536 + index>.
+-- Events of this call, appended to the attempts stream by flush_events.
+-- One event of the JSON kind is a "json" entry (the event's JSON). Otherwise
+-- the call's events go packed into one entry whose fields are a flat list
+-- of tokens (Redis stores them as field/value pairs; a lone "" pads the last
+-- pair): "packed", worker_id, "at_ms", at_ms, then per event
 --
--- The events are kept as pieces (ev_parts[2..ev_n], "," between events) and
--- joined by one table.concat: this Lua hashes every byte of every string it
--- makes, so no per-event string is built.
+-- * "D", unit, stream, entry_id, "<retry_index>:<reclaim_count>": a fresh
+--   `delivered` event (delivery count 1) by this worker at at_ms;
+-- * "F", unit, "<retry_index>:<reclaim_count>", tail: a `finalized` event
+--   whose fields after the header are the client-built JSON `tail`;
+-- * "J", json: any event, whole.
+--
+-- The reader (`attempts_entry` in src/queue.rs) rebuilds the events as JSON:
+-- the same events as before, for a fraction of the Redis CPU (no JSON is
+-- built here for the two events every unit has, and no string is
+-- concatenated: Redis copies each token once). Entries written before this
+-- format hold "json" (one event) or "batch" (a JSON array). The reader
+-- numbers the events of an entry <ms>-<seq> as EventId <ms>-<seq * 65536 + index>.
 local EVENTS_PER_ENTRY = 65536
-local ev_parts, ev_n, ev_count = { "[" }, 1, 0
+-- Tokens per entry at most: XADD's arguments are unpacked onto Lua's C stack.
+local TOKENS_PER_ENTRY = 6000
+local ev_args, ev_n, ev_count, ev_json_only
 
--- Starts an event: the caller then appends its pieces after ev_parts[ev_n].
-local function event_begin()
-  if ev_count >= EVENTS_PER_ENTRY then
+local function ev_reset()
+  ev_args = { "XADD", attempts, "*", "packed", worker_id, "at_ms", now_str }
+  ev_n, ev_count, ev_json_only = 7, 0, true
+end
+ev_reset()
+
+-- Starts an event of `tokens` tokens.
+local function event_begin(tokens)
+  if ev_count >= EVENTS_PER_ENTRY or ev_n + tokens > TOKENS_PER_ENTRY then
     flush_events()
   end
   ev_count = ev_count + 1
-  if ev_count > 1 then
-    ev_n = ev_n + 1
-    ev_parts[ev_n] = ","
-  end
 end
 
 local function append_json(json)
-  event_begin()
-  ev_n = ev_n + 1
-  ev_parts[ev_n] = json
+  event_begin(2)
+  ev_args[ev_n + 1] = "J"
+  ev_args[ev_n + 2] = json
+  ev_n = ev_n + 2
+end
+
+-- "<retry_index>:<reclaim_count>" of a state, made once per call.
+local state_codes = {}
+local function state_code(state)
+  local k = state.retry_index * 65536 + state.reclaim_count
+  local code = state_codes[k]
+  if not code then
+    code = string.format("%d:%d", state.retry_index, state.reclaim_count)
+    state_codes[k] = code
+  end
+  return code
+end
+
+-- A fresh `delivered` event (delivery count 1).
+local function append_delivered(unit, short, entry_id, state)
+  event_begin(5)
+  ev_args[ev_n + 1] = "D"
+  ev_args[ev_n + 2] = unit
+  ev_args[ev_n + 3] = short
+  ev_args[ev_n + 4] = entry_id
+  ev_args[ev_n + 5] = state_code(state)
+  ev_n = ev_n + 5
+  ev_json_only = false
+end
+
+-- A `finalized` event whose fields after the header are `tail` (JSON, from
+-- the client: ',"outcome":...}').
+local function append_finalized(unit, state, tail)
+  event_begin(4)
+  ev_args[ev_n + 1] = "F"
+  ev_args[ev_n + 2] = unit
+  ev_args[ev_n + 3] = state_code(state)
+  ev_args[ev_n + 4] = tail
+  ev_n = ev_n + 4
+  ev_json_only = false
 end
 
 flush_events = function()
-  if ev_count == 1 then
-    redis.call("XADD", attempts, "*", "json", table.concat(ev_parts, "", 2, ev_n))
-  elseif ev_count > 1 then
-    ev_n = ev_n + 1
-    ev_parts[ev_n] = "]"
-    redis.call("XADD", attempts, "*", "batch", table.concat(ev_parts, "", 1, ev_n))
+  if ev_count == 1 and ev_json_only then
+    redis.call("XADD", attempts, "*", "json", ev_args[9])
+  elseif ev_count > 0 then
+    -- XADD's fields come in pairs.
+    if (ev_n - 3) % 2 == 1 then
+      ev_n = ev_n + 1
+      ev_args[ev_n] = ""
+    end
+    redis.call(unpack(ev_args, 1, ev_n))
   end
-  ev_parts, ev_n, ev_count = { "[" }, 1, 0
-end
-
--- Appends a unit's JSON string literal as pieces (no new string unless it
--- needs escaping). Unit ids hold no control characters (UnitId refuses
--- them), so only a quote or a backslash needs escaping; two plain finds cost
--- a tenth of one pattern find with a character class (about 3 µs per id in
--- Redis's Lua), the largest per-unit cost of a batch.
-local function put_unit_json(n, unit)
-  if string.find(unit, '"', 1, true) or string.find(unit, "\\", 1, true) then
-    ev_parts[n + 1] = jstr(unit)
-    return n + 1
-  end
-  ev_parts[n + 1] = '"'
-  ev_parts[n + 2] = unit
-  ev_parts[n + 3] = '"'
-  return n + 3
+  ev_reset()
 end
 
 -- Merges into workers[worker_id]: last_seen = now; current_unit = `current`

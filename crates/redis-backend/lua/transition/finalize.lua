@@ -118,14 +118,7 @@ local function finalize_batch(m, count, base, hinted)
         acks[stream] = ids
       end
       ids[#ids + 1] = i_id[i]
-      local prefix, suffix = event_head_parts("finalized", state)
-      event_begin()
-      local n = ev_n + 1
-      ev_parts[n] = prefix
-      n = put_unit_json(n, i_unit[i])
-      ev_parts[n + 1] = suffix
-      ev_parts[n + 2] = ARGV[base + (i - 1) * 5 + 4]
-      ev_n = n + 2
+      append_finalized(i_unit[i], state, ARGV[base + (i - 1) * 5 + 4])
       done = done + 1
     end
   end

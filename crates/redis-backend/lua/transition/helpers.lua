@@ -92,8 +92,13 @@ local function pending_row(stream, entry_id)
   return { consumer = row[2], delivery_count = tonumber(row[4]) }
 end
 
--- Stream entry fields ({"id", unit, "type", kind}) as unit, kind.
+-- Stream entry fields as unit, kind: an entry is one field, the unit id
+-- valued its kind ({unit, kind}); entries written before that format hold
+-- {"id", unit, "type", kind}.
 local function entry_unit(fields)
+  if fields[3] == nil then
+    return fields[1], fields[2] or ""
+  end
   if fields[1] == "id" and fields[3] == "type" then
     return fields[2], fields[4]
   end

@@ -30,7 +30,7 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
   state.retry_index = state.retry_index + 1
   write_state(unit_id, state)
   redis.call("XACK", stream, GROUP, entry_id)
-  local new_entry_id = redis.call("XADD", priority, "*", "id", unit_id, "type", unit_type)
+  local new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type)
   append_json(event_head("requeued", unit_json, state) .. string.format(
     ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"}',
     previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,

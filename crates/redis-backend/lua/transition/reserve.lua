@@ -3,10 +3,13 @@
 
 -- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
 -- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and the
--- items follow flat (no table per item, cheaper to reply): "OK", stream,
+-- items follow flat (no table per item, cheaper to reply): "FRESH", stream,
+-- n, then n groups of entry_id, unit, kind, retry_index, reclaim_count (the
+-- entries one XREADGROUP delivered: delivery count 1, not reclaimed; five
+-- values each, as every value replied costs Redis CPU); "OK", stream,
 -- entry_id, unit, kind, delivery_count, retry_index, reclaim_count, reclaimed
--- (0/1), previous_worker or false; or "FINALIZED", unit (reclaim budget
--- exhausted).
+-- (0/1), previous_worker or false (a reclaim); or "FINALIZED", unit (reclaim
+-- budget exhausted).
 local function reserve(m, max, reclaim_after_ms, single)
   max = tonumber(max)
   reclaim_after_ms = tonumber(reclaim_after_ms)
@@ -46,7 +49,10 @@ local function reserve(m, max, reclaim_after_ms, single)
       end
       local states = read_states(unit_list)
       fresh[stream] = ids
-      local mid = ',"stream":"' .. short .. '","entry_id":"'
+      local group = #reply
+      reply[group + 1] = "FRESH"
+      reply[group + 2] = short
+      reply[group + 3] = 0
       for i = 1, #entries do
         local unit, state = unit_list[i], states[i]
         if not state then
@@ -57,27 +63,14 @@ local function reserve(m, max, reclaim_after_ms, single)
           end
           return reply
         end
-        local prefix, suffix = event_head_parts("delivered", state)
-        event_begin()
-        local n = ev_n + 1
-        ev_parts[n] = prefix
-        n = put_unit_json(n, unit)
-        ev_parts[n + 1] = suffix
-        ev_parts[n + 2] = mid
-        ev_parts[n + 3] = ids[i]
-        ev_parts[n + 4] = '","delivery_count":1}'
-        ev_n = n + 4
-        local r = #reply
-        reply[r + 1] = "OK"
-        reply[r + 2] = short
-        reply[r + 3] = ids[i]
-        reply[r + 4] = unit
-        reply[r + 5] = kinds[i]
-        reply[r + 6] = 1
-        reply[r + 7] = state.retry_index
-        reply[r + 8] = state.reclaim_count
-        reply[r + 9] = 0
-        reply[r + 10] = false
+        append_delivered(unit, short, ids[i], state)
+        local r = group + 3 + (i - 1) * 5
+        reply[r + 1] = ids[i]
+        reply[r + 2] = unit
+        reply[r + 3] = kinds[i]
+        reply[r + 4] = state.retry_index
+        reply[r + 5] = state.reclaim_count
+        reply[group + 3] = i
         delivered = delivered + 1
         changed = true
         current = unit

@@ -229,3 +229,37 @@ pub async fn heartbeat_ok_keeps_the_fence(fx: Fixture) {
     assert_eq!(progress(&fx, &r).await, counters(2, 0, 0, 1, 1));
     finalize_ok(&fx, &r, "w1", &d).await;
 }
+
+/// `heartbeat_batch` answers and records exactly what heartbeating each item
+/// in order would: each item is fenced on its own (another worker's delivery
+/// is `STALE`, the rest are still renewed), a repeated item is renewed
+/// twice, the worker's current unit is the last renewed item's, and no event
+/// is appended. Renewed deliveries are not reclaimed; the stale one is.
+pub async fn heartbeat_batch_matches_one_by_one(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c"], lenient()).await;
+    let da = reserve(&fx, &r, "w1").await;
+    let db = reserve(&fx, &r, "w1").await;
+    let dc = reserve(&fx, &r, "w2").await;
+    assert_eq!(fx.queue.liveness(&r, &worker("w1"), None).await.unwrap(), LivenessReply::Ok);
+    fx.time.advance(ms(400)).await;
+    let batch = [db.clone(), dc.clone(), da.clone(), db.clone()];
+    let replies = fx.queue.heartbeat_batch(&r, &worker("w1"), &batch).await.unwrap();
+    assert_eq!(replies, vec![Ack::Ok, Ack::Stale, Ack::Ok, Ack::Ok]);
+    assert_eq!(worker_record(&fx, &r, "w1").await.current_unit, Some(unit("b")));
+    assert_eq!(pending_rows(&fx, &r).await, vec![row_of(&da, "w1"), row_of(&db, "w1"), row_of(&dc, "w2")]);
+    assert_eq!(type_names(&all_events(&fx, &r).await), ["delivered", "delivered", "delivered"]);
+    let got = delivered(reserve_with(&fx, &r, "w3", ms(300)).await);
+    assert_eq!(got.unit, unit("c"));
+    assert_eq!(got.origin, DeliveryOrigin::Reclaimed { previous_worker: Some(worker("w2")) });
+    assert_eq!(reserve_with(&fx, &r, "w3", ms(300)).await, ReserveReply::None);
+    // A batch whose every item is stale changes nothing.
+    let before = snapshot(&fx, &r).await;
+    let stale = fx.queue.heartbeat_batch(&r, &worker("w2"), &[dc.clone(), da.clone()]).await.unwrap();
+    assert_eq!(stale, vec![Ack::Stale, Ack::Stale]);
+    assert_eq!(snapshot(&fx, &r).await, before);
+    assert!(fx.queue.heartbeat_batch(&r, &worker("w1"), &[]).await.unwrap().is_empty());
+    let missing = fx.queue.heartbeat_batch(&run("nope"), &worker("w1"), &[da.clone(), db.clone()]).await.unwrap();
+    assert_eq!(missing, vec![Ack::Corrupt, Ack::Corrupt]);
+    finalize_ok(&fx, &r, "w1", &da).await;
+    finalize_ok(&fx, &r, "w1", &db).await;
+}
