@@ -33,6 +33,8 @@ use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use serde_json::json;
 
+use crate::redis_stats::{commandstats, cpu_s};
+
 const WORKERS: usize = 8;
 const RECLAIM_AFTER: Ttl = Ttl::from_secs(600);
 
@@ -42,31 +44,15 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 /// Server statistics since the last reset: (sum of usec, usec of script calls, calls, cpu seconds).
 async fn server_stats(conn: &mut redis::aio::MultiplexedConnection) -> Result<(f64, f64, u64, f64)> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
     let (mut usec, mut script_usec, mut calls) = (0.0, 0.0, 0u64);
-    for line in info.lines() {
-        let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
-        let field = |key: &str| {
-            stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        let u = field("usec").unwrap_or(0.0);
-        usec += u;
-        calls += field("calls").unwrap_or(0.0) as u64;
-        if matches!(name, "evalsha" | "eval" | "fcall") {
-            script_usec += u;
+    for stat in commandstats(conn).await? {
+        usec += stat.usec as f64;
+        calls += stat.calls;
+        if matches!(stat.name.as_str(), "evalsha" | "eval" | "fcall") {
+            script_usec += stat.usec as f64;
         }
     }
-    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let mut cpu_s = 0.0;
-    for line in cpu.lines() {
-        if let Some(v) = line.strip_prefix("used_cpu_sys:").or_else(|| line.strip_prefix("used_cpu_user:")) {
-            cpu_s += v.trim().parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    Ok((usec, script_usec, calls, cpu_s))
+    Ok((usec, script_usec, calls, cpu_s(conn).await?))
 }
 
 fn spec(run: &str, units: usize) -> Result<RunSpec> {

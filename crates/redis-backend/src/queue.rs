@@ -170,6 +170,19 @@ impl RedisStore {
             .arg(d.unit.as_str())
     }
 
+    /// A transition on several deliveries: their count, then each one's fence
+    /// fields as [`Self::fenced`] passes them.
+    fn fenced_batch(&self, keys: &RunKeys, mode: &str, worker: &WorkerId, deliveries: &[Delivery]) -> Call {
+        let mut call = self.transition(keys, mode, worker).arg(deliveries.len() as u64);
+        for d in deliveries {
+            call.push(d.stream.as_str());
+            call.push(d.entry_id.to_string());
+            call.push(d.delivery_count);
+            call.push(d.unit.as_str());
+        }
+        call
+    }
+
     async fn run_transition(&self, op: &'static str, run: &RunId, call: &Call) -> Result<Value, QueueError> {
         self.eval(&scripts::TRANSITION, call).await.map_err(|e| queue_err(op, run, e))
     }
@@ -387,14 +400,7 @@ impl UnitQueue for RedisStore {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = self.run_keys(run);
-        let mut call = self.transition(&keys, "heartbeat_batch", worker).arg(deliveries.len() as u64);
-        for d in deliveries {
-            call.push(d.stream.as_str());
-            call.push(d.entry_id.to_string());
-            call.push(d.delivery_count);
-            call.push(d.unit.as_str());
-        }
+        let call = self.fenced_batch(&self.run_keys(run), "heartbeat_batch", worker, deliveries);
         let value = self.run_transition("heartbeat", run, &call).await?;
         batch_acks("heartbeat", run, deliveries.len(), value)
     }
@@ -484,14 +490,7 @@ impl UnitQueue for RedisStore {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = self.run_keys(run);
-        let mut call = self.transition(&keys, "release_batch", worker).arg(deliveries.len() as u64);
-        for d in deliveries {
-            call.push(d.stream.as_str());
-            call.push(d.entry_id.to_string());
-            call.push(d.delivery_count);
-            call.push(d.unit.as_str());
-        }
+        let call = self.fenced_batch(&self.run_keys(run), "release_batch", worker, deliveries);
         let value = self.run_transition("release", run, &call).await?;
         batch_acks("release", run, deliveries.len(), value)
     }
