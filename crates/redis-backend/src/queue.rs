@@ -170,17 +170,29 @@ impl RedisStore {
             .arg(d.unit.as_str())
     }
 
-    /// A transition on several deliveries: their count, then each one's fence
-    /// fields as [`Self::fenced`] passes them.
-    fn fenced_batch(&self, keys: &RunKeys, mode: &str, worker: &WorkerId, deliveries: &[Delivery]) -> Call {
-        let mut call = self.transition(keys, mode, worker).arg(deliveries.len() as u64);
+    /// Transition `mode` on several deliveries in one call (their count, then
+    /// each one's fence fields as [`Self::fenced`] passes them): one status
+    /// each, in order. An empty batch costs no round trip.
+    async fn fenced_batch(
+        &self,
+        op: &'static str,
+        mode: &str,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<Ack>, QueueError> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = self.transition(&self.run_keys(run), mode, worker).arg(deliveries.len() as u64);
         for d in deliveries {
             call.push(d.stream.as_str());
             call.push(d.entry_id.to_string());
             call.push(d.delivery_count);
             call.push(d.unit.as_str());
         }
-        call
+        let value = self.run_transition(op, run, &call).await?;
+        batch_acks(op, run, deliveries.len(), value)
     }
 
     async fn run_transition(&self, op: &'static str, run: &RunId, call: &Call) -> Result<Value, QueueError> {
@@ -397,12 +409,7 @@ impl UnitQueue for RedisStore {
         worker: &WorkerId,
         deliveries: &[Delivery],
     ) -> Result<Vec<Ack>, QueueError> {
-        if deliveries.is_empty() {
-            return Ok(Vec::new());
-        }
-        let call = self.fenced_batch(&self.run_keys(run), "heartbeat_batch", worker, deliveries);
-        let value = self.run_transition("heartbeat", run, &call).await?;
-        batch_acks("heartbeat", run, deliveries.len(), value)
+        self.fenced_batch("heartbeat", "heartbeat_batch", run, worker, deliveries).await
     }
 
     async fn finalize_batch(
@@ -487,12 +494,7 @@ impl UnitQueue for RedisStore {
         worker: &WorkerId,
         deliveries: &[Delivery],
     ) -> Result<Vec<Ack>, QueueError> {
-        if deliveries.is_empty() {
-            return Ok(Vec::new());
-        }
-        let call = self.fenced_batch(&self.run_keys(run), "release_batch", worker, deliveries);
-        let value = self.run_transition("release", run, &call).await?;
-        batch_acks("release", run, deliveries.len(), value)
+        self.fenced_batch("release", "release_batch", run, worker, deliveries).await
     }
 
     async fn liveness(

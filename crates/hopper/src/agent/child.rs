@@ -60,6 +60,12 @@ pub struct AgentCommand {
 }
 
 impl AgentCommand {
+    /// `argv` with `env`, run in the worker's directory, with no agents
+    /// started ahead and no sharding.
+    pub fn new(argv: Vec<String>, env: Vec<(String, String)>, expected_tests: Option<u64>) -> Self {
+        AgentCommand { argv, env, cwd: None, expected_tests, spare: Default::default(), sharding: None }
+    }
+
     /// The environment an agent of `slot` gets on top of [`Self::env`].
     pub fn slot_env(&self, slot: usize) -> Vec<(String, String)> {
         self.sharding.iter().map(|s| s.env(slot)).collect()

@@ -29,14 +29,7 @@ pub fn pytest_agent(command: &[String], plugins: &Plugins, expected_tests: usize
     argv.extend(["-p".into(), Plugins::PYTEST_MODULE.into()]);
     let mut env = plugins.pytest_env("agent");
     env.push(("HOPPER_OUTPUT_TAIL".into(), output_tail.to_string()));
-    AgentCommand {
-        argv,
-        env,
-        cwd: None,
-        expected_tests: Some(expected_tests as u64),
-        spare: Default::default(),
-        sharding: None,
-    }
+    AgentCommand::new(argv, env, Some(expected_tests as u64))
 }
 
 /// The RSpec agent: the user's rspec command with hopper's agent required.
@@ -44,26 +37,12 @@ pub fn rspec_agent(command: &[String], plugins: &Plugins, expected_tests: usize,
     let mut argv = rspec::base_command(command);
     argv.extend(["--require".into(), plugins.rspec_agent().display().to_string()]);
     let env = vec![("HOPPER_RSPEC_AGENT".into(), "1".into()), ("HOPPER_OUTPUT_TAIL".into(), output_tail.to_string())];
-    AgentCommand {
-        argv,
-        env,
-        cwd: None,
-        expected_tests: Some(expected_tests as u64),
-        spare: Default::default(),
-        sharding: None,
-    }
+    AgentCommand::new(argv, env, Some(expected_tests as u64))
 }
 
 /// `--agent`: the user's command speaks the protocol itself.
 pub fn custom_agent(command: &[String]) -> AgentCommand {
-    AgentCommand {
-        argv: command.to_vec(),
-        env: Vec::new(),
-        cwd: None,
-        expected_tests: None,
-        spare: Default::default(),
-        sharding: None,
-    }
+    AgentCommand::new(command.to_vec(), Vec::new(), None)
 }
 
 #[cfg(test)]

@@ -364,7 +364,7 @@ pub async fn messages(
         check_cursor(q.cursor, uidvalidity)?;
         return Ok(Json(MessagePage::new(page, uidvalidity, q.limit)));
     }
-    // No page: find out why (each check gives its own answer), or list an empty one.
+    // No page: find out why (each check gives its own answer), or it is empty.
     let auth = authenticate(&state, &token).await?;
     let Some(folder) = state.storage.owned_folder_uidvalidity(&auth.user, &id, &q.folder).await? else {
         return Err(ApiError::NotFound { what: "account", id });
@@ -373,8 +373,7 @@ pub async fn messages(
         return Err(ApiError::NotFound { what: "folder", id: q.folder });
     };
     check_cursor(q.cursor, uidvalidity)?;
-    let page = state.storage.list_messages(&id, &q.folder, uidvalidity, before, q.limit).await?;
-    Ok(Json(MessagePage::new(page, uidvalidity, q.limit)))
+    Ok(Json(MessagePage::new(Vec::new(), uidvalidity, q.limit)))
 }
 
 /// A cursor is good only under the UIDVALIDITY it was made under.

@@ -166,16 +166,6 @@ impl SummaryColumns {
     }
 }
 
-/// Reads a row whose first columns are [`SUMMARY_COLUMNS`].
-fn summary_of(
-    account: &str,
-    folder: &str,
-    uidvalidity: u32,
-    row: &sqlx::any::AnyRow,
-) -> Result<MessageSummary, StorageError> {
-    SummaryColumns::of_row(account, folder, row)?.summary(account, folder, uidvalidity)
-}
-
 /// Reads a row of [`MESSAGE_COLUMNS`].
 fn message_of(
     account: &str,
@@ -185,7 +175,7 @@ fn message_of(
 ) -> Result<MessageDetail, StorageError> {
     let get = |c| column_err(account, folder, c);
     Ok(MessageDetail {
-        summary: summary_of(account, folder, uidvalidity, row)?,
+        summary: SummaryColumns::of_row(account, folder, row)?.summary(account, folder, uidvalidity)?,
         message_id: row.try_get(8).map_err(get("message_id"))?,
         header: row.try_get(9).map_err(get("header"))?,
     })
@@ -329,8 +319,8 @@ impl Storage {
     }
 
     /// The hot path of a message list, in one query: the current
-    /// UIDVALIDITY of `folder` and its page (as [`Self::list_messages`] reads
-    /// it under that UIDVALIDITY) when `token_hash` is an unexpired session
+    /// UIDVALIDITY of `folder` and its page under that UIDVALIDITY (newest,
+    /// that is highest UID, first, below `before_uid` when given) when `token_hash` is an unexpired session
     /// of the user who owns `account` and the page is not empty. `None` in
     /// every other case: the caller tells those apart with the separate
     /// checks, which only a failing or empty request pays for.
@@ -384,33 +374,6 @@ impl Storage {
         let rows: Vec<SummaryColumns> = serde_json::from_str(&rows).map_err(|e| corrupt(account, "message page", e))?;
         let page = rows.into_iter().map(|c| c.summary(account, folder, uidvalidity)).collect::<Result<_, _>>()?;
         Ok(Some((uidvalidity, page)))
-    }
-
-    /// Up to `limit` messages of `folder` under `uidvalidity`, newest (highest
-    /// UID) first, below `before_uid` when given.
-    pub async fn list_messages(
-        &self,
-        account: &str,
-        folder: &str,
-        uidvalidity: u32,
-        before_uid: Option<u32>,
-        limit: u32,
-    ) -> Result<Vec<MessageSummary>, StorageError> {
-        let sql = format!(
-            "SELECT {SUMMARY_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 \
-             AND uid < $4 ORDER BY uid DESC LIMIT {limit}"
-        );
-        // Spliced in: the constant column list and the limit, a `u32` (a bound
-        // LIMIT costs a re-prepare per run: see `session_message_page`).
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(account)
-            .bind(folder)
-            .bind(i64::from(uidvalidity))
-            .bind(before_uid.map_or(i64::MAX, i64::from))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_err(format!("list the messages of {account}/{folder}")))?;
-        rows.iter().map(|r| summary_of(account, folder, uidvalidity, r)).collect()
     }
 
     /// One message, if stored.
