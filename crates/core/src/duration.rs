@@ -88,6 +88,27 @@ pub fn parse_duration(text: &str, plain: PlainUnit) -> Result<Duration, Duration
     Ok(value)
 }
 
+/// `d` in whole milliseconds, saturating at `u64::MAX` (the unit every
+/// backend stores times in).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `delay` scaled by a random factor in `[1 - spread, 1]`, so that processes
+/// that failed together do not retry in step. `spread` is clamped to `[0, 1]`.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::duration::jitter;
+///
+/// let delay = jitter(Duration::from_secs(10), 0.2);
+/// assert!(delay >= Duration::from_secs(8) && delay <= Duration::from_secs(10));
+/// ```
+pub fn jitter(delay: Duration, spread: f64) -> Duration {
+    let spread = spread.clamp(0.0, 1.0);
+    delay.mul_f64(1.0 - spread * fastrand::f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -177,3 +177,55 @@ impl QueueError {
         Self::Backend { op, run: run.clone(), source: source.into() }
     }
 }
+
+/// The message of `error` and of each of its causes, each printed once, on
+/// one line: `a: b: c`. A cause whose text the message already holds (a
+/// `{source}` in a `Display`) is not repeated, and runs of whitespace (a
+/// tool's multi-line stderr) become one space.
+///
+/// Every binary and every `last_error` prints causes through this one
+/// function, so the same cause reads the same everywhere.
+///
+/// ```
+/// use leasehold_core::errors::error_chain;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("could not load the run")]
+/// struct Load(#[source] std::io::Error);
+///
+/// let error = Load(std::io::Error::other("connection\nrefused"));
+/// assert_eq!(error_chain(&error), "could not load the run: connection refused");
+/// ```
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = next.source();
+    }
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Wraps(#[source] Repeats);
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let error = Wraps(Repeats(std::io::Error::other("disk full")));
+        assert_eq!(error_chain(&error), "outer: outer: disk full");
+        assert_eq!(error_chain(&Repeats(std::io::Error::other("disk full"))), "outer: disk full");
+    }
+}

@@ -384,22 +384,7 @@ pub fn cut(text: &str, max: usize) -> String {
     }
 }
 
-/// The message of `error` and of each of its causes, each printed once: a
-/// cause whose text the message already holds (a `{source}` in a Display)
-/// is not repeated.
-pub fn chain_message(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let text = next.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        cause = next.source();
-    }
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+pub use leasehold_core::errors::error_chain as chain_message;
 
 /// Names up to ten units, then how many more.
 pub fn name_units(units: &[UnitId]) -> String {

@@ -24,12 +24,12 @@
 //! caller from watching its unit (output, time limit, stop request). They
 //! still mark the outage, so the announcement is the same.
 
-use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use leasehold_core::duration::jitter;
 use leasehold_core::{
     AbandonReply, Ack, Budgets, Delivery, Event, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply,
     InitOutcome, LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest,
@@ -128,7 +128,7 @@ where
                     failed = true;
                     notify(&OutageNotice::Began { op: "connect", error: &error, grace });
                 }
-                tokio::time::sleep(jitter(delay).min(grace.saturating_sub(started.elapsed()))).await;
+                tokio::time::sleep(jitter(delay, 0.5).min(grace.saturating_sub(started.elapsed()))).await;
                 delay = (delay * 2).min(MAX_BACKOFF);
             }
             Err(error) => return Err(error),
@@ -185,13 +185,6 @@ impl OutageClock {
             (self.notify)(&OutageNotice::Ended { after });
         }
     }
-}
-
-/// A random factor in [0.5, 1.0), so workers that lost Redis together do not
-/// come back in lockstep.
-fn jitter(delay: Duration) -> Duration {
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    delay.mul_f64(0.5 + (random % 1000) as f64 / 2000.0)
 }
 
 /// A [`UnitQueue`] that rides out transport errors of the queue it wraps.
@@ -260,7 +253,7 @@ impl OutageQueue {
                         return Err(self.gave_up(error, lasted));
                     }
                     tracing::debug!(op, %error, ?delay, "queue call failed; retrying");
-                    let pause = tokio::time::sleep(jitter(delay).min(left));
+                    let pause = tokio::time::sleep(jitter(delay, 0.5).min(left));
                     if stopping {
                         pause.await;
                     } else {

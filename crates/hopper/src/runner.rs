@@ -634,9 +634,7 @@ pub(crate) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition:
     }
 }
 
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+pub(crate) use leasehold_core::duration::millis;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::events::UnitEventHeader;
@@ -416,9 +415,7 @@ struct FinalizeExtra {
     failure_summary: Option<String>,
 }
 
-fn millis(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
+use leasehold_core::duration::millis;
 
 impl MemoryStore {
     /// Runs `f` on the run when it exists with its meta; `None` otherwise.

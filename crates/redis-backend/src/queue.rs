@@ -2,7 +2,6 @@
 //! script (`lua/transition/`, joined in `scripts.rs`).
 
 use std::num::NonZeroUsize;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
@@ -19,9 +18,7 @@ use crate::reply::{self, ReplyError};
 use crate::scripts;
 use crate::store::{queue_err, queue_reply_err, RedisStore};
 
-fn millis(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
+use leasehold_core::duration::millis;
 
 /// JSON of an optional value, or "" for none (the scripts write `null`).
 fn json_or_empty<T: serde::Serialize + ?Sized>(value: Option<&T>) -> String {

@@ -29,6 +29,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_core::duration::jitter;
 use leasehold_core::Tier;
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -277,7 +278,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                         } else {
                             retry.map_or(ctx.settings.retry_base, |(_, b)| b)
                         };
-                        let backoff = jitter(backoff);
+                        let backoff = jitter(backoff, 0.2);
                         tracing::warn!(%account, %scope, error = %error_chain(&e), retry_in = ?backoff, "periodic poll failed");
                         ctx.status.lock().last_error = Some(error_chain(&e));
                         let next = (backoff * 2).min(ctx.settings.interval(tier));
@@ -359,7 +360,7 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
                 status.lock().last_error = Some(err.to_string());
                 return;
             }
-            let wait = jitter(if err.is_permanent() { settings.poll_warm } else { backoff });
+            let wait = jitter(if err.is_permanent() { settings.poll_warm } else { backoff }, 0.2);
             tracing::warn!(account = %fence.account, error = %error_chain(&err), retry_in = ?wait, "INBOX watch failed; reconnecting");
             status.lock().last_error = Some(error_chain(&err));
             tokio::time::sleep(wait).await;
@@ -368,27 +369,5 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
     }))
 }
 
-/// `d` less up to a fifth at random, so that accounts failing together do
-/// not retry in step.
-fn jitter(d: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
-    let fraction = (h.finish() % 1000) as u32;
-    d - d / 5 * fraction / 1000
-}
-
 /// An error with its causes, `a: b: c`, for `last_error` and logs.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
+pub use leasehold_core::errors::error_chain;

@@ -25,6 +25,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use leasehold_core::errors::error_chain;
 use leasehold_core::UnitId;
 
 use crate::process::{ProcessLimits, ProcessResult, Termination};
@@ -408,17 +409,6 @@ impl BatchResults for ToolReports {
             }
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
