@@ -12,12 +12,17 @@
 //! * `cargo xtask bench NAME` runs one benchmark in release mode; it prints
 //!   readable lines and ends with one JSON line of figures.
 //! * `cargo xtask bench --list` names the benchmarks.
+//! * `cargo xtask imports [--root DIR]` lists the import circles of more than
+//!   two files in hopper's and sync-worker's `src/` (of this workspace, or of
+//!   the workspace at DIR), and fails when there is one (see [`imports`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod imports;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "leasehold's test and benchmark driver")]
@@ -48,6 +53,12 @@ enum Cmd {
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
     /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
+    /// List the import circles of more than two files in hopper's and sync-worker's src/.
+    Imports {
+        /// The workspace whose apps to read (default: this one).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -57,7 +68,24 @@ fn main() -> Result<()> {
         Cmd::Test { no_lint, args } => test(&root, no_lint, &args),
         Cmd::Bench { name, list } => bench(&root, name.as_deref(), list),
         Cmd::Setup => setup(&root),
+        Cmd::Imports { root: other } => print_import_circles(other.as_deref().unwrap_or(&root)),
     }
+}
+
+/// Prints each app's import circles; fails when any app has one.
+fn print_import_circles(root: &Path) -> Result<()> {
+    let mut total = 0;
+    for (src, found) in imports::app_circles(root)? {
+        println!("{}: {} import circle(s) of more than two files", root.join(&src).display(), found.len());
+        for circle in &found {
+            print!("{circle}");
+        }
+        total += found.len();
+    }
+    if total > 0 {
+        bail!("{total} import circle(s) of more than two files (a crate's own errors.rs is left out)");
+    }
+    Ok(())
 }
 
 fn workspace_root() -> Result<PathBuf> {
