@@ -41,10 +41,13 @@ async fn main() -> Result<()> {
 
     let key = LeaseKey::new("nightly-report")?;
     let sink = Arc::new(FencedSink::default());
-    let a = tokio::spawn(run_job(store.clone(), key.clone(), WorkerId::new("worker-a")?, sink.clone(), Some(3)));
-    // b starts a little later, so that a is the first holder.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let b = tokio::spawn(run_job(store.clone(), key.clone(), WorkerId::new("worker-b")?, sink.clone(), None));
+    let (a_holds, a_has_claimed) = tokio::sync::oneshot::channel();
+    let a = WorkerId::new("worker-a")?;
+    let a = tokio::spawn(run_job(store.clone(), key.clone(), a, sink.clone(), Some(3), Some(a_holds)));
+    // b starts once a holds the lease, so the story is the same on every run.
+    a_has_claimed.await.context("worker-a ended before it claimed")?;
+    let b = WorkerId::new("worker-b")?;
+    let b = tokio::spawn(run_job(store.clone(), key.clone(), b, sink.clone(), None, None));
     let a = a.await.context("worker-a panicked")??;
     let b = b.await.context("worker-b panicked")??;
 
@@ -81,12 +84,14 @@ enum Ended {
 /// Waits for the lease on `key`, then works step by step while holding it.
 /// `stall_after` makes the worker stall for [`STALL`] before that step's
 /// write: the worst moment, after its last check that it holds the lease.
+/// `claimed` is told when the lease is won.
 async fn run_job(
     store: Arc<dyn LeaseStore>,
     key: LeaseKey,
     me: WorkerId,
     sink: Arc<FencedSink>,
     stall_after: Option<u32>,
+    claimed: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Ended> {
     // A claim of a held key answers None: try again until the holder lets go
     // (or its lease runs out).
@@ -97,6 +102,10 @@ async fn run_job(
         tokio::time::sleep(STEP).await;
     };
     println!("{me}: holds {key} under token {}", lease.token);
+    if let Some(claimed) = claimed {
+        // Nobody waiting is no reason to stop working.
+        let _ = claimed.send(());
+    }
     let mut renewed = Instant::now();
     for step in 1..=STEPS {
         if renewed.elapsed() >= RENEW_EVERY {
