@@ -8,16 +8,24 @@
 //!   clippy with `-D warnings` and every test of the workspace. It starts one
 //!   private 3-master Redis Cluster on loopback for the cluster suites (passed
 //!   on as `REDIS_CLUSTER_URL` unless that is already set); other tests start
-//!   their own private servers on free loopback ports.
+//!   their own private servers on free loopback ports. Before the tests it
+//!   runs the library examples (`examples/library`) on `mem://` and on a
+//!   private redis-server.
 //! * `cargo xtask bench NAME` runs one benchmark in release mode; it prints
 //!   readable lines and ends with one JSON line of figures.
 //! * `cargo xtask bench --list` names the benchmarks.
+//! * `cargo xtask examples` runs only the library examples, as `test` does.
+//! * `cargo xtask imports [--root DIR]` lists the import circles of more than
+//!   two files in hopper's and sync-worker's `src/` (of this workspace, or of
+//!   the workspace at DIR), and fails when there is one (see [`imports`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod imports;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "leasehold's test and benchmark driver")]
@@ -48,6 +56,14 @@ enum Cmd {
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
     /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest (target/test-venv).
     Setup,
+    /// Run the library examples (examples/library) on mem:// and on a private redis-server.
+    Examples,
+    /// List the import circles of more than two files in hopper's and sync-worker's src/.
+    Imports {
+        /// The workspace whose apps to read (default: this one).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -57,7 +73,25 @@ fn main() -> Result<()> {
         Cmd::Test { no_lint, args } => test(&root, no_lint, &args),
         Cmd::Bench { name, list } => bench(&root, name.as_deref(), list),
         Cmd::Setup => setup(&root),
+        Cmd::Examples => run_library_examples(&root),
+        Cmd::Imports { root: other } => print_import_circles(other.as_deref().unwrap_or(&root)),
     }
+}
+
+/// Prints each app's import circles; fails when any app has one.
+fn print_import_circles(root: &Path) -> Result<()> {
+    let mut total = 0;
+    for (src, found) in imports::app_circles(root)? {
+        println!("{}: {} import circle(s) of more than two files", root.join(&src).display(), found.len());
+        for circle in &found {
+            print!("{circle}");
+        }
+        total += found.len();
+    }
+    if total > 0 {
+        bail!("{total} import circle(s) of more than two files (a crate's own errors.rs is left out)");
+    }
+    Ok(())
 }
 
 fn workspace_root() -> Result<PathBuf> {
@@ -196,6 +230,7 @@ fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
         ]);
         run("clippy", clippy)?;
     }
+    run_library_examples(root)?;
     // One cluster for every test process: starting one per process costs ~2 s each.
     let _cluster = match std::env::var_os("REDIS_CLUSTER_URL") {
         Some(_) => None,
@@ -225,6 +260,29 @@ fn test(root: &Path, no_lint: bool, args: &[String]) -> Result<()> {
     let mut doc = cargo();
     doc.current_dir(root).args(["test", "--workspace", "--all-features", "--doc"]);
     run("doctests", doc)
+}
+
+/// The library examples (`examples/library`), each run to its end on memory
+/// and on a private Redis; each checks its own promises and exits non-zero
+/// when one breaks.
+const LIBRARY_EXAMPLES: [&str; 2] = ["lease_job", "queue_consumer"];
+
+fn run_library_examples(root: &Path) -> Result<()> {
+    // Built once, so the runs below time only the programs.
+    let mut build = cargo();
+    build.current_dir(root).args(["build", "--quiet", "-p", "leasehold-examples", "--examples"]);
+    run("build the library examples", build)?;
+    let redis = leasehold_redis::test_support::RedisServer::start()
+        .map_err(|e| anyhow::anyhow!("could not start a private redis-server for the library examples: {e}"))?;
+    for example in LIBRARY_EXAMPLES {
+        for url in ["mem://".to_owned(), redis.url()] {
+            let mut cmd = cargo();
+            cmd.current_dir(root).args(["run", "--quiet", "-p", "leasehold-examples", "--example", example, "--"]);
+            cmd.arg(&url);
+            run(&format!("example {example} on {url}"), cmd)?;
+        }
+    }
+    Ok(())
 }
 
 /// The machine's Postgres, which the storage tests use when `TEST_POSTGRES_URL` is unset.

@@ -137,6 +137,47 @@ impl UserActiveSubscription {
 /// * TTLs and graces are [`Ttl`]s: never zero, checked where they are made.
 ///   Backend failures are [`LeaseError::Backend`]; a caller that gets
 ///   one from `renew` must treat the lease as lost once its TTL has passed.
+///
+/// # Example
+///
+/// One key, two workers: `a` claims and renews it, stalls past its TTL, and
+/// `b` takes over under a greater token; `a`'s lease then acts on nothing.
+/// (On the memory backend, here on tokio's paused clock; a Redis store from
+/// `leasehold-redis` behaves the same. The program `examples/library/lease_job.rs`
+/// runs this loop on either, picked from a URL.)
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{LeaseKey, LeaseStore, Ttl, WorkerId};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = leasehold_mem::MemoryStore::new();
+/// let key = LeaseKey::new("nightly-report")?;
+/// let (a, b) = (WorkerId::new("worker-a")?, WorkerId::new("worker-b")?);
+/// let ttl = Ttl::from_secs(10);
+///
+/// let lease = store.claim(&key, &a, ttl).await?.expect("the key is free");
+/// // While a holds the key, b's claim answers None.
+/// assert!(store.claim(&key, &b, ttl).await?.is_none());
+/// // a renews while it works...
+/// assert!(store.renew(&lease, ttl).await?);
+/// // ...until it stalls for longer than its TTL: the lease expires.
+/// tokio::time::sleep(Duration::from_secs(11)).await;
+/// let takeover = store.claim(&key, &b, ttl).await?.expect("the lease expired");
+/// assert!(takeover.token > lease.token, "storage fenced by the token refuses a's late writes");
+///
+/// // a is fenced: renew and release check owner and token, and answer false.
+/// assert!(!store.renew(&lease, ttl).await?);
+/// assert!(!store.release(&lease).await?);
+/// assert_eq!(store.holder(&key).await?, Some(takeover.clone()));
+/// // b releases when done; the key is free, and the next claim's token is greater still.
+/// assert!(store.release(&takeover).await?);
+/// let next = store.claim(&key, &a, ttl).await?.expect("the key was released");
+/// assert!(next.token > takeover.token);
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Claims `key` for `owner` for `ttl`. `Some(lease)` iff the caller now holds it.

@@ -623,6 +623,58 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   and renews the run's inactivity TTL.
 /// * Invalid arguments are [`QueueError::Spec`] and change nothing; a run
 ///   re-initialised with other units is [`QueueError::UnitListMismatch`].
+///
+/// # Example
+///
+/// A run of two units with one retry per unit: `a` passes, `b` fails, is
+/// requeued once and then, out of retries, finalized as failed. (On the
+/// memory backend; a Redis store from `leasehold-redis` replies the same.
+/// The program `examples/library/queue_consumer.rs` drains a run with two
+/// workers on either, picked from a URL.)
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{
+///     Ack, Budgets, FinalizeRequest, InitOutcome, Outcome, RequeueReply, RequeueRequest, ReserveReply, RunId,
+///     RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+/// };
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let queue = leasehold_mem::MemoryStore::new();
+/// let run = RunId::new("build-42")?;
+/// let spec = RunSpec {
+///     run: run.clone(),
+///     units: vec![UnitSpec::new(UnitId::new("a")?, "test"), UnitSpec::new(UnitId::new("b")?, "test")],
+///     budgets: Budgets { max_requeues: 1, requeue_tolerance: 1.0, max_reclaims: 2 },
+///     ttl: Duration::from_secs(3600),
+/// };
+/// // Every worker initializes; the first makes the run, the others join it.
+/// assert_eq!(queue.initialize(&spec).await?, InitOutcome::Initialized);
+/// assert!(matches!(queue.initialize(&spec).await?, InitOutcome::AlreadyInitialized { .. }));
+///
+/// let me = WorkerId::new("worker-1")?;
+/// let reclaim_after = Ttl::from_secs(30);
+/// let ReserveReply::Delivered(a) = queue.reserve(&run, &me, reclaim_after).await? else { panic!("a is queued") };
+/// assert_eq!(queue.heartbeat(&run, &me, &a).await?, Ack::Ok);
+/// assert_eq!(queue.finalize(&run, &me, &a, &FinalizeRequest::new(Outcome::Passed, 12)).await?, Ack::Ok);
+///
+/// let failed = RequeueRequest { duration_ms: 7, failure_summary: Some("assertion failed".into()), errors: None };
+/// let ReserveReply::Delivered(b) = queue.reserve(&run, &me, reclaim_after).await? else { panic!("b is queued") };
+/// assert_eq!(queue.requeue(&run, &me, &b, &failed).await?, RequeueReply::Requeued { retry_index: 1 });
+/// // The first delivery of b is no longer anyone's: it is fenced off.
+/// assert_eq!(queue.finalize(&run, &me, &b, &FinalizeRequest::new(Outcome::Passed, 1)).await?, Ack::Stale);
+///
+/// let ReserveReply::Delivered(retry) = queue.reserve(&run, &me, reclaim_after).await? else { panic!("b again") };
+/// assert_eq!(retry.retry_index, 1);
+/// // Out of retries: the queue finalizes b as failed (retry_budget_exhausted).
+/// assert_eq!(queue.requeue(&run, &me, &retry, &failed).await?, RequeueReply::Finalized { retry_index: 1 });
+///
+/// assert_eq!(queue.reserve(&run, &me, reclaim_after).await?, ReserveReply::None);
+/// assert!(queue.progress(&run).await?.expect("the run exists").is_complete());
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait UnitQueue: Send + Sync + 'static {
     /// Creates the run, or confirms it exists with the same units.
