@@ -6,8 +6,6 @@ pub mod child;
 pub mod plugins;
 pub mod protocol;
 pub mod shards;
-pub(crate) mod slot;
-pub mod tools;
 
 /// Why an agent could not serve a slot.
 #[derive(Debug, thiserror::Error)]

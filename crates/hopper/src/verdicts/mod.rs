@@ -28,9 +28,9 @@ use std::time::Duration;
 use leasehold_core::errors::error_chain;
 use leasehold_core::UnitId;
 
-use crate::process::{ProcessLimits, ProcessResult, Termination};
-use crate::runner::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
+use crate::exec::process::{ProcessLimits, ProcessResult, Termination};
 use crate::units::DiscoverKind;
+use crate::worker::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
 use matching::CaseIndex;
 
 /// The placeholder replaced by the path the tool writes its report to.
@@ -193,7 +193,7 @@ impl ResultsPlan {
     /// The [`BatchResults`] that reads this plan's format.
     pub fn results(&self) -> Result<std::sync::Arc<dyn BatchResults>, VerdictsError> {
         Ok(match self.format {
-            ResultsFormat::ExitCode => std::sync::Arc::new(crate::runner::ExitCodeResults),
+            ResultsFormat::ExitCode => std::sync::Arc::new(crate::worker::ExitCodeResults),
             format => std::sync::Arc::new(ToolReports::new(format)?),
         })
     }
@@ -491,7 +491,7 @@ mod tests {
         let result = ProcessResult {
             termination: Termination::Exited(0),
             duration: Duration::from_millis(5),
-            output: crate::process::OutputTail::new(64),
+            output: crate::exec::process::OutputTail::new(64),
         };
         let got = reports.verdicts(&units(&["a", "b"]), &result, &ProcessLimits::default(), Some(&path));
         assert_eq!(got.len(), 2);

@@ -13,6 +13,10 @@
 //! local parallel runner (memory queue, `slots` local slots) and one worker of
 //! a distributed build (Redis).
 
+mod agent_slot;
+pub mod launch;
+pub mod observer;
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -32,11 +36,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::child::AgentCommand;
 use crate::errors::HopperError;
-use crate::launch::{Invocation, Launcher};
-use crate::observer::{AttemptEnd, RunObserver};
-use crate::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
-use crate::template::CommandTemplate;
+use crate::exec::process::{run_process_in, ProcessLimits, ProcessResult, Termination};
+use crate::exec::template::CommandTemplate;
 use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
+use crate::worker::launch::{Invocation, Launcher};
+use crate::worker::observer::{AttemptEnd, RunObserver};
 
 /// The verdict on one unit of an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,7 +308,7 @@ impl Worker {
         for slot in 0..shared.config.slots {
             let shared = Arc::clone(shared);
             let task = match shared.config.agent.clone() {
-                Some(agent) => slots.spawn(crate::agent::slot::slot_loop(shared, slot, agent)),
+                Some(agent) => slots.spawn(crate::worker::agent_slot::slot_loop(shared, slot, agent)),
                 None => slots.spawn(async move { slot_loop(shared, slot).await }),
             };
             slot_of.insert(task.id(), slot);

@@ -606,7 +606,7 @@ mod tests {
     /// answers promptly again and they still say nothing.
     #[tokio::test(start_paused = true)]
     async fn time_waiting_for_the_queue_is_not_the_workers_silence() {
-        let inner = crate::test_queue::flaky(0);
+        let inner = crate::queue::test_queue::flaky(0);
         let run = RunId::new("b").unwrap();
         let worker = WorkerId::new("w1").unwrap();
         let spec = leasehold_core::RunSpec {

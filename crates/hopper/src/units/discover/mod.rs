@@ -25,7 +25,7 @@ use leasehold_core::{UnitId, UnitSpec};
 
 use crate::agent::plugins::Plugins;
 use crate::errors::UnitsError;
-use crate::template::PLACEHOLDER;
+use crate::exec::template::PLACEHOLDER;
 
 /// A tool that can list its own tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

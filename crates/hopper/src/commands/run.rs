@@ -13,24 +13,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
-use crate::agent::tools;
-use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
-use crate::discover::{checked_units, discover, pytest, DiscoverKind};
+use crate::commands::identity::{resolve_build, resolve_worker, EnvLookup};
+use crate::commands::tools;
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
-use crate::html::write_html;
-use crate::identity::{resolve_build, resolve_worker, EnvLookup};
-use crate::launch::NextestLauncher;
-use crate::observer::{default_observer, QuietObserver, RunObserver};
-use crate::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
-use crate::process::ProcessLimits;
+use crate::exec::process::ProcessLimits;
+use crate::exec::template::CommandTemplate;
+use crate::queue::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
+use crate::queue::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
+use crate::report::html::write_html;
+use crate::report::status::{now_ms, StatusSnapshot};
+use crate::report::timeline::Timeline;
 use crate::report::{wait_for_end, RunReport, WaitOptions};
-use crate::runner::{BatchResults, ExitCodeResults, Worker, WorkerConfig};
-use crate::status::{now_ms, StatusSnapshot};
-use crate::template::CommandTemplate;
-use crate::timeline::Timeline;
-use crate::timings::order_slowest_first;
+use crate::units::discover::{checked_units, discover, pytest, DiscoverKind};
+use crate::units::timings::order_slowest_first;
 use crate::units::{collect_units, UnitSource};
 use crate::verdicts::{ResultsFormat, ResultsPlan};
+use crate::worker::launch::NextestLauncher;
+use crate::worker::observer::{default_observer, QuietObserver, RunObserver};
+use crate::worker::{BatchResults, ExitCodeResults, Worker, WorkerConfig};
 
 /// The build id memory mode uses when none is given.
 pub const LOCAL_BUILD: &str = "local";

@@ -12,13 +12,13 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
-use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
-use super::shards::{Collected, STEAL_AFTER};
-use super::AgentError;
+use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
+use crate::agent::shards::{Collected, STEAL_AFTER};
+use crate::agent::AgentError;
 use crate::errors::HopperError;
-use crate::observer::AttemptEnd;
-use crate::runner::{fenced_off, hand_back, requeue_failed, Shared};
+use crate::worker::observer::AttemptEnd;
+use crate::worker::{fenced_off, hand_back, requeue_failed, Shared};
 
 /// Requests in the agent's pipe at once: the running test and the next, so
 /// the agent starts the next without waiting for hopper.
@@ -258,7 +258,7 @@ impl Slot {
         let config = &shared.config;
         let mut env = agent_env(&config.run, &config.worker);
         env.extend(self.command.slot_env(self.slot));
-        let shown = crate::discover::shown(&self.command.argv);
+        let shown = crate::units::discover::shown(&self.command.argv);
         let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
             .map_err(|source| AgentError::Spawn { command: shown.clone(), source })?;
         let ready = tokio::select! {

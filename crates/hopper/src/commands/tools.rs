@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use super::child::AgentCommand;
-use super::plugins::Plugins;
-use crate::discover::{pytest, rspec};
+use crate::agent::child::AgentCommand;
+use crate::agent::plugins::Plugins;
+use crate::units::discover::{pytest, rspec};
 
 /// Whether `program` can be started: a path that exists, or a name on PATH.
 fn installed(program: &str) -> bool {

@@ -1,0 +1,10 @@
+//! The commands (`run`, `report`, `status`) as library functions, and what
+//! they are built from: the build and worker ids, and the agent commands of
+//! the tools hopper ships an agent for. The binary only parses arguments into
+//! the option structs and prints errors.
+
+pub mod identity;
+mod run;
+pub mod tools;
+
+pub use run::*;
