@@ -4,7 +4,10 @@
 //! the option structs and prints errors.
 
 pub mod identity;
+mod report;
 mod run;
 pub mod tools;
 
-pub use run::*;
+pub use report::{report, status, status_text, ReportOptions, StatusOptions};
+pub use run::{run, RunOptions, LOCAL_BUILD};
+pub use tools::ExecutionChoice;
