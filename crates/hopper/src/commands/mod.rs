@@ -1,7 +1,8 @@
 //! The commands (`run`, `report`, `status`) as library functions, and what
-//! they are built from: the build and worker ids, and the agent commands of
-//! the tools hopper ships an agent for. The binary only parses arguments into
-//! the option structs and prints errors.
+//! they are built from: the build and worker ids ([`identity`]) and each
+//! tool's specifics ([`tools`]: how its units run, and its agent command).
+//! The binary only parses arguments into the option structs and prints
+//! errors.
 
 pub mod identity;
 mod report;
