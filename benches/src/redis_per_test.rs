@@ -1,5 +1,5 @@
 //! `redis-per-test`: Redis CPU per test when the real `leasehold-redis` queue
-//! is driven the way hopper's agent slots drive it (crates/hopper/src/agent/slot.rs),
+//! is driven the way hopper's agent slots drive it (crates/hopper/src/worker/agent_slot.rs),
 //! without pytest, so the figure is quick to get and does not depend on the
 //! machine's load.
 //!
@@ -52,7 +52,7 @@ use crate::redis_stats::{
 };
 
 const WORKERS: usize = 2;
-/// hopper's agent slot constants (crates/hopper/src/agent/slot.rs).
+/// hopper's agent slot constants (crates/hopper/src/worker/agent_slot.rs).
 const PIPELINE: usize = 2;
 const PREFETCH_WINDOW_MS: f64 = 500.0;
 const MAX_PREFETCH: usize = 64;
@@ -189,7 +189,7 @@ impl Slot {
     }
 }
 
-/// hopper's liveness loop (crates/hopper/src/runner.rs): liveness and progress each tick.
+/// hopper's liveness loop (crates/hopper/src/worker/mod.rs): liveness and progress each tick.
 async fn liveness_loop(w: Arc<Worker>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {

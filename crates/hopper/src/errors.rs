@@ -152,7 +152,7 @@ pub enum ListingError {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// The URL's scheme is not supported.
-    #[error("unsupported queue URL \"{}\": use mem://, redis://host:port, rediss://host:port or redis+cluster://host:port,host:port", crate::errors::cut(url, crate::errors::NAME_SHOWN))]
+    #[error("unsupported queue URL \"{}\": use mem://, redis://host:port, rediss://host:port or redis+cluster://host:port,host:port", cut(url, NAME_SHOWN))]
     UnsupportedScheme {
         /// The URL given.
         url: String,
@@ -194,6 +194,97 @@ impl BackendError {
 /// Why timings could not be read or written (never fatal to a run: logged).
 pub use leasehold_core::TimingsError;
 
+/// A bad combination of `--results`, `--batch-size`, the tool and the command.
+// `{report}` is spelled out: this file imports nothing of hopper (a test in
+// `verdicts` checks it against `REPORT_PLACEHOLDER`).
+#[derive(Debug, thiserror::Error)]
+pub enum VerdictsError {
+    /// `--results` names no known format.
+    #[error("unknown --results format {format:?}: use exit-code, junit, libtest-json or rspec-json")]
+    UnknownFormat {
+        /// What was given.
+        format: String,
+    },
+    /// A batch with no way to tell its units apart.
+    #[error(
+        "--batch-size {batch_size} runs several units per invocation, and its exit code cannot say which of them \
+         failed: pass --results junit|libtest-json|rspec-json with {{report}} where the tool writes its \
+         report (e.g. `-- pytest --junitxml={{report}}`), or --results exit-code to give every unit \
+         the batch's verdict"
+    )]
+    BatchNeedsResults {
+        /// `--batch-size`.
+        batch_size: usize,
+    },
+    /// A report format with no way to tell the tool where to write it.
+    #[error(
+        "--results {format} reads the report the tool writes at {{report}}, and the command has no \
+         {{report}}: {advice}"
+    )]
+    NoReportPlaceholder {
+        /// The format (as `--results` names it).
+        format: &'static str,
+        /// How to pass the path for this tool.
+        advice: &'static str,
+    },
+    /// `{report}` with a format that reads no report.
+    #[error("the command has {{report}} but --results exit-code reads no report: pass --results junit|libtest-json|rspec-json")]
+    PlaceholderWithoutReport,
+    /// The private directory for reports could not be made.
+    #[error("cannot create a private directory for the tools' reports")]
+    TempDir(#[source] std::io::Error),
+}
+
+/// Why an agent could not serve a slot.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The agent program could not be started.
+    #[error("could not start the agent `{command}`: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent exited before it said it was ready (a collection error, a bad command).
+    #[error("the agent `{command}` exited before it was ready ({status}): {last_line}")]
+    DiedBeforeReady {
+        /// The command line.
+        command: String,
+        /// How it ended.
+        status: String,
+        /// The last line of its error output.
+        last_line: String,
+    },
+    /// The agent speaks another protocol version.
+    #[error("the agent speaks protocol version {got}, hopper speaks {want}")]
+    Protocol {
+        /// The agent's version.
+        got: u32,
+        /// hopper's version.
+        want: u32,
+    },
+    /// The agent collected another number of tests than discovery did.
+    #[error("the agent collected {collected} tests but discovery listed {expected}: the suite changed, or the agent's command differs from the listing's")]
+    CollectedOther {
+        /// Discovery's count.
+        expected: u64,
+        /// The agent's count.
+        collected: u64,
+    },
+    /// Fresh agents keep dying without running a test.
+    #[error("the agent died {times} times in a row without finishing a test (last: {status}): {last_line}")]
+    KeepsDying {
+        /// How many times.
+        times: u32,
+        /// How the last one ended.
+        status: String,
+        /// The last line of its error output.
+        last_line: String,
+    },
+}
+
 /// An error of a hopper command.
 #[derive(Debug, thiserror::Error)]
 pub enum HopperError {
@@ -205,7 +296,7 @@ pub enum HopperError {
     Backend(#[from] BackendError),
     /// `--results`, `--batch-size` and the command do not fit together.
     #[error(transparent)]
-    Verdicts(#[from] crate::verdicts::VerdictsError),
+    Verdicts(#[from] VerdictsError),
     /// No command to run each unit was given.
     #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
     MissingCommand,
@@ -332,7 +423,7 @@ pub enum HopperError {
     },
     /// An agent could not serve its slot.
     #[error(transparent)]
-    Agent(#[from] crate::agent::AgentError),
+    Agent(#[from] AgentError),
     /// The HTML timeline could not be written.
     #[error("cannot write the HTML report to {path}")]
     Html {

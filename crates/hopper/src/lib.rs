@@ -10,49 +10,27 @@
 //!
 //! The crate is cut like cargo-nextest: a thin binary (`src/main.rs`: clap and
 //! anyhow) over this library, whose logic is generic over
-//! `Arc<dyn UnitQueue>`:
+//! `Arc<dyn UnitQueue>`. The modules, in the order a unit meets them:
 //!
-//! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
-//! * [`discover`]: the test tool's own listing, checked against its own count;
-//! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
-//! * [`launch`]: units started without a command template (Rust test binaries, directly);
-//! * [`template`]: the `{unit}` command template;
-//! * [`process`]: one invocation in its own process group, bounded output,
-//!   TERM-then-KILL on timeout or stop;
-//! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
-//! * [`verdicts`]: each unit's result in a batch, from the tool's own report;
-//! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
-//! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
-//! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;
-//! * [`timeline`] and [`html`]: the build's lanes over time, as one HTML page;
-//! * [`timings`]: earlier durations that order units slowest first;
-//! * [`backend`]: the one module that turns a `--queue` URL into a backend;
-//! * [`subcommands`]: `run`, `report` and `status` as functions;
+//! * [`commands`]: `run`, `report` and `status` as functions, the ids, and each tool's agent command;
+//! * [`units`]: where units come from: a list, globs, the tool's own listing, earlier timings;
+//! * [`worker`]: the worker: its slots (batches or agents), heartbeats and fenced transitions;
+//! * [`agent`]: a persistent test process and the JSON-lines protocol it speaks;
+//! * [`exec`]: one invocation: the `{unit}` template, the process and its process group;
+//! * [`verdicts`]: the verdict on each unit of an invocation, from its exit code or the tool's report;
+//! * [`queue`]: the backend a `--queue` URL names, and queue calls that ride out an outage;
+//! * [`report`]: what the queue knows, as a report, JUnit XML, a status snapshot and an HTML timeline;
 //! * [`errors`]: precise error types and exit codes.
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod backend;
-pub mod discover;
+pub mod commands;
 pub mod errors;
-pub mod html;
-pub mod identity;
-pub mod launch;
-pub mod observer;
-mod orphans;
-pub mod outage;
-pub mod process;
+pub mod exec;
+pub mod queue;
 pub mod report;
-pub mod runner;
-pub mod status;
-pub mod subcommands;
-pub mod template;
-#[cfg(test)]
-mod test_queue;
-pub mod timeline;
-pub mod timings;
-pub mod unit_groups;
 pub mod units;
 pub mod verdicts;
+pub mod worker;
 
 pub use errors::{exit, HopperError};

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use hopper::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
-use hopper::identity::process_env;
-use hopper::subcommands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
+use hopper::commands::identity::process_env;
+use hopper::commands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
+use hopper::queue::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
 use hopper::units::{DiscoverKind, UnitSource};
 use hopper::verdicts::ResultsFormat;
 use hopper::{exit, HopperError};
@@ -263,7 +263,7 @@ fn watch_signals(token: CancellationToken) -> anyhow::Result<()> {
                 }
                 Err(first) => {
                     eprintln!("hopper: {signal} again: killing the running units and exiting");
-                    hopper::unit_groups::kill_all();
+                    hopper::exec::groups::kill_all();
                     std::process::exit(exit::for_signal(first));
                 }
             }
@@ -290,7 +290,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone())?;
-            subcommands::run(run_options(*args)?, &env, shutdown).await?
+            commands::run(run_options(*args)?, &env, shutdown).await?
         }
         Command::Report(args) => {
             let options = ReportOptions {
@@ -305,7 +305,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 slowest: args.slowest,
                 outage_grace: args.queue.outage_grace,
             };
-            subcommands::report(options, &env).await?
+            commands::report(options, &env).await?
         }
         Command::Status(args) => {
             let options = StatusOptions {
@@ -314,7 +314,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 build: args.queue.build,
                 outage_grace: args.queue.outage_grace,
             };
-            subcommands::status(options, &env).await?
+            commands::status(options, &env).await?
         }
     };
     Ok(code)

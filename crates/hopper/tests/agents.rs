@@ -3,73 +3,40 @@
 //! inside hopper, Debian's `rspec`, and test binaries that `cargo nextest
 //! list` names, run directly.
 //!
-//! Every throwaway test appends its name to the file named by `AGENT_RAN_LOG`
+//! Every throwaway test appends its name to the file named by `RAN_LOG`
 //! when it runs, so the tests check that each test ran as often as it should.
 //! A missing tool fails these tests (with what to install); none is skipped.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{hopper, junit_cases, texts, venv_bin};
+use common::{junit_cases, require_rspec, spawn_worker, status_of, texts, Project};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
-const RAN_LOG_VAR: &str = "AGENT_RAN_LOG";
-
-struct Project {
-    dir: tempfile::TempDir,
-}
-
-impl Project {
-    fn new(files: &[(&str, String)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
-            std::fs::write(&path, text).expect("write a project file");
-        }
-        Self { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn junit(&self) -> PathBuf {
-        self.path().join("out.xml")
-    }
-
-    /// `hopper` in the project with the venv first on PATH (so `python` is
-    /// the venv's, as a user with an activated venv has it).
-    fn hopper(&self) -> Command {
-        let mut cmd = hopper(self.path());
-        let path = format!("{}:{}", venv_bin().display(), std::env::var("PATH").unwrap_or_default());
-        cmd.env("PATH", path).env(RAN_LOG_VAR, self.path().join("ran.log"));
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().contains("NEXTEST") {
-                cmd.env_remove(name);
-            }
-        }
-        cmd
-    }
-
-    /// How often each test ran.
-    fn ran(&self) -> BTreeMap<String, usize> {
-        let text = std::fs::read_to_string(self.path().join("ran.log")).unwrap_or_default();
-        let mut counts = BTreeMap::new();
-        for line in text.lines() {
-            *counts.entry(line.to_owned()).or_insert(0) += 1;
-        }
-        counts
-    }
-}
+/// A worker of a Redis build running pytest's agents on one slot, its units
+/// reclaimed after 2 s.
+const PYTEST_WORKER: &[&str] = &[
+    "-j",
+    "1",
+    "--timeout",
+    "2",
+    "--discover",
+    "pytest",
+    "--",
+    "python",
+    "-m",
+    "pytest",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+];
 
 fn ran_helper_py() -> String {
-    "import os\n\n\ndef ran(name):\n    with open(os.environ['AGENT_RAN_LOG'], 'a') as log:\n        log.write(name + '\\n')\n"
+    "import os\n\n\ndef ran(name):\n    with open(os.environ['RAN_LOG'], 'a') as log:\n        log.write(name + '\\n')\n"
         .to_owned()
 }
 
@@ -100,7 +67,7 @@ def test_fails():
 
 def test_flaky():
     ran('flaky')
-    marker = os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'flaky.marker')
+    marker = os.path.join(os.path.dirname(os.environ['RAN_LOG']), 'flaky.marker')
     if not os.path.exists(marker):
         open(marker, 'w').close()
         assert False, 'first attempt fails'
@@ -120,10 +87,6 @@ def test_crashes():
     ("tests/test_trouble.py", text)
 }
 
-fn status_of<'a>(cases: &'a BTreeMap<String, TestCaseStatus>, name: &str) -> &'a TestCaseStatus {
-    cases.get(name).unwrap_or_else(|| panic!("{name} in the JUnit: {:?}", cases.keys().collect::<Vec<_>>()))
-}
-
 fn failure_message(status: &TestCaseStatus) -> String {
     match status {
         TestCaseStatus::NonSuccess { message, .. } => message.as_ref().map(|m| m.to_string()).unwrap_or_default(),
@@ -138,7 +101,7 @@ fn pytest_agents_run_every_test_once_and_survive_failures_hangs_and_crashes() {
     let project = Project::new(&files);
     let started = Instant::now();
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--discover", "pytest", "--junit", "out.xml", "--no-timings"])
         .args(["--unit-timeout", "2", "--max-requeues", "1", "--requeue-tolerance", "1"])
         .args(["--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
@@ -193,7 +156,7 @@ fn the_documented_pytest_command_works_in_memory_and_on_redis() {
     let project = Project::new(&fast_files());
     let exact =
         ["--discover", "pytest", "--junit", "out.xml", "--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"];
-    let output = project.hopper().args(["run", "-j", "2"]).args(exact).output().expect("run hopper");
+    let output = project.hopper_in_venv().args(["run", "-j", "2"]).args(exact).output().expect("run hopper");
     assert_all_passed_once(&project, &output, 20);
 
     std::fs::remove_file(project.path().join("ran.log")).unwrap();
@@ -201,23 +164,13 @@ fn the_documented_pytest_command_works_in_memory_and_on_redis() {
     let queue = redis_url();
     let build = format!("b-{}", unique_prefix("agent-exact"));
     let shared = ["--queue", queue.as_str(), "--build", build.as_str(), "--key-prefix", "hopper-agent-test"];
-    let output = project.hopper().args(["run", "-j", "2"]).args(shared).args(exact).output().expect("run hopper");
+    let output =
+        project.hopper_in_venv().args(["run", "-j", "2"]).args(shared).args(exact).output().expect("run hopper");
     let (stdout, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let report = project.hopper().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
+    let report =
+        project.hopper_in_venv().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
     assert_all_passed_once(&project, &report, 20);
-}
-
-fn spawn_worker(project: &Project, shared: &[&str], name: &str) -> Child {
-    project
-        .hopper()
-        .args(["run", "-j", "1", "--worker", name, "--timeout", "2", "--no-timings"])
-        .args(shared)
-        .args(["--discover", "pytest", "--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a worker")
 }
 
 #[test]
@@ -227,7 +180,7 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
     files.push((
         "tests/test_0_victim.py",
         format!(
-            "import os\nimport time\n{}\n\ndef test_victim():\n    ran('victim ' + os.environ['HOPPER_WORKER'])\n    if os.environ['HOPPER_WORKER'] == 'doomed':\n        with open(os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'victim.pid'), 'w') as f:\n            f.write(str(os.getpid()))\n        time.sleep(600)\n",
+            "import os\nimport time\n{}\n\ndef test_victim():\n    ran('victim ' + os.environ['HOPPER_WORKER'])\n    if os.environ['HOPPER_WORKER'] == 'doomed':\n        with open(os.path.join(os.path.dirname(os.environ['RAN_LOG']), 'victim.pid'), 'w') as f:\n            f.write(str(os.getpid()))\n        time.sleep(600)\n",
             ran_helper_py()
         ),
     ));
@@ -237,7 +190,7 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
     let shared = ["--queue", queue.as_str(), "--build", build.as_str(), "--key-prefix", "hopper-agent-test"];
     // The victim is collected first, so the doomed worker also holds the
     // units it reserved ahead when it dies: those are reclaimed too.
-    let mut doomed = spawn_worker(&project, &shared, "doomed");
+    let mut doomed = spawn_worker(&project, &shared, "doomed", PYTEST_WORKER);
     let pid_file = project.path().join("victim.pid");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !pid_file.exists() {
@@ -249,7 +202,7 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let survivor = spawn_worker(&project, &shared, "survivor");
+    let survivor = spawn_worker(&project, &shared, "survivor", PYTEST_WORKER);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(doomed.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let _ = doomed.wait();
     // The orphaned agent (its own process group) is not what is tested.
@@ -262,7 +215,7 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
     assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
 
     let report = project
-        .hopper()
+        .hopper_in_venv()
         .arg("report")
         .args(shared)
         .args(["--junit", "out.xml", "--worker-timeout", "10"])
@@ -279,16 +232,8 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
     assert_eq!(ran.get("victim doomed"), Some(&1), "{ran:?}");
 }
 
-fn require_rspec() {
-    let ok = Command::new("rspec").arg("--version").output();
-    assert!(
-        ok.as_ref().is_ok_and(|o| o.status.success()),
-        "rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)"
-    );
-}
-
 const SPEC_RB: &str = r#"def ran(name)
-  File.open(ENV.fetch('AGENT_RAN_LOG'), 'a') { |f| f.puts(name) }
+  File.open(ENV.fetch('RAN_LOG'), 'a') { |f| f.puts(name) }
 end
 
 RSpec.describe 'math' do
@@ -296,7 +241,7 @@ RSpec.describe 'math' do
   it('fails') { ran('fails'); expect(1 + 1).to eq 3 }
   it('is flaky') do
     ran('flaky')
-    marker = File.join(File.dirname(ENV.fetch('AGENT_RAN_LOG')), 'flaky.marker')
+    marker = File.join(File.dirname(ENV.fetch('RAN_LOG')), 'flaky.marker')
     unless File.exist?(marker)
       File.write(marker, '')
       raise 'first attempt fails'
@@ -315,7 +260,7 @@ fn rspec_agents_run_every_example_once_and_survive_failures_hangs_and_crashes() 
     require_rspec();
     let project = Project::new(&[("spec/math_spec.rb", SPEC_RB.to_owned())]);
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--discover", "rspec", "--junit", "out.xml", "--no-timings"])
         .args(["--unit-timeout", "2", "--max-requeues", "1", "--requeue-tolerance", "1", "--", "rspec"])
         .output()
@@ -351,7 +296,7 @@ mod tests {
     use std::io::Write;
 
     fn ran(name: &str) {
-        let log = std::env::var("AGENT_RAN_LOG").expect("AGENT_RAN_LOG is set");
+        let log = std::env::var("RAN_LOG").expect("RAN_LOG is set");
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
         // One write per line: `writeln!` on a File is two writes, which
         // two test processes appending at once can interleave.
@@ -411,7 +356,7 @@ fn nextest_tests_run_from_their_binaries_one_process_each_without_cargo() {
     let cargo = bin.join("cargo");
     std::fs::write(&cargo, trap).unwrap();
     std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut cmd = project.hopper();
+    let mut cmd = project.hopper_in_venv();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     cmd.env("PATH", path)
         .env_remove("CARGO_BUILD_TARGET_DIR")
@@ -448,7 +393,7 @@ for line in sys.stdin:
     if req["op"] == "exit":
         break
     out.write(json.dumps({"event": "started", "seq": req["seq"]}) + "\n")
-    with open(os.environ["AGENT_RAN_LOG"], "a") as log:
+    with open(os.environ["RAN_LOG"], "a") as log:
         log.write(req["test"] + "\n")
     outcome = "passed" if req["test"].startswith("ok") else "failed"
     out.write(json.dumps({"event": "result", "seq": req["seq"], "outcome": outcome, "duration_ms": 1,
@@ -462,7 +407,7 @@ fn any_command_speaking_the_protocol_is_an_agent() {
         ("units.txt", "ok one\nok two [x]\nbad three\n".to_owned()),
     ]);
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--units-from", "units.txt", "--agent", "--junit", "out.xml", "--no-timings"])
         .args(["--max-requeues", "0", "--", "python", "agent.py"])
         .output()
@@ -481,7 +426,7 @@ fn sigterm_hands_an_agent_s_units_back_at_once_for_another_worker() {
     files.push((
         "tests/test_0_waits.py",
         format!(
-            "import os\nimport time\n{}\n\ndef test_waits():\n    ran('waits ' + os.environ['HOPPER_WORKER'])\n    if os.environ['HOPPER_WORKER'] == 'first':\n        open(os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'waiting'), 'w').close()\n        time.sleep(600)\n",
+            "import os\nimport time\n{}\n\ndef test_waits():\n    ran('waits ' + os.environ['HOPPER_WORKER'])\n    if os.environ['HOPPER_WORKER'] == 'first':\n        open(os.path.join(os.path.dirname(os.environ['RAN_LOG']), 'waiting'), 'w').close()\n        time.sleep(600)\n",
             ran_helper_py()
         ),
     ));
@@ -490,15 +435,8 @@ fn sigterm_hands_an_agent_s_units_back_at_once_for_another_worker() {
     let build = format!("b-{}", unique_prefix("agent-term"));
     let shared = ["--queue", queue.as_str(), "--build", build.as_str(), "--key-prefix", "hopper-agent-test"];
     let spawn = |name: &str| {
-        project
-            .hopper()
-            .args(["run", "-j", "1", "--worker", name, "--timeout", "60", "--no-timings"])
-            .args(shared)
-            .args(["--discover", "pytest", "--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a worker")
+        let args = ["-j", "1", "--timeout", "60", "--discover", "pytest", "--", "python", "-m", "pytest", "-q"];
+        spawn_worker(&project, &shared, name, &[&args[..], &["-p", "no:cacheprovider"]].concat())
     };
     let first = spawn("first");
     let marker = project.path().join("waiting");
@@ -520,7 +458,8 @@ fn sigterm_hands_an_agent_s_units_back_at_once_for_another_worker() {
     let (stdout, stderr) = texts(&second);
     assert_eq!(second.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(started.elapsed() < Duration::from_secs(45), "{:?}", started.elapsed());
-    let report = project.hopper().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
+    let report =
+        project.hopper_in_venv().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
     let (stdout, stderr) = texts(&report);
     assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("PASSED: 21 units, 21 passed"), "{stdout}");

@@ -3,7 +3,7 @@
 //! one verdict), a flaky nextest test, and what a SIGKILLed worker leaves
 //! behind (no plugin directory, no agent).
 //!
-//! Every throwaway test appends a line to the file named by `AGENT_RAN_LOG`
+//! Every throwaway test appends a line to the file named by `RAN_LOG`
 //! when it runs, so the tests check how often each test ran. Each Redis test
 //! owns its private `redis-server`. Each worker gets a `TMPDIR` of its own, so
 //! what it leaves there is its own. A missing tool fails these tests (with
@@ -12,105 +12,36 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    alive, children_named, hopper, junit_cases, plugin_dirs, sigkill, sigkill_group, texts, venv_bin, wait_for,
+    alive, children_named, junit_cases, plugin_dirs, require_rspec, sigkill, sigkill_group, spawn_worker, status_of,
+    texts, wait_for, Project,
 };
 use leasehold_redis::test_support::RedisServer;
 use quick_junit::TestCaseStatus;
-
-const RAN_LOG_VAR: &str = "AGENT_RAN_LOG";
 
 /// How long a worker may take to list (nextest builds the crate) and start
 /// its first test on a loaded machine.
 const START_WITHIN: Duration = Duration::from_secs(180);
 
-fn require_rspec() {
-    let ok = Command::new("rspec").arg("--version").output();
-    assert!(
-        ok.as_ref().is_ok_and(|o| o.status.success()),
-        "rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)"
-    );
-}
-
-/// A throwaway project: its files, the ran log, and a `TMPDIR` per worker.
-struct Project {
-    dir: tempfile::TempDir,
-}
-
-impl Project {
-    fn new(files: &[(String, String)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
-            std::fs::write(&path, text).expect("write a project file");
-        }
-        Self { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn junit(&self) -> PathBuf {
-        self.path().join("out.xml")
-    }
-
-    /// The `TMPDIR` of the worker `name`.
-    fn tmp(&self, name: &str) -> PathBuf {
-        let tmp = self.path().join(format!("tmp-{name}"));
-        std::fs::create_dir_all(&tmp).expect("a worker's TMPDIR");
-        tmp
-    }
-
-    /// A file the throwaway tests write next to the ran log.
-    fn marker(&self, name: &str) -> PathBuf {
-        self.path().join(name)
-    }
-
-    /// `hopper` in the project for the worker `name`: the venv first on
-    /// PATH, its own TMPDIR, and, for nextest, a target dir in the project.
-    fn hopper(&self, name: &str) -> Command {
-        let mut cmd = hopper(self.path());
-        let path = format!("{}:{}", venv_bin().display(), std::env::var("PATH").unwrap_or_default());
-        cmd.env("PATH", path)
-            .env(RAN_LOG_VAR, self.path().join("ran.log"))
-            .env("TMPDIR", self.tmp(name))
-            .env("CARGO_TARGET_DIR", self.path().join("target"))
-            .env("CARGO_NET_OFFLINE", "true");
-        cmd
-    }
-
-    /// How often each test ran.
-    fn ran(&self) -> BTreeMap<String, usize> {
-        let text = std::fs::read_to_string(self.path().join("ran.log")).unwrap_or_default();
-        let mut counts = BTreeMap::new();
-        for line in text.lines() {
-            *counts.entry(line.to_owned()).or_insert(0) += 1;
-        }
-        counts
-    }
-
-    /// The pid a throwaway test wrote into `marker`, once it exists; fails
-    /// the test if `worker` ends first or it takes longer than [`START_WITHIN`].
-    fn wait_pid(&self, marker: &str, worker: &mut Child) -> i32 {
-        let path = self.marker(marker);
-        let mut pid = None;
-        let started = wait_for(START_WITHIN, || {
-            pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok());
-            pid.is_some() || worker.try_wait().is_ok_and(|s| s.is_some())
-        });
-        match pid {
-            Some(pid) => pid,
-            None => {
-                sigkill(worker.id() as i32);
-                let out = worker.wait_with_output_ref();
-                panic!("no test wrote {marker} (in time: {started}); the worker said: {out}");
-            }
+/// The pid a throwaway test wrote into `marker`, once it exists; fails
+/// the test if `worker` ends first or it takes longer than [`START_WITHIN`].
+fn wait_pid(project: &Project, marker: &str, worker: &mut Child) -> i32 {
+    let path = project.path().join(marker);
+    let mut pid = None;
+    let started = wait_for(START_WITHIN, || {
+        pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok());
+        pid.is_some() || worker.try_wait().is_ok_and(|s| s.is_some())
+    });
+    match pid {
+        Some(pid) => pid,
+        None => {
+            sigkill(worker.id() as i32);
+            let out = worker.wait_with_output_ref();
+            panic!("no test wrote {marker} (in time: {started}); the worker said: {out}");
         }
     }
 }
@@ -135,23 +66,6 @@ impl OutputOf for Child {
     }
 }
 
-fn status_of<'a>(cases: &'a BTreeMap<String, TestCaseStatus>, name: &str) -> &'a TestCaseStatus {
-    cases.get(name).unwrap_or_else(|| panic!("{name} in the JUnit: {:?}", cases.keys().collect::<Vec<_>>()))
-}
-
-/// One worker of a Redis build, started with `tool_args` (discovery and command).
-fn spawn_worker(project: &Project, shared: &[&str], name: &str, tool_args: &[&str]) -> Child {
-    project
-        .hopper(name)
-        .args(["run", "-j", "1", "--worker", name, "--timeout", "2", "--no-timings"])
-        .args(shared)
-        .args(tool_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a worker")
-}
-
 /// Runs the kill scenario: the worker `doomed` starts the victim test (which
 /// writes its pid to `victim.pid` and hangs there), a `survivor` joins, the
 /// doomed worker is SIGKILLed; then the survivor must finish the build alone
@@ -162,10 +76,12 @@ fn kill_one_of_two_workers(project: &Project, tool_args: &[&str], total: usize, 
     let queue = redis.url();
     let build = "b-kill".to_owned();
     let shared = ["--queue", queue.as_str(), "--build", build.as_str()];
-    let mut doomed = spawn_worker(project, &shared, "doomed", tool_args);
-    let victim_pid = project.wait_pid("victim.pid", &mut doomed);
+    // One slot each, units reclaimed after 2 s.
+    let args = [&["-j", "1", "--timeout", "2"][..], tool_args].concat();
+    let mut doomed = spawn_worker(project, &shared, "doomed", &args);
+    let victim_pid = wait_pid(project, "victim.pid", &mut doomed);
     // The doomed worker holds the victim and the units it reserved ahead.
-    let survivor = spawn_worker(project, &shared, "survivor", tool_args);
+    let survivor = spawn_worker(project, &shared, "survivor", &args);
     sigkill(doomed.id() as i32);
     let _ = doomed.wait();
 
@@ -183,7 +99,7 @@ fn kill_one_of_two_workers(project: &Project, tool_args: &[&str], total: usize, 
     assert!(plugin_dirs(&project.tmp("survivor")).is_empty(), "the survivor removes its plugin dir");
 
     let report = project
-        .hopper("report")
+        .worker("report")
         .arg("report")
         .args(shared)
         .args(["--junit", "out.xml", "--worker-timeout", "10"])
@@ -207,7 +123,7 @@ fn kill_one_of_two_workers(project: &Project, tool_args: &[&str], total: usize, 
     stdout
 }
 
-const RAN_RB: &str = "def ran(name)\n  File.open(ENV.fetch('AGENT_RAN_LOG'), 'a') { |f| f.puts(name) }\nend\n";
+const RAN_RB: &str = "def ran(name)\n  File.open(ENV.fetch('RAN_LOG'), 'a') { |f| f.puts(name) }\nend\n";
 
 const RSPEC_VICTIM: &str = r#"require_relative 'ran_helper'
 
@@ -216,7 +132,7 @@ RSpec.describe 'victim' do
     worker = ENV.fetch('HOPPER_WORKER')
     ran("victim #{worker}")
     if worker == 'doomed'
-      File.write(File.join(File.dirname(ENV.fetch('AGENT_RAN_LOG')), 'victim.pid'), Process.pid.to_s)
+      File.write(File.join(File.dirname(ENV.fetch('RAN_LOG')), 'victim.pid'), Process.pid.to_s)
       sleep 600
     end
   end
@@ -228,10 +144,10 @@ fn rspec_a_sigkilled_redis_worker_s_examples_are_reclaimed_and_each_has_one_verd
     require_rspec();
     let fast: String = (0..12).map(|i| format!("  it('fast {i}') {{ ran('fast {i}') }}\n")).collect();
     let project = Project::new(&[
-        ("spec/ran_helper.rb".into(), RAN_RB.into()),
+        ("spec/ran_helper.rb", RAN_RB.to_owned()),
         // Listed first, so the doomed worker's agent starts it first.
-        ("spec/a_victim_spec.rb".into(), RSPEC_VICTIM.into()),
-        ("spec/fast_spec.rb".into(), format!("require_relative 'ran_helper'\n\nRSpec.describe 'fast' do\n{fast}end\n")),
+        ("spec/a_victim_spec.rb", RSPEC_VICTIM.to_owned()),
+        ("spec/fast_spec.rb", format!("require_relative 'ran_helper'\n\nRSpec.describe 'fast' do\n{fast}end\n")),
     ]);
     kill_one_of_two_workers(&project, &["--discover", "rspec", "--", "rspec"], 13, "./spec/a_victim_spec.rb[1:1]");
 }
@@ -243,7 +159,7 @@ mod tests {{
     use std::io::Write;
 
     fn ran(name: &str) {{
-        let log = std::env::var("AGENT_RAN_LOG").expect("AGENT_RAN_LOG is set");
+        let log = std::env::var("RAN_LOG").expect("RAN_LOG is set");
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
         // One write per line (`writeln!` on a File is two writes, which
         // concurrent test processes can interleave).
@@ -251,7 +167,7 @@ mod tests {{
     }}
 
     fn marker(name: &str) -> std::path::PathBuf {{
-        std::path::Path::new(&std::env::var("AGENT_RAN_LOG").unwrap()).with_file_name(name)
+        std::path::Path::new(&std::env::var("RAN_LOG").unwrap()).with_file_name(name)
     }}
 {tests}
 }}
@@ -312,7 +228,7 @@ fn nextest_a_failing_test_is_retried_and_reported_a_flaky_one_shown_as_flaky_and
 "#;
     let project = Project::new(&nextest_crate("matrix-flaky", &format!("{flaky}{}", fast_rust_tests(5))));
     let output = project
-        .hopper("only")
+        .worker("only")
         .args(["run", "-j", "2", "--discover", "nextest", "--junit", "out.xml", "--no-timings"])
         .args(["--max-requeues", "1", "--requeue-tolerance", "1"])
         .output()
@@ -344,21 +260,21 @@ fn nextest_a_failing_test_is_retried_and_reported_a_flaky_one_shown_as_flaky_and
 
 /// A pytest suite whose `test_0_hangs` writes its process's pid and hangs.
 fn hanging_pytest_project() -> Project {
-    let ran = "import os\n\n\ndef ran(name):\n    with open(os.environ['AGENT_RAN_LOG'], 'a') as log:\n        log.write(name + '\\n')\n";
+    let ran = "import os\n\n\ndef ran(name):\n    with open(os.environ['RAN_LOG'], 'a') as log:\n        log.write(name + '\\n')\n";
     Project::new(&[
         (
-            "tests/test_0_hangs.py".into(),
+            "tests/test_0_hangs.py",
             format!(
-                "import os\nimport time\n{ran}\n\ndef test_0_hangs():\n    ran('hangs')\n    with open(os.path.join(os.path.dirname(os.environ['AGENT_RAN_LOG']), 'agent.pid'), 'w') as f:\n        f.write(str(os.getpid()))\n    time.sleep(600)\n"
+                "import os\nimport time\n{ran}\n\ndef test_0_hangs():\n    ran('hangs')\n    with open(os.path.join(os.path.dirname(os.environ['RAN_LOG']), 'agent.pid'), 'w') as f:\n        f.write(str(os.getpid()))\n    time.sleep(600)\n"
             ),
         ),
-        ("tests/test_fast.py".into(), format!("{ran}\n\ndef test_fast():\n    ran('fast')\n")),
+        ("tests/test_fast.py", format!("{ran}\n\ndef test_fast():\n    ran('fast')\n")),
     ])
 }
 
 fn spawn_pytest_worker(project: &Project, name: &str) -> Child {
     project
-        .hopper(name)
+        .worker(name)
         .args(["run", "-j", "1", "--no-timings", "--discover", "pytest"])
         .args(["--", "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .stdout(Stdio::piped())
@@ -371,7 +287,7 @@ fn spawn_pytest_worker(project: &Project, name: &str) -> Child {
 fn a_sigkilled_worker_leaves_no_plugin_dir_and_no_agent_behind() {
     let project = hanging_pytest_project();
     let mut worker = spawn_pytest_worker(&project, "doomed");
-    let agent = project.wait_pid("agent.pid", &mut worker);
+    let agent = wait_pid(&project, "agent.pid", &mut worker);
     let tmp = project.tmp("doomed");
     assert_eq!(plugin_dirs(&tmp).len(), 1, "the worker's plugin dir is where this test looks");
     sigkill(worker.id() as i32);
@@ -386,7 +302,7 @@ fn a_sigkilled_worker_leaves_no_plugin_dir_and_no_agent_behind() {
 fn the_next_hopper_sweeps_the_plugin_dir_of_a_worker_whose_reaper_died_too() {
     let project = hanging_pytest_project();
     let mut worker = spawn_pytest_worker(&project, "doomed");
-    let agent = project.wait_pid("agent.pid", &mut worker);
+    let agent = wait_pid(&project, "agent.pid", &mut worker);
     let tmp = project.tmp("doomed");
     let reapers = children_named(worker.id() as i32, "hopper-reaper");
     assert_eq!(reapers.len(), 1, "the worker's reaper: {reapers:?}");
@@ -402,7 +318,7 @@ fn the_next_hopper_sweeps_the_plugin_dir_of_a_worker_whose_reaper_died_too() {
     // Any later hopper on the same TMPDIR sweeps it, and removes its own.
     std::fs::write(project.path().join("units.txt"), "one\n").unwrap();
     let output = project
-        .hopper("doomed")
+        .worker("doomed")
         .args(["run", "--no-timings", "--units-from", "units.txt", "--", "true"])
         .output()
         .expect("run hopper");
@@ -430,11 +346,11 @@ end
 #[test]
 fn rspec_examples_that_reopen_stdout_pass_as_under_plain_rspec() {
     require_rspec();
-    let project = Project::new(&[("spec/output_spec.rb".into(), RSPEC_OUTPUT_SPEC.into())]);
+    let project = Project::new(&[("spec/output_spec.rb", RSPEC_OUTPUT_SPEC.to_owned())]);
     let plain = Command::new("rspec").current_dir(project.path()).output().expect("run rspec");
     assert!(texts(&plain).0.contains("7 examples, 1 failure, 1 pending"), "plain rspec: {:?}", texts(&plain));
     let output = project
-        .hopper("only")
+        .worker("only")
         .args(["run", "-j", "1", "--discover", "rspec", "--junit", "out.xml", "--no-timings", "--max-requeues", "0"])
         .args(["--", "rspec"])
         .output()

@@ -10,19 +10,17 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use common::{hopper, junit_cases, texts, venv_bin};
+use common::{junit_cases, spawn_worker, texts, venv_bin, Project, RAN_LOG_VAR};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
-
-const LOG_VAR: &str = "AGENT_RAN_LOG";
 
 /// Logs `import <file> <pid>` when a test module is imported and
 /// `ran <test> <pid>` when a test runs.
 fn helper() -> String {
-    "import os\n\n\ndef log(what):\n    with open(os.environ['AGENT_RAN_LOG'], 'a') as out:\n        out.write('%s %d\\n' % (what, os.getpid()))\n".to_owned()
+    "import os\n\n\ndef log(what):\n    with open(os.environ['RAN_LOG'], 'a') as out:\n        out.write('%s %d\\n' % (what, os.getpid()))\n".to_owned()
 }
 
 /// A test module: logs its import, then defines the `first` text and `fast`
@@ -36,61 +34,34 @@ fn module(name: &str, fast: usize, first: &str) -> String {
     )
 }
 
-struct Project {
-    dir: tempfile::TempDir,
+/// A project of pytest files under `tests/`, with the helper they log through.
+fn sharded_project(files: &[(String, String)]) -> Project {
+    let mut all = vec![("tests/helper.py".to_owned(), helper())];
+    all.extend(files.iter().map(|(name, text)| (format!("tests/{name}"), text.clone())));
+    Project::new(&all)
 }
 
-impl Project {
-    fn new(files: &[(String, String)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("tests")).expect("tests dir");
-        std::fs::write(dir.path().join("tests/helper.py"), helper()).expect("helper");
-        for (name, text) in files {
-            std::fs::write(dir.path().join("tests").join(name), text).expect("write a test file");
+/// `(what, pid)` of every log line, e.g. `("ran a v0 [a b] 'q' é", 123)`.
+fn logged(project: &Project) -> Vec<(String, u32)> {
+    project
+        .ran_lines()
+        .iter()
+        .map(|line| {
+            let (what, pid) = line.rsplit_once(' ').expect("a pid");
+            (what.to_owned(), pid.parse().expect("a pid"))
+        })
+        .collect()
+}
+
+/// How often each test ran.
+fn ran(project: &Project) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for (what, _) in logged(project) {
+        if let Some(test) = what.strip_prefix("ran ") {
+            *counts.entry(test.to_owned()).or_insert(0) += 1;
         }
-        Self { dir }
     }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn junit(&self) -> PathBuf {
-        self.path().join("out.xml")
-    }
-
-    fn log(&self) -> PathBuf {
-        self.path().join("ran.log")
-    }
-
-    fn hopper(&self) -> Command {
-        let mut cmd = hopper(self.path());
-        let path = format!("{}:{}", venv_bin().display(), std::env::var("PATH").unwrap_or_default());
-        cmd.env("PATH", path).env(LOG_VAR, self.log());
-        cmd
-    }
-
-    /// `(what, pid)` of every log line, e.g. `("ran a v0 [a b] 'q' é", 123)`.
-    fn logged(&self) -> Vec<(String, u32)> {
-        let text = std::fs::read_to_string(self.log()).unwrap_or_default();
-        text.lines()
-            .map(|line| {
-                let (what, pid) = line.rsplit_once(' ').expect("a pid");
-                (what.to_owned(), pid.parse().expect("a pid"))
-            })
-            .collect()
-    }
-
-    /// How often each test ran.
-    fn ran(&self) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for (what, _) in self.logged() {
-            if let Some(test) = what.strip_prefix("ran ") {
-                *counts.entry(test.to_owned()).or_insert(0) += 1;
-            }
-        }
-        counts
-    }
+    counts
 }
 
 fn files(names: &[(&str, usize, &str)]) -> Vec<(String, String)> {
@@ -107,7 +78,7 @@ fn assert_every_test_once(project: &Project, output: &Output, total: usize) {
     let cases = junit_cases(&project.junit());
     assert_eq!(cases.len(), total, "{:?}", cases.keys());
     assert!(cases.values().all(|c| matches!(c, TestCaseStatus::Success { .. })), "{cases:?}");
-    let ran = project.ran();
+    let ran = ran(project);
     assert_eq!(ran.len(), total, "{ran:?}");
     assert!(ran.values().all(|n| *n == 1), "each test ran once: {ran:?}");
 }
@@ -117,7 +88,7 @@ fn pytest_count(project: &Project) -> usize {
     let output = Command::new(venv_bin().join("python"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"])
         .current_dir(project.path())
-        .env(LOG_VAR, project.path().join("collect.log"))
+        .env(RAN_LOG_VAR, project.path().join("collect.log"))
         .output()
         .expect("pytest --collect-only");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -127,10 +98,10 @@ fn pytest_count(project: &Project) -> usize {
 
 #[test]
 fn the_agents_split_the_files_and_together_run_every_test_once() {
-    let project = Project::new(&files(&[("a", 7, ""), ("b", 5, ""), ("c", 6, ""), ("d", 4, ""), ("e", 3, "")]));
+    let project = sharded_project(&files(&[("a", 7, ""), ("b", 5, ""), ("c", 6, ""), ("d", 4, ""), ("e", 3, "")]));
     assert_eq!(pytest_count(&project), 25);
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--no-timings", "--discover", "pytest", "--junit", "out.xml", "--"])
         .args(PYTEST)
         .output()
@@ -140,7 +111,7 @@ fn the_agents_split_the_files_and_together_run_every_test_once() {
     assert!(cases.contains_key("tests/test_a.py::test_fast[a v0 [a b] 'q' \\xe9]"), "{:?}", cases.keys());
 
     // Two agents collected, and before any test ran each file was imported by one of them only.
-    let logged = project.logged();
+    let logged = logged(&project);
     let first_run = logged.iter().position(|(what, _)| what.starts_with("ran ")).expect("tests ran");
     let mut importers: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for (what, pid) in &logged[..first_run] {
@@ -159,15 +130,15 @@ fn a_test_of_a_file_its_agent_did_not_collect_is_collected_on_request() {
     // while b's other tests wait in the worker's pool; the agent of shard 0,
     // done with `a`, takes them and collects b itself.
     let slow = "def test_0_slow():\n    log('ran slow')\n    time.sleep(6)\n";
-    let project = Project::new(&files(&[("a", 2, ""), ("b", 30, slow)]));
+    let project = sharded_project(&files(&[("a", 2, ""), ("b", 30, slow)]));
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--no-timings", "--discover", "pytest", "--junit", "out.xml", "--"])
         .args(PYTEST)
         .output()
         .expect("run hopper");
     assert_every_test_once(&project, &output, 33);
-    let logged = project.logged();
+    let logged = logged(&project);
     let pid_of = |what: &str| logged.iter().find(|(w, _)| w == what).map(|(_, pid)| *pid).expect(what);
     let (a_agent, b_agent) = (pid_of("import a"), pid_of("import b"));
     assert_ne!(a_agent, b_agent, "{logged:?}");
@@ -187,9 +158,9 @@ fn agents_that_see_different_files_are_refused_and_nothing_runs() {
         "import os\n\ncollect_ignore = ['test_c.py'] if os.environ.get('HOPPER_SHARD', '').startswith('1/') else []\n"
             .to_owned(),
     ));
-    let project = Project::new(&project_files);
+    let project = sharded_project(&project_files);
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--no-timings", "--discover", "pytest", "--"])
         .args(PYTEST)
         .output()
@@ -197,12 +168,12 @@ fn agents_that_see_different_files_are_refused_and_nothing_runs() {
     let (stdout, stderr) = texts(&output);
     assert_ne!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stderr.contains("saw different test files"), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(project.ran().is_empty(), "nothing ran: {:?}", project.ran());
+    assert!(ran(&project).is_empty(), "nothing ran: {:?}", ran(&project));
 }
 
 #[test]
 fn the_plugin_deals_each_file_to_one_shard_and_collects_another_on_request() {
-    let project = Project::new(&files(&[("a", 3, ""), ("b", 2, ""), ("c", 4, "")]));
+    let project = sharded_project(&files(&[("a", 3, ""), ("b", 2, ""), ("c", 4, "")]));
     let plugin_dir = tempfile::tempdir().unwrap();
     let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent/hopper_pytest.py");
     std::fs::copy(plugin, plugin_dir.path().join("hopper_pytest.py")).unwrap();
@@ -216,7 +187,7 @@ fn the_plugin_deals_each_file_to_one_shard_and_collects_another_on_request() {
             .env("HOPPER_PYTEST_MODE", "agent")
             .env("HOPPER_SHARD", format!("{k}/2"))
             .env("HOPPER_COLLECT_OUT", &out)
-            .env(LOG_VAR, project.log())
+            .env(RAN_LOG_VAR, project.ran_log())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -251,53 +222,47 @@ fn the_plugin_deals_each_file_to_one_shard_and_collects_another_on_request() {
     assert_eq!(shards[0].0["collected"], 3);
     // Shard 1's agent ran the test of test_a.py it was sent, after importing it.
     assert!(shards[1].1.contains("\"seq\":1,\"outcome\":\"passed\""), "{}", shards[1].1);
-    let logged = project.logged();
+    let logged = logged(&project);
     let pid_of_b = logged.iter().find(|(w, _)| w == "import b").map(|(_, p)| *p).unwrap();
     assert!(logged.contains(&("ran a v1 [a b] 'q' é".to_owned(), pid_of_b)), "{logged:?}");
     assert_eq!(logged.iter().filter(|(w, _)| w == "import a").count(), 2, "{logged:?}");
 }
 
-fn spawn_worker(project: &Project, shared: &[&str], name: &str) -> Child {
-    project
-        .hopper()
-        .args(["run", "-j", "2", "--worker", name, "--no-timings"])
-        .args(shared)
-        .args(["--discover", "pytest", "--"])
-        .args(PYTEST)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a worker")
+/// One worker of a Redis build, running sharded pytest agents on two slots.
+fn pytest_worker(project: &Project, shared: &[&str], name: &str) -> Child {
+    let args = [&["-j", "2", "--discover", "pytest", "--"][..], &PYTEST[..]].concat();
+    spawn_worker(project, shared, name, &args)
 }
 
 #[test]
 fn two_redis_workers_with_sharded_agents_run_every_test_once() {
-    let project = Project::new(&files(&[("a", 20, ""), ("b", 15, ""), ("c", 25, ""), ("d", 10, "")]));
+    let project = sharded_project(&files(&[("a", 20, ""), ("b", 15, ""), ("c", 25, ""), ("d", 10, "")]));
     let queue = redis_url();
     let build = format!("b-{}", unique_prefix("agent-shards"));
     let shared = ["--queue", queue.as_str(), "--build", build.as_str(), "--key-prefix", "hopper-agent-test"];
-    let workers = [spawn_worker(&project, &shared, "w1"), spawn_worker(&project, &shared, "w2")];
+    let workers = [pytest_worker(&project, &shared, "w1"), pytest_worker(&project, &shared, "w2")];
     for worker in workers {
         let output = worker.wait_with_output().unwrap();
         let (stdout, stderr) = texts(&output);
         assert_eq!(output.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     }
-    let report = project.hopper().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
+    let report =
+        project.hopper_in_venv().arg("report").args(shared).args(["--junit", "out.xml"]).output().expect("report");
     assert_every_test_once(&project, &report, 70);
 }
 
 #[test]
 fn tests_named_on_the_command_line_are_split_too_and_each_runs_once() {
-    let project = Project::new(&files(&[("a", 4, ""), ("b", 3, ""), ("c", 5, "")]));
+    let project = sharded_project(&files(&[("a", 4, ""), ("b", 3, ""), ("c", 5, "")]));
     // A file named with its test (every agent must collect it), a whole file, and a file left out.
     let args = ["tests/test_a.py::test_fast", "tests/test_c.py"];
     let output = project
-        .hopper()
+        .hopper_in_venv()
         .args(["run", "-j", "2", "--no-timings", "--discover", "pytest", "--junit", "out.xml", "--"])
         .args(PYTEST)
         .args(args)
         .output()
         .expect("run hopper");
     assert_every_test_once(&project, &output, 9);
-    assert!(project.ran().keys().all(|t| !t.starts_with("b ")), "{:?}", project.ran());
+    assert!(ran(&project).keys().all(|t| !t.starts_with("b ")), "{:?}", ran(&project));
 }

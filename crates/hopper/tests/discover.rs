@@ -4,7 +4,7 @@
 //! the tool, and the verdict, exit code and JUnit XML match the suite.
 //!
 //! Every test in a throwaway suite appends its name to the file named by
-//! `DISCOVER_RAN_LOG` when it runs, so the tests can check that each unit ran
+//! `RAN_LOG` when it runs, so the tests can check that each unit ran
 //! exactly its own test, once.
 //!
 //! A missing tool fails these tests (with what to install); it never skips them.
@@ -14,11 +14,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{hopper, junit_cases, texts, venv_python};
+use common::{junit_cases, texts, venv_python, Project};
 use quick_junit::TestCaseStatus;
-
-/// The variable naming the log every throwaway test appends its name to.
-const RAN_LOG_VAR: &str = "DISCOVER_RAN_LOG";
 
 /// A throwaway cargo package: a lib with two passing tests and one failing test.
 const CARGO_TOML: &str = r#"[package]
@@ -37,7 +34,7 @@ mod tests {
     use std::io::Write;
 
     fn ran(name: &str) {
-        let log = std::env::var("DISCOVER_RAN_LOG").expect("DISCOVER_RAN_LOG is set");
+        let log = std::env::var("RAN_LOG").expect("RAN_LOG is set");
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
         // One write per line (`writeln!` on a File is two writes, which
         // concurrent test processes can interleave).
@@ -68,7 +65,7 @@ const TEST_SAMPLE_PY: &str = r#"import os
 
 
 def ran(name):
-    with open(os.environ["DISCOVER_RAN_LOG"], "a") as log:
+    with open(os.environ["RAN_LOG"], "a") as log:
         log.write(name + "\n")
 
 
@@ -87,90 +84,50 @@ def test_fails():
     assert 1 + 1 == 3, "deliberate failure"
 "#;
 
-/// A temporary directory holding a throwaway suite.
-struct Project {
-    dir: tempfile::TempDir,
+/// The throwaway cargo project.
+fn cargo_project() -> Project {
+    Project::new(&[("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB_RS)])
 }
 
-impl Project {
-    fn new(files: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
-            std::fs::write(&path, text).expect("write a project file");
-        }
-        Self { dir }
-    }
+/// Runs `hopper run --discover KIND -- COMMAND` on two slots, no retries.
+fn run_discover(project: &Project, kind: &str, command: &[&str]) -> Output {
+    run_discover_with(project, project.hopper(), kind, command)
+}
 
-    fn cargo() -> Self {
-        Self::new(&[("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB_RS)])
-    }
+fn run_discover_with(project: &Project, mut cmd: Command, kind: &str, command: &[&str]) -> Output {
+    // Options before the command (those starting with `--` up to the program).
+    let options = command.iter().take_while(|a| a.starts_with("--")).count();
+    cmd.args(["run", "-j", "2", "--max-requeues", "0", "--discover", kind, "--junit"])
+        .arg(project.junit())
+        .args(&command[..options])
+        .arg("--")
+        .args(&command[options..])
+        .output()
+        .expect("run hopper")
+}
 
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
+/// The names the throwaway tests logged, sorted.
+fn ran(project: &Project) -> Vec<String> {
+    let mut names = project.ran_lines();
+    names.sort();
+    names
+}
 
-    fn ran_log(&self) -> PathBuf {
-        self.path().join("ran.log")
-    }
-
-    fn junit(&self) -> PathBuf {
-        self.path().join("junit.xml")
-    }
-
-    /// `hopper run` in the project, with the project's own cargo target
-    /// directory, offline, in a clean environment (the inner tools must
-    /// behave as they would for a user, not see the outer test runner).
-    fn hopper(&self) -> Command {
-        let mut cmd = hopper(self.path());
-        cmd.env("CARGO_TARGET_DIR", self.path().join("target"))
-            .env("CARGO_NET_OFFLINE", "true")
-            .env(RAN_LOG_VAR, self.ran_log());
-        cmd
-    }
-
-    /// Runs `hopper run --discover KIND -- COMMAND` on two slots, no retries.
-    fn run_discover(&self, kind: &str, command: &[&str]) -> Output {
-        self.run_discover_with(self.hopper(), kind, command)
-    }
-
-    fn run_discover_with(&self, mut cmd: Command, kind: &str, command: &[&str]) -> Output {
-        // Options before the command (those starting with `--` up to the program).
-        let options = command.iter().take_while(|a| a.starts_with("--")).count();
-        cmd.args(["run", "-j", "2", "--max-requeues", "0", "--discover", kind, "--junit"])
-            .arg(self.junit())
-            .args(&command[..options])
-            .arg("--")
-            .args(&command[options..])
-            .output()
-            .expect("run hopper")
-    }
-
-    /// The names the throwaway tests logged, sorted.
-    fn ran(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.ran_log()).unwrap_or_default();
-        let mut names: Vec<String> = text.lines().map(str::to_owned).collect();
-        names.sort();
-        names
-    }
-
-    /// Every path under the project (for "nothing was written" checks).
-    fn tree(&self) -> Vec<PathBuf> {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-            for entry in std::fs::read_dir(dir).expect("read dir") {
-                let path = entry.expect("dir entry").path();
-                if path.is_dir() {
-                    walk(&path, out);
-                }
-                out.push(path);
+/// Every path under the project (for "nothing was written" checks).
+fn tree(project: &Project) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, out);
             }
+            out.push(path);
         }
-        let mut out = Vec::new();
-        walk(self.path(), &mut out);
-        out.sort();
-        out
     }
+    let mut out = Vec::new();
+    walk(project.path(), &mut out);
+    out.sort();
+    out
 }
 
 /// Checks a run of a suite with passing units `passed` and the one failing
@@ -226,19 +183,19 @@ fn require_nextest() {
 
 #[test]
 fn cargo_test_discovery_runs_each_test_by_its_name() {
-    let project = Project::cargo();
-    let output = project.run_discover("cargo-test", &["cargo", "test", "-q", "--lib", "--", "--exact", "{unit}"]);
+    let project = cargo_project();
+    let output = run_discover(&project, "cargo-test", &["cargo", "test", "-q", "--lib", "--", "--exact", "{unit}"]);
     assert_verdict(&project, &output, &["tests::passes", "tests::passes_too"], "tests::fails", 101);
     // `--list` runs nothing; each unit ran its one test (`tests::passes` did
     // not also run `tests::passes_too`).
-    assert_eq!(project.ran(), vec!["fails", "passes", "passes_too"]);
+    assert_eq!(ran(&project), vec!["fails", "passes", "passes_too"]);
 }
 
 #[test]
 fn nextest_discovery_runs_each_test_by_its_filterset() {
     require_nextest();
-    let project = Project::cargo();
-    let output = project.run_discover("nextest", &["cargo", "nextest", "run", "-E", "{unit}"]);
+    let project = cargo_project();
+    let output = run_discover(&project, "nextest", &["cargo", "nextest", "run", "-E", "{unit}"]);
     assert_verdict(
         &project,
         &output,
@@ -246,14 +203,14 @@ fn nextest_discovery_runs_each_test_by_its_filterset() {
         "binary_id(=discover-demo) & test(=tests::fails)",
         100,
     );
-    assert_eq!(project.ran(), vec!["fails", "passes", "passes_too"]);
+    assert_eq!(ran(&project), vec!["fails", "passes", "passes_too"]);
 }
 
 #[test]
 fn pytest_discovery_runs_each_node_id() {
     let python = venv_python();
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
-    let output = project.run_discover("pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
+    let output = run_discover(&project, "pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
     assert_verdict(
         &project,
         &output,
@@ -261,7 +218,7 @@ fn pytest_discovery_runs_each_node_id() {
         "test_sample.py::test_fails",
         1,
     );
-    assert_eq!(project.ran(), vec!["test_adds", "test_adds_too", "test_fails"]);
+    assert_eq!(ran(&project), vec!["test_adds", "test_adds_too", "test_fails"]);
 }
 
 /// pip may install the `pytest` script outside PATH: discovery then lists the
@@ -277,7 +234,7 @@ fn pytest_discovery_falls_back_to_the_module_without_a_pytest_program() {
     let mut cmd = project.hopper();
     cmd.env("PATH", &bin);
     let output =
-        project.run_discover_with(cmd, "pytest", &["--per-process", "python3", "-m", "pytest", "-q", "{unit}"]);
+        run_discover_with(&project, cmd, "pytest", &["--per-process", "python3", "-m", "pytest", "-q", "{unit}"]);
     assert_verdict(
         &project,
         &output,
@@ -298,16 +255,16 @@ fn assert_discover_error(project: &Project, output: &Output, before: &[PathBuf],
     for needle in needles {
         assert!(line.contains(needle), "{needle:?} in {stderr:?}");
     }
-    assert_eq!(project.tree(), before, "nothing written");
-    assert!(project.ran().is_empty(), "no unit ran");
+    assert_eq!(tree(project), before, "nothing written");
+    assert!(ran(project).is_empty(), "no unit ran");
 }
 
 #[test]
 fn a_bad_discover_kind_or_a_failing_discovery_is_a_one_line_error_and_writes_nothing() {
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
-    let before = project.tree();
+    let before = tree(&project);
 
-    let output = project.run_discover("jest", &["sh", "-c", "echo {unit} >> ran.log"]);
+    let output = run_discover(&project, "jest", &["sh", "-c", "echo {unit} >> ran.log"]);
     assert_discover_error(
         &project,
         &output,
@@ -316,7 +273,7 @@ fn a_bad_discover_kind_or_a_failing_discovery_is_a_one_line_error_and_writes_not
     );
 
     // No Cargo.toml here (nor above the temporary directory): `cargo test --list` fails.
-    let output = project.run_discover("cargo-test", &["sh", "-c", "echo {unit} >> ran.log"]);
+    let output = run_discover(&project, "cargo-test", &["sh", "-c", "echo {unit} >> ran.log"]);
     assert_discover_error(
         &project,
         &output,
@@ -337,7 +294,7 @@ import pytest
 
 
 def ran(name):
-    with open(os.environ["DISCOVER_RAN_LOG"], "a") as log:
+    with open(os.environ["RAN_LOG"], "a") as log:
         log.write(name + "\n")
 
 
@@ -354,7 +311,7 @@ fn parametrized_ids_with_spaces_and_brackets_are_each_one_unit() {
         let _ = std::fs::remove_file(project.ran_log());
         let mut command: Vec<&str> = mode.to_vec();
         command.extend([python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"]);
-        let output = project.run_discover("pytest", &command);
+        let output = run_discover(&project, "pytest", &command);
         let (stdout, stderr) = texts(&output);
         assert_eq!(output.status.code(), Some(0), "{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
         assert!(stdout.contains("PASSED: 5 units, 5 passed"), "{stdout}");
@@ -373,7 +330,7 @@ fn parametrized_ids_with_spaces_and_brackets_are_each_one_unit() {
         );
         let mut expected = vec!["a]b", "café \"q\"", "extra === '1.0'", "plain", "x [y]"];
         expected.sort();
-        assert_eq!(project.ran(), expected, "{mode:?}: each test ran once");
+        assert_eq!(ran(&project), expected, "{mode:?}: each test ran once");
     }
 }
 
@@ -381,12 +338,13 @@ fn parametrized_ids_with_spaces_and_brackets_are_each_one_unit() {
 fn a_count_mismatch_is_refused_and_nothing_runs() {
     let python = venv_python();
     let project = Project::new(&[("test_sample.py", TEST_SAMPLE_PY)]);
-    let before = project.tree();
+    let before = tree(&project);
     // pytest counts the file's tests twice; the ids repeat, so units would be lost.
     // (Python's own bytecode cache is not hopper writing.)
     let mut cmd = project.hopper();
     cmd.env("PYTHONDONTWRITEBYTECODE", "1");
-    let output = project.run_discover_with(
+    let output = run_discover_with(
+        &project,
         cmd,
         "pytest",
         &[
@@ -421,7 +379,8 @@ fn pytest_discovery_collects_with_the_users_own_interpreter() {
     }
     let mut cmd = project.hopper();
     cmd.env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
-    let output = project.run_discover_with(cmd, "pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
+    let output =
+        run_discover_with(&project, cmd, "pytest", &["--per-process", &python, "-m", "pytest", "-q", "{unit}"]);
     let (stdout, stderr) = texts(&output);
     assert!(!stderr.contains("wrong interpreter"), "{stderr}");
     assert!(stdout.contains("FAILED: 3 units, 2 passed (0 flaky), 1 failed"), "stdout:\n{stdout}\nstderr:\n{stderr}");

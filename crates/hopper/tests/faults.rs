@@ -11,72 +11,17 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-use common::{hopper, junit_cases, texts, Suite};
-use leasehold_redis::test_support::{unique_prefix, RedisCluster, RedisServer};
+use common::{hopper, junit_cases, texts, Build, Suite};
+use leasehold_redis::test_support::{RedisCluster, RedisServer};
 use quick_junit::TestCaseStatus;
 
-/// One build on one queue URL.
-struct Build {
-    url: String,
-    build: String,
-}
-
-impl Build {
-    fn new(url: String, tag: &str) -> Self {
-        Self { url, build: format!("b-{}", unique_prefix(tag)) }
-    }
-
-    fn args(&self) -> Vec<String> {
-        vec!["--queue".into(), self.url.clone(), "--build".into(), self.build.clone()]
-    }
-
-    fn worker(&self, suite: &Suite, name: &str, timeout: &str) -> Child {
-        hopper(suite.path())
-            .arg("run")
-            .args(self.args())
-            .args(["--worker", name, "-j", "2", "--no-timings", "--requeue-tolerance", "0.5", "--timeout", timeout])
-            .arg("--units-from")
-            .arg(suite.unit_list())
-            .args(["--", "sh", "{unit}"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a worker")
-    }
-
-    fn report(&self, suite: &Suite, junit: &Path) -> Child {
-        hopper(suite.path())
-            .arg("report")
-            .args(self.args())
-            .arg("--junit")
-            .arg(junit)
-            .args(["--wait-timeout", "300"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the report")
-    }
-
-    /// Finalized units, from `hopper status` (`None` while it cannot tell).
-    fn finalized(&self, suite: &Suite) -> Option<u64> {
-        let output =
-            hopper(suite.path()).arg("status").args(self.args()).args(["--outage-grace", "1"]).output().ok()?;
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        let counts = text.split(": ").nth(2)?;
-        counts.split('/').next()?.trim().parse().ok()
-    }
-
-    /// Waits until at least `n` units are finalized.
-    fn wait_finalized(&self, suite: &Suite, n: u64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.finalized(suite).is_none_or(|done| done < n) {
-            assert!(Instant::now() < deadline, "the build did not get to {n} finalized units");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// A worker of `build` over `suite`: two slots, its units reclaimed after
+/// `timeout` seconds.
+fn worker(build: &Build, suite: &Suite, name: &str, timeout: &str) -> Child {
+    build.worker(suite.path(), &suite.unit_list(), name, &["-j", "2", "--no-timings", "--timeout", timeout])
 }
 
 /// `passing` units that take `secs` each, one failing and one flaky unit.
@@ -139,17 +84,17 @@ fn assert_build_came_through(
 #[test]
 fn a_redis_restart_with_aof_after_a_10s_outage_costs_a_pause_not_a_result() {
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"], false).unwrap();
-    let build = Build::new(server.url(), "outage-aof");
+    let build = Build::on(server.url(), "outage-aof");
     // A unit that runs through the outage and on: with a 24 s reclaim timeout
     // (a heartbeat every 8 s) it is reclaimed unless the heartbeats resume.
     let mut long = Suite::new();
     long.slow("a_long.sh", 26.0);
     let suite = suite_after(long, 22, 0.5);
     let junit = suite.path().join("junit.xml");
-    let w1 = build.worker(&suite, "w1", "24");
-    let w2 = build.worker(&suite, "w2", "24");
-    build.wait_finalized(&suite, 2);
-    let report = build.report(&suite, &junit);
+    let w1 = worker(&build, &suite, "w1", "24");
+    let w2 = worker(&build, &suite, "w2", "24");
+    build.wait_finalized(suite.path(), 2);
+    let report = build.report(suite.path(), &junit);
     std::thread::sleep(Duration::from_millis(300));
 
     server.kill();
@@ -165,13 +110,13 @@ fn a_redis_restart_with_aof_after_a_10s_outage_costs_a_pause_not_a_result() {
 #[test]
 fn a_storm_of_dropped_connections_costs_a_pause_not_a_result() {
     let server = RedisServer::start().unwrap();
-    let build = Build::new(server.url(), "outage-storm");
+    let build = Build::on(server.url(), "outage-storm");
     let suite = suite_of(38, 0.3);
     let junit = suite.path().join("junit.xml");
-    let w1 = build.worker(&suite, "w1", "2");
-    let w2 = build.worker(&suite, "w2", "2");
-    build.wait_finalized(&suite, 1);
-    let report = build.report(&suite, &junit);
+    let w1 = worker(&build, &suite, "w1", "2");
+    let w2 = worker(&build, &suite, "w2", "2");
+    build.wait_finalized(suite.path(), 1);
+    let report = build.report(suite.path(), &junit);
 
     // CLIENT KILL every 200 ms for 5 s: every worker's and the report's connection, over and over.
     let storm_end = Instant::now() + Duration::from_secs(5);
@@ -232,15 +177,15 @@ fn wait_replicas_synced(cluster: &RedisCluster) {
 fn a_cluster_failover_of_the_build_s_master_costs_a_pause_not_a_result() {
     let cluster = RedisCluster::start_with_replicas(3, 1).unwrap();
     wait_replicas_synced(&cluster);
-    let build = Build::new(cluster.url(), "outage-failover");
-    let slot_reply = cluster.nodes()[0].command(&format!("CLUSTER KEYSLOT {}", build.build)).unwrap();
+    let build = Build::on(cluster.url(), "outage-failover");
+    let slot_reply = cluster.nodes()[0].command(&format!("CLUSTER KEYSLOT {}", build.id())).unwrap();
     let slot: u16 = slot_reply.trim().trim_start_matches(':').parse().expect("a slot number");
     let suite = suite_of(22, 0.5);
     let junit = suite.path().join("junit.xml");
-    let w1 = build.worker(&suite, "w1", "30");
-    let w2 = build.worker(&suite, "w2", "30");
-    build.wait_finalized(&suite, 2);
-    let report = build.report(&suite, &junit);
+    let w1 = worker(&build, &suite, "w1", "30");
+    let w2 = worker(&build, &suite, "w2", "30");
+    build.wait_finalized(suite.path(), 2);
+    let report = build.report(suite.path(), &junit);
     std::thread::sleep(Duration::from_millis(300));
 
     let victim = master_of(&cluster, slot);
@@ -254,12 +199,12 @@ fn a_cluster_failover_of_the_build_s_master_costs_a_pause_not_a_result() {
 #[test]
 fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
     let server = RedisServer::start().unwrap();
-    let build = Build::new(server.url(), "outage-lost");
+    let build = Build::on(server.url(), "outage-lost");
     let suite = suite_of(10, 0.5);
     let junit = suite.path().join("junit.xml");
-    let worker = build.worker(&suite, "w1", "30");
-    build.wait_finalized(&suite, 1);
-    let report = build.report(&suite, &junit);
+    let worker = worker(&build, &suite, "w1", "30");
+    build.wait_finalized(suite.path(), 1);
+    let report = build.report(suite.path(), &junit);
     std::thread::sleep(Duration::from_millis(300));
 
     server.kill();
@@ -269,7 +214,7 @@ fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
         assert_eq!(output.status.code(), Some(3), "{name}\nstdout:\n{stdout}\nstderr:\n{stderr}");
         let last = stderr.lines().last().unwrap_or("");
         assert!(
-            last.contains(&format!("build {}: the queue lost this build's state", build.build)),
+            last.contains(&format!("build {}: the queue lost this build's state", build.id())),
             "{name} says what happened:\n{stderr}"
         );
         assert!(!stderr.contains("no worker has started it"), "{stderr}");
@@ -280,10 +225,10 @@ fn a_redis_back_without_the_build_s_state_is_named_by_workers_and_report() {
 fn a_worker_started_while_redis_is_down_waits_for_it() {
     let server = RedisServer::start().unwrap();
     server.kill();
-    let build = Build::new(server.url(), "outage-start");
+    let build = Build::on(server.url(), "outage-start");
     let mut suite = Suite::new();
     suite.passing("a.sh").passing("b.sh");
-    let worker = build.worker(&suite, "w1", "30");
+    let worker = worker(&build, &suite, "w1", "30");
     std::thread::sleep(Duration::from_secs(2));
     server.restart().expect("redis-server starts on its port");
     let (output, stdout, stderr) = finished("worker", worker);

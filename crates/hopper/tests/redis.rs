@@ -14,8 +14,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{hopper, junit_cases, texts, Suite};
-use leasehold_redis::test_support::{redis_url, unique_prefix};
+use common::{hopper, junit_cases, texts, Build, Suite};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quick_junit::TestCaseStatus;
@@ -40,42 +39,15 @@ fn fifo_watch(path: &Path, n: usize) -> mpsc::Receiver<Vec<String>> {
     rx
 }
 
-struct Build {
-    url: String,
-    prefix: String,
-    build: String,
-}
-
-impl Build {
-    fn new(tag: &str) -> Self {
-        Self { url: redis_url(), prefix: unique_prefix(tag), build: format!("b-{}", unique_prefix(tag)) }
+/// A one-slot worker of `build` over the units of `list`, its units reclaimed
+/// after 2 s unless `extra` says otherwise.
+fn worker(build: &Build, suite: &Suite, list: &Path, name: &str, extra: &[&str]) -> Child {
+    let mut options = vec!["-j", "1"];
+    if !extra.contains(&"--timeout") {
+        options.extend(["--timeout", "2"]);
     }
-
-    fn args(&self) -> Vec<String> {
-        vec![
-            "--queue".into(),
-            self.url.clone(),
-            "--key-prefix".into(),
-            self.prefix.clone(),
-            "--build".into(),
-            self.build.clone(),
-        ]
-    }
-
-    fn worker(&self, suite: &Suite, list: &Path, name: &str, extra: &[&str]) -> Child {
-        hopper(suite.path())
-            .arg("run")
-            .args(self.args())
-            .args(["--worker", name, "-j", "1", "--requeue-tolerance", "0.5", "--units-from"])
-            .arg(list)
-            .args(if extra.contains(&"--timeout") { &[][..] } else { &["--timeout", "2"][..] })
-            .args(extra)
-            .args(["--", "sh", "{unit}"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a worker")
-    }
+    options.extend(extra);
+    build.worker(suite.path(), list, name, &options)
 }
 
 fn kill_pid_file(path: &Path) {
@@ -88,7 +60,7 @@ fn kill_pid_file(path: &Path) {
 
 #[test]
 fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
-    let build = Build::new("hopper-e2e-kill");
+    let build = Build::on_shared_redis("hopper-e2e-kill");
     let mut suite = Suite::new();
     let fifo = suite.path().join("victim.fifo");
     let victim_pid = suite.path().join("victim.pid");
@@ -109,7 +81,7 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
     let html = suite.path().join("timeline.html");
 
     let started = fifo_watch(&fifo, 1);
-    let mut doomed = build.worker(&suite, &list, "doomed", &["--no-timings"]);
+    let mut doomed = worker(&build, &suite, &list, "doomed", &["--no-timings"]);
     let lines = started.recv_timeout(Duration::from_secs(60)).expect("the doomed worker started its unit");
     assert_eq!(lines, vec!["started"]);
 
@@ -131,8 +103,8 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
     let _ = doomed.wait();
     kill_pid_file(&victim_pid); // the orphaned unit process; not part of what is tested
 
-    let w2 = build.worker(&suite, &list, "w2", &["--no-timings"]);
-    let w3 = build.worker(&suite, &list, "w3", &["--no-timings"]);
+    let w2 = worker(&build, &suite, &list, "w2", &["--no-timings"]);
+    let w3 = worker(&build, &suite, &list, "w3", &["--no-timings"]);
     for (name, worker) in [("w2", w2), ("w3", w3)] {
         let output = worker.wait_with_output().unwrap();
         let (stdout, stderr) = texts(&output);
@@ -191,7 +163,7 @@ fn three_workers_one_killed_mid_unit_every_unit_reported_once() {
 
 #[test]
 fn report_fails_clearly_without_hanging_when_every_worker_is_gone() {
-    let build = Build::new("hopper-e2e-gone");
+    let build = Build::on_shared_redis("hopper-e2e-gone");
     let mut suite = Suite::new();
     let fifo = suite.path().join("started.fifo");
     let pids = suite.path().join("pids");
@@ -208,8 +180,8 @@ fn report_fails_clearly_without_hanging_when_every_worker_is_gone() {
     }
     let list = suite.unit_list();
     let started = fifo_watch(&fifo, 2);
-    let mut w1 = build.worker(&suite, &list, "w1", &["--no-timings"]);
-    let mut w2 = build.worker(&suite, &list, "w2", &["--no-timings"]);
+    let mut w1 = worker(&build, &suite, &list, "w1", &["--no-timings"]);
+    let mut w2 = worker(&build, &suite, &list, "w2", &["--no-timings"]);
     let mut who = started.recv_timeout(Duration::from_secs(60)).expect("both workers started a unit");
     who.sort();
     assert_eq!(who, vec!["w1", "w2"]);
@@ -247,20 +219,20 @@ fn report_fails_clearly_without_hanging_when_every_worker_is_gone() {
 
 #[test]
 fn a_reused_build_id_with_other_units_is_refused_and_nothing_changes() {
-    let build = Build::new("hopper-e2e-reuse");
+    let build = Build::on_shared_redis("hopper-e2e-reuse");
     let mut suite = Suite::new();
     suite.passing("a.sh").passing("b.sh");
     let list = suite.unit_list();
     let junit = suite.path().join("ignored.xml");
     let junit = junit.to_str().unwrap();
-    let first = build.worker(&suite, &list, "w1", &["--no-timings", "--junit", junit]).wait_with_output().unwrap();
+    let first = worker(&build, &suite, &list, "w1", &["--no-timings", "--junit", junit]).wait_with_output().unwrap();
     let (_, stderr) = texts(&first);
     assert_eq!(first.status.code(), Some(0), "{stderr}");
     assert_eq!(stderr.matches("--junit is ignored").count(), 1, "warned once: {stderr}");
 
     let other: PathBuf = suite.path().join("other.txt");
     std::fs::write(&other, format!("{}\n", suite.unit_name("a.sh"))).unwrap();
-    let second = build.worker(&suite, &other, "w2", &["--no-timings"]).wait_with_output().unwrap();
+    let second = worker(&build, &suite, &other, "w2", &["--no-timings"]).wait_with_output().unwrap();
     let (stdout, stderr) = texts(&second);
     assert_eq!(second.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");
     let line = stderr.lines().last().unwrap_or("");
@@ -275,13 +247,13 @@ fn a_reused_build_id_with_other_units_is_refused_and_nothing_changes() {
 
 #[test]
 fn report_for_a_build_that_never_started_fails_clearly() {
-    let build = Build::new("hopper-e2e-none");
+    let build = Build::on_shared_redis("hopper-e2e-none");
     let suite = Suite::new();
     let output =
         hopper(suite.path()).arg("report").args(build.args()).args(["--start-timeout", "0.5"]).output().unwrap();
     let (_, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("build {} not found", build.build)), "{stderr}");
+    assert!(stderr.contains(&format!("build {} not found", build.id())), "{stderr}");
 }
 
 /// A worker paused (SIGSTOP) past the reclaim timeout loses its unit to
@@ -289,7 +261,7 @@ fn report_for_a_build_that_never_started_fails_clearly() {
 /// dropped and logged, and the unit is still reported exactly once.
 #[test]
 fn a_paused_worker_s_late_result_is_fenced_off_as_stale() {
-    let build = Build::new("hopper-e2e-stale");
+    let build = Build::on_shared_redis("hopper-e2e-stale");
     let mut suite = Suite::new();
     let fifo = suite.path().join("paused.fifo");
     suite.unit(
@@ -303,13 +275,13 @@ fn a_paused_worker_s_late_result_is_fenced_off_as_stale() {
     let list = suite.unit_list();
 
     let started = fifo_watch(&fifo, 1);
-    let paused = build.worker(&suite, &list, "paused", &["--no-timings", "--timeout", "1"]);
+    let paused = worker(&build, &suite, &list, "paused", &["--no-timings", "--timeout", "1"]);
     started.recv_timeout(Duration::from_secs(60)).expect("the paused worker started its unit");
     let paused_pid = Pid::from_raw(paused.id() as i32);
     kill(paused_pid, Signal::SIGSTOP).unwrap();
 
     // Another worker reclaims the unit after the timeout and finishes the build.
-    let other = build.worker(&suite, &list, "w2", &["--no-timings", "--timeout", "1"]).wait_with_output().unwrap();
+    let other = worker(&build, &suite, &list, "w2", &["--no-timings", "--timeout", "1"]).wait_with_output().unwrap();
     assert_eq!(other.status.code(), Some(0), "{:?}", texts(&other));
 
     kill(paused_pid, Signal::SIGCONT).unwrap();
@@ -337,7 +309,7 @@ fn a_paused_worker_s_late_result_is_fenced_off_as_stale() {
 /// reclaim timeout is far longer than the test).
 #[test]
 fn sigterm_hands_the_running_unit_back_to_another_worker_within_a_second() {
-    let build = Build::new("hopper-e2e-handback");
+    let build = Build::on_shared_redis("hopper-e2e-handback");
     let mut suite = Suite::new();
     let started = suite.path().join("started.log");
     let picked = suite.path().join("picked.log");
@@ -353,9 +325,9 @@ fn sigterm_hands_the_running_unit_back_to_another_worker_within_a_second() {
     let list = suite.unit_list();
     let budgets = ["--no-timings", "--timeout", "60", "--max-reclaims", "0"];
 
-    let stopping = build.worker(&suite, &list, "stopping", &budgets);
+    let stopping = worker(&build, &suite, &list, "stopping", &budgets);
     assert!(common::wait_lines(&started, 1, Duration::from_secs(60)), "the unit started on the stopping worker");
-    let idle = build.worker(&suite, &list, "idle", &budgets);
+    let idle = worker(&build, &suite, &list, "idle", &budgets);
     // The idle worker runs b_pass and then waits for the unit in flight.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -15,7 +15,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::protocol::Request;
 use super::shards::Sharding;
-use crate::process::OutputTail;
+use crate::exec::process::OutputTail;
 
 /// Agents already started and ready (the ones whose collection was the
 /// discovery), each handed to the slot it was started for.
@@ -101,7 +101,7 @@ pub struct AgentChild {
     stderr: Arc<Mutex<OutputTail>>,
     /// The reaper and a second signal know the group, so an agent never
     /// outlives its worker (even a SIGKILLed one).
-    _group: Option<crate::unit_groups::GroupGuard>,
+    _group: Option<crate::exec::groups::GroupGuard>,
 }
 
 impl AgentChild {
@@ -124,7 +124,7 @@ impl AgentChild {
         }
         let mut child = cmd.spawn()?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        let group = pgid.map(crate::unit_groups::GroupGuard::register);
+        let group = pgid.map(crate::exec::groups::GroupGuard::register);
         let missing = || std::io::Error::other("the agent's pipes were not set up");
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;

@@ -5,7 +5,7 @@
 //!
 //! * an orderly end removes it (dropping [`Plugins`]);
 //! * a worker killed without a chance to clean up (SIGKILL, OOM kill) has it
-//!   removed by the reaper that outlives it ([`crate::unit_groups`]);
+//!   removed by the reaper that outlives it ([`crate::exec::groups`]);
 //! * if the reaper died too, the next hopper to start sweeps it: each
 //!   directory holds an exclusive `flock` on its [`OWNER_LOCK`] file for as
 //!   long as its worker lives (the kernel drops it when the process dies, in
@@ -57,7 +57,7 @@ impl Plugins {
         let unnamed = dir.path().join(".owner.lock.new");
         let owner = Flock::lock(File::create(&unnamed)?, FlockArg::LockExclusiveNonblock).map_err(lock_error)?;
         std::fs::rename(&unnamed, dir.path().join(OWNER_LOCK))?;
-        crate::unit_groups::remove_when_gone(dir.path());
+        crate::exec::groups::remove_when_gone(dir.path());
         std::fs::write(dir.path().join(format!("{}.py", Self::PYTEST_MODULE)), PYTEST_PLUGIN)?;
         std::fs::write(dir.path().join("hopper_rspec.rb"), RSPEC_AGENT)?;
         Ok(Self { dir, _owner: owner })

@@ -3,7 +3,7 @@
 
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
-use super::{CaseStatus, ReportedCase};
+use super::case::{CaseStatus, ReportedCase};
 
 /// Parses a JUnit XML report into its test cases, in report order.
 ///

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{CaseStatus, ReportedCase};
+use super::case::{CaseStatus, ReportedCase};
 
 #[derive(Deserialize)]
 struct Line {

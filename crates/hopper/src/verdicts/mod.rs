@@ -1,4 +1,7 @@
-//! Per-unit verdicts of a batch, read from the test tool's own report.
+//! The verdict on each unit of an invocation: the model ([`model`]: what a
+//! unit's result is, and the exit code's reading), and the readers of the
+//! test tool's own report ([`junit`], [`libtest`], [`rspec`], matched to the
+//! units by [`matching`]).
 //!
 //! With `--batch-size N` one invocation runs N units, and its exit code says
 //! only that *something* failed. So each unit's result is read from the
@@ -13,9 +16,11 @@
 //! hopper adds the tool's own option when the command has no `{report}`
 //! (`--junitxml={report}`, `--format progress --format json --out {report}`).
 
+pub mod case;
 pub mod junit;
 pub mod libtest;
 pub mod matching;
+pub mod model;
 pub mod rspec;
 
 use std::collections::HashMap;
@@ -28,10 +33,12 @@ use std::time::Duration;
 use leasehold_core::errors::error_chain;
 use leasehold_core::UnitId;
 
-use crate::process::{ProcessLimits, ProcessResult, Termination};
-use crate::runner::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
+pub use crate::errors::VerdictsError;
+use crate::exec::process::{ProcessLimits, ProcessResult, Termination};
 use crate::units::DiscoverKind;
+pub use case::{CaseStatus, ReportedCase};
 use matching::CaseIndex;
+pub use model::{termination_verdict, BatchResults, ExitCodeResults, UnitResult, UnitVerdict};
 
 /// The placeholder replaced by the path the tool writes its report to.
 pub const REPORT_PLACEHOLDER: &str = "{report}";
@@ -100,45 +107,6 @@ impl FromStr for ResultsFormat {
     }
 }
 
-/// A bad combination of `--results`, `--batch-size`, the tool and the command.
-#[derive(Debug, thiserror::Error)]
-pub enum VerdictsError {
-    /// `--results` names no known format.
-    #[error("unknown --results format {format:?}: use exit-code, junit, libtest-json or rspec-json")]
-    UnknownFormat {
-        /// What was given.
-        format: String,
-    },
-    /// A batch with no way to tell its units apart.
-    #[error(
-        "--batch-size {batch_size} runs several units per invocation, and its exit code cannot say which of them \
-         failed: pass --results junit|libtest-json|rspec-json with {REPORT_PLACEHOLDER} where the tool writes its \
-         report (e.g. `-- pytest --junitxml={REPORT_PLACEHOLDER}`), or --results exit-code to give every unit \
-         the batch's verdict"
-    )]
-    BatchNeedsResults {
-        /// `--batch-size`.
-        batch_size: usize,
-    },
-    /// A report format with no way to tell the tool where to write it.
-    #[error(
-        "--results {format} reads the report the tool writes at {REPORT_PLACEHOLDER}, and the command has no \
-         {REPORT_PLACEHOLDER}: {advice}"
-    )]
-    NoReportPlaceholder {
-        /// The format.
-        format: ResultsFormat,
-        /// How to pass the path for this tool.
-        advice: &'static str,
-    },
-    /// `{report}` with a format that reads no report.
-    #[error("the command has {REPORT_PLACEHOLDER} but --results exit-code reads no report: pass --results junit|libtest-json|rspec-json")]
-    PlaceholderWithoutReport,
-    /// The private directory for reports could not be made.
-    #[error("cannot create a private directory for the tools' reports")]
-    TempDir(#[source] std::io::Error),
-}
-
 /// How a run reads its units' results: the format and the command that
 /// writes it (with the tool's report option added where hopper knows it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +150,9 @@ impl ResultsPlan {
                 (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => {
                     &["--format", "progress", "--format", "json", "--out", "{report}"]
                 }
-                _ => return Err(VerdictsError::NoReportPlaceholder { format, advice: advice(format) }),
+                _ => {
+                    return Err(VerdictsError::NoReportPlaceholder { format: format.as_str(), advice: advice(format) })
+                }
             };
             let at = command.iter().position(|p| p == "--").unwrap_or(command.len());
             command.splice(at..at, added.iter().map(|a| (*a).to_owned()));
@@ -193,7 +163,7 @@ impl ResultsPlan {
     /// The [`BatchResults`] that reads this plan's format.
     pub fn results(&self) -> Result<std::sync::Arc<dyn BatchResults>, VerdictsError> {
         Ok(match self.format {
-            ResultsFormat::ExitCode => std::sync::Arc::new(crate::runner::ExitCodeResults),
+            ResultsFormat::ExitCode => std::sync::Arc::new(ExitCodeResults),
             format => std::sync::Arc::new(ToolReports::new(format)?),
         })
     }
@@ -212,32 +182,6 @@ fn advice(format: ResultsFormat) -> &'static str {
         ResultsFormat::RspecJson => "add --format progress --format json --out {report}",
         ResultsFormat::ExitCode => "",
     }
-}
-
-/// The state of one test case in a tool's report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaseStatus {
-    /// It passed.
-    Passed,
-    /// It failed (a failure or an error).
-    Failed,
-    /// It did not run by design (skipped, ignored, pending).
-    Skipped,
-}
-
-/// One test case as the tool reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportedCase {
-    /// The ids it answers to (see [`matching`]).
-    pub ids: Vec<String>,
-    /// Its state.
-    pub status: CaseStatus,
-    /// Its own duration, when reported.
-    pub duration: Option<Duration>,
-    /// The failure message, when it failed.
-    pub message: Option<String>,
-    /// Its failure text and captured output (may be empty).
-    pub output: String,
 }
 
 /// Why a report could not be read.
@@ -440,7 +384,7 @@ mod tests {
         assert_eq!(plan.command, mine, "the user's own {{report}} is kept");
 
         let err = ResultsPlan::resolve(None, 5, None, cmd(&["sh"])).unwrap_err().to_string();
-        assert!(err.contains("--results exit-code") && err.contains("{report}"), "{err}");
+        assert!(err.contains("--results exit-code") && err.contains(REPORT_PLACEHOLDER), "{err}");
         let err = ResultsPlan::resolve(Some(ResultsFormat::Junit), 5, None, cmd(&["x"])).unwrap_err().to_string();
         assert!(err.contains("--junitxml={report}"), "{err}");
         assert!(ResultsPlan::resolve(Some(ResultsFormat::ExitCode), 5, None, cmd(&["x", "{report}"])).is_err());
@@ -491,7 +435,7 @@ mod tests {
         let result = ProcessResult {
             termination: Termination::Exited(0),
             duration: Duration::from_millis(5),
-            output: crate::process::OutputTail::new(64),
+            output: crate::exec::process::OutputTail::new(64),
         };
         let got = reports.verdicts(&units(&["a", "b"]), &result, &ProcessLimits::default(), Some(&path));
         assert_eq!(got.len(), 2);

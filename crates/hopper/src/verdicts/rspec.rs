@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{CaseStatus, ReportedCase};
+use super::case::{CaseStatus, ReportedCase};
 
 #[derive(Deserialize)]
 struct Document {

@@ -1,6 +1,17 @@
-//! Helpers shared by hopper's end-to-end tests: a suite of shell units in a
-//! temporary directory and a way to run the built `hopper` binary.
+//! Helpers shared by hopper's end-to-end tests, written once: the built
+//! `hopper` binary in a clean environment, a suite of shell units, a
+//! throwaway tool project ([`project`]), a build on a shared queue
+//! ([`build`]), and waiting on processes and files.
 #![allow(dead_code)]
+
+mod build;
+mod project;
+
+// Not every test file uses every helper.
+#[allow(unused_imports)]
+pub use build::Build;
+#[allow(unused_imports)]
+pub use project::{require_rspec, spawn_worker, status_of, Project, RAN_LOG_VAR};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

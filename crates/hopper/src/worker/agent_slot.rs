@@ -12,13 +12,16 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
-use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
-use super::shards::{Collected, STEAL_AFTER};
-use super::AgentError;
+use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
+use crate::agent::shards::{Collected, STEAL_AFTER};
+use crate::agent::AgentError;
 use crate::errors::HopperError;
-use crate::observer::AttemptEnd;
-use crate::runner::{fenced_off, hand_back, requeue_failed, Shared};
+use crate::units::discover::shown;
+use crate::worker::observer::AttemptEnd;
+use crate::worker::transitions::{
+    fenced_off, hand_back, heartbeat, idle, requeue_failed, reserve, Idle, Shared, MIN_WAIT,
+};
 
 /// Requests in the agent's pipe at once: the running test and the next, so
 /// the agent starts the next without waiting for hopper.
@@ -61,7 +64,7 @@ struct Slot {
 }
 
 /// Runs one slot with an agent until every unit is finalized or the worker stops.
-pub(crate) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<AgentCommand>) -> Result<(), HopperError> {
+pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<AgentCommand>) -> Result<(), HopperError> {
     let mut state = Slot {
         shared,
         command,
@@ -92,8 +95,7 @@ impl Slot {
     async fn run(&mut self) -> Result<(), HopperError> {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let min_wait = Duration::from_millis(2);
-        let mut wait = min_wait;
+        let mut wait = MIN_WAIT;
         let mut beat = tokio::time::interval(config.heartbeat_every);
         beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         beat.reset();
@@ -108,8 +110,8 @@ impl Slot {
                 self.flush().await?;
                 let got = self.refill().await?;
                 if got {
-                    wait = min_wait;
-                    self.dry_backoff = min_wait;
+                    wait = MIN_WAIT;
+                    self.dry_backoff = MIN_WAIT;
                 } else {
                     // Nothing to take while this agent is busy: look again later, not on every reply.
                     self.dry_until = Instant::now() + self.dry_backoff;
@@ -118,11 +120,8 @@ impl Slot {
             }
             if self.buffer.is_empty() && self.sent.is_empty() {
                 self.flush().await?;
-                let progress = shared.queue.progress(&config.run).await?;
-                match progress {
-                    None => return Err(HopperError::StateLost { run: config.run.clone() }),
-                    Some(p) if p.is_complete() => {
-                        shared.wake.notify_waiters();
+                match idle(&shared, &mut wait).await? {
+                    Idle::Complete => {
                         // An agent started for this slot that never got a test ends the same way.
                         if let Some(mut agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
                             let _ = agent.send(&Request::Exit).await;
@@ -130,15 +129,9 @@ impl Slot {
                         }
                         return Ok(());
                     }
-                    Some(_) => {}
+                    Idle::Stopped => return Ok(()),
+                    Idle::Again => continue,
                 }
-                tokio::select! {
-                    _ = shared.stop.cancelled() => return Ok(()),
-                    _ = shared.wake.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                wait = (wait * 2).min(config.idle_poll);
-                continue;
             }
             if self.agent.is_none() {
                 self.start_agent().await?;
@@ -219,26 +212,9 @@ impl Slot {
 
     /// Reserves up to `want` units; `None` when the queue gave nothing.
     async fn reserve(&mut self, want: usize) -> Result<Option<Vec<Delivery>>, HopperError> {
-        let shared = Arc::clone(&self.shared);
-        let config = &shared.config;
         let want = std::num::NonZeroUsize::new(want).unwrap_or(std::num::NonZeroUsize::MIN);
-        let reclaim_after = config.queue_reclaim_after()?;
-        let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
-        for unit in &batch.exhausted {
-            shared.observer.attempt_ended(
-                unit,
-                AttemptEnd::ReclaimExhausted,
-                Duration::ZERO,
-                Some("reclaim budget exhausted"),
-            );
-            shared.wake.notify_waiters();
-        }
-        if batch.corrupt && batch.deliveries.is_empty() {
-            // The worker joined the run, so its state existed: it was lost since.
-            return Err(HopperError::StateLost { run: config.run.clone() });
-        }
-        let got = !batch.deliveries.is_empty() || !batch.exhausted.is_empty();
-        Ok(got.then_some(batch.deliveries))
+        let reserved = reserve(&self.shared, want).await?;
+        Ok(reserved.moved.then_some(reserved.deliveries))
     }
 
     /// Moves units into this slot's buffer.
@@ -258,7 +234,7 @@ impl Slot {
         let config = &shared.config;
         let mut env = agent_env(&config.run, &config.worker);
         env.extend(self.command.slot_env(self.slot));
-        let shown = crate::discover::shown(&self.command.argv);
+        let shown = shown(&self.command.argv);
         let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
             .map_err(|source| AgentError::Spawn { command: shown.clone(), source })?;
         let ready = tokio::select! {
@@ -466,7 +442,7 @@ impl Slot {
             .chain(self.done.iter().map(|d| &d.0))
             .cloned()
             .collect();
-        let lost = heartbeat_all(&self.shared, &held).await;
+        let lost = heartbeat(&self.shared, &held).await;
         // Another worker owns these now: do not run them.
         self.buffer.retain(|d| !lost.contains(d));
         self.heartbeat_pool().await;
@@ -485,7 +461,7 @@ impl Slot {
             pool.last_beat = Instant::now();
             pool.deliveries()
         };
-        let lost = heartbeat_all(shared, &pooled).await;
+        let lost = heartbeat(shared, &pooled).await;
         sharding.pool.lock().forget(&lost);
     }
 
@@ -514,31 +490,6 @@ impl Slot {
         }
         hand_back(&self.shared, &held, Duration::ZERO).await;
     }
-}
-
-/// Heartbeats `held` in one call; returns the deliveries the worker no
-/// longer owns (each reported with [`fenced_off`]). A failed call loses
-/// nothing: the next beat tries again.
-async fn heartbeat_all(shared: &Shared, held: &[Delivery]) -> Vec<Delivery> {
-    if held.is_empty() {
-        return Vec::new();
-    }
-    let (run, worker) = (&shared.config.run, &shared.config.worker);
-    let replies = match shared.queue.heartbeat_batch(run, worker, held).await {
-        Ok(replies) => replies,
-        Err(error) => {
-            tracing::warn!(units = held.len(), %error, "heartbeat failed; will try again");
-            return Vec::new();
-        }
-    };
-    let mut lost = Vec::new();
-    for (delivery, reply) in held.iter().zip(replies) {
-        if reply != Ack::Ok {
-            fenced_off(shared, delivery, "heartbeat", reply).await;
-            lost.push(delivery.clone());
-        }
-    }
-    lost
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {

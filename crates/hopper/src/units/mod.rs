@@ -4,6 +4,9 @@
 //! Every source is read completely and checked before anything is written to
 //! the queue, so bad input never leaves a half-made run behind.
 
+pub mod discover;
+pub mod timings;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -12,7 +15,7 @@ use leasehold_core::{UnitId, UnitSpec};
 use crate::agent::plugins::Plugins;
 use crate::errors::UnitsError;
 
-pub use crate::discover::DiscoverKind;
+pub use crate::units::discover::DiscoverKind;
 
 /// Where to take the units from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +94,7 @@ pub async fn collect_units(source: &UnitSource) -> Result<Vec<UnitSpec>, UnitsEr
         UnitSource::Globs(patterns) => make_units(expand_globs(patterns)?, "file", &source_name, true),
         UnitSource::Discover(kind) => {
             let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
-            Ok(crate::discover::discover(*kind, &[], &plugins).await?.units)
+            Ok(crate::units::discover::discover(*kind, &[], &plugins).await?.units)
         }
     }
 }

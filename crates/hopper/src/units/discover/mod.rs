@@ -13,6 +13,7 @@
 //! * Programs are started with argv elements, never through a shell.
 
 pub mod libtest;
+pub mod listing;
 pub mod nextest;
 pub mod pytest;
 pub mod rspec;
@@ -25,7 +26,7 @@ use leasehold_core::{UnitId, UnitSpec};
 
 use crate::agent::plugins::Plugins;
 use crate::errors::UnitsError;
-use crate::template::PLACEHOLDER;
+pub use listing::{failed, run_first_installed, shown, without_placeholder, ListCommand, Listing};
 
 /// A tool that can list its own tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,15 +80,6 @@ impl FromStr for DiscoverKind {
             other => Err(UnitsError::UnknownDiscoverKind { kind: other.to_owned() }),
         }
     }
-}
-
-/// What a tool listed: the ids in its order, and the count it printed itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listing {
-    /// Every id the listing named (before any check).
-    pub ids: Vec<String>,
-    /// How many tests the tool says it has.
-    pub counted: usize,
 }
 
 /// The result of a discovery: checked units, and for nextest how to run each
@@ -186,109 +178,6 @@ fn name_some(names: &[String]) -> String {
     text
 }
 
-/// The user's command without the `{unit}` placeholder (and without a
-/// `flag {unit}` pair when `flag` is one of `flags_taking_unit`).
-pub fn without_placeholder(command: &[String], flags_taking_unit: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(command.len());
-    for part in command {
-        if part.contains(PLACEHOLDER) {
-            if out.last().is_some_and(|prev| flags_taking_unit.contains(&prev.as_str())) {
-                out.pop();
-            }
-            continue;
-        }
-        out.push(part.clone());
-    }
-    out
-}
-
-/// A command line for messages (each element quoted when it needs it).
-pub fn shown(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@".contains(c)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Exit status of a shell or a version-manager shim (pyenv, asdf) whose
-/// program does not exist.
-const NOT_FOUND_STATUS: i32 = 127;
-
-/// A listing command and the environment it needs.
-#[derive(Debug, Clone, Default)]
-pub struct ListCommand {
-    /// Program and arguments.
-    pub argv: Vec<String>,
-    /// Extra environment.
-    pub env: Vec<(String, String)>,
-}
-
-/// Runs the first of `candidates` whose program is installed (the last one is
-/// run, and its failure reported, whatever happens); returns its command line
-/// and output.
-pub async fn run_first_installed(candidates: &[ListCommand]) -> Result<(String, std::process::Output), UnitsError> {
-    let Some((last, earlier)) = candidates.split_last() else {
-        return Err(UnitsError::DiscoverSpawn {
-            command: String::new(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no listing command"),
-        });
-    };
-    for candidate in earlier {
-        let (command, result) = run_listing(candidate).await;
-        match result {
-            Ok(output) if output.status.code() == Some(NOT_FOUND_STATUS) => {
-                tracing::debug!(%command, "not installed (exit 127); trying the next command");
-            }
-            Ok(output) => return Ok((command, output)),
-            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
-                tracing::debug!(%command, "not installed; trying the next command");
-            }
-            Err(source) => return Err(UnitsError::DiscoverSpawn { command, source }),
-        }
-    }
-    let (command, result) = run_listing(last).await;
-    match result {
-        Ok(output) => Ok((command, output)),
-        Err(source) => Err(UnitsError::DiscoverSpawn { command, source }),
-    }
-}
-
-async fn run_listing(list: &ListCommand) -> (String, std::io::Result<std::process::Output>) {
-    let command = shown(&list.argv);
-    tracing::debug!(%command, "discovering units");
-    let Some((program, args)) = list.argv.split_first() else {
-        return (command, Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")));
-    };
-    let result = tokio::process::Command::new(program)
-        .args(args)
-        .envs(list.env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await;
-    (command, result)
-}
-
-/// A failed listing as an error: its status and its last line of output.
-pub fn failed(command: String, output: &std::process::Output) -> UnitsError {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let detail = stderr
-        .lines()
-        .chain(stdout.lines())
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("no output")
-        .to_owned();
-    UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,40 +201,5 @@ mod tests {
 
         assert!(matches!(checked_units("x", listing(&[], 0), "test", "s"), Err(UnitsError::Empty { .. })));
         assert!(matches!(checked_units("x", listing(&["a\nb"], 1), "test", "s"), Err(UnitsError::BadUnit { .. })));
-    }
-
-    #[test]
-    fn the_placeholder_and_its_flag_are_dropped() {
-        let cmd: Vec<String> = ["cargo", "nextest", "run", "-E", "{unit}", "-p", "x"].map(String::from).to_vec();
-        assert_eq!(without_placeholder(&cmd, &["-E"]), ["cargo", "nextest", "run", "-p", "x"]);
-        let cmd: Vec<String> = ["python", "-m", "pytest", "-q", "{unit}"].map(String::from).to_vec();
-        assert_eq!(without_placeholder(&cmd, &[]), ["python", "-m", "pytest", "-q"]);
-    }
-
-    #[test]
-    fn shown_commands_quote_what_needs_it() {
-        let argv: Vec<String> = ["pytest", "t.py::x[a b]", "it's"].map(String::from).to_vec();
-        assert_eq!(shown(&argv), "pytest 't.py::x[a b]' 'it'\\''s'");
-    }
-
-    #[tokio::test]
-    async fn discovery_falls_back_when_a_program_is_not_installed() {
-        let cmd = |argv: &[&str]| ListCommand { argv: argv.iter().map(|s| s.to_string()).collect(), env: vec![] };
-        let missing = cmd(&["hopper-test-no-such-program", "--collect-only"]);
-        let shim_missing = cmd(&["sh", "-c", "echo 'shim: command not found' >&2; exit 127"]);
-        let works = cmd(&["sh", "-c", "echo listed"]);
-        let (command, output) =
-            run_first_installed(&[missing.clone(), shim_missing.clone(), works.clone()]).await.unwrap();
-        assert_eq!(command, "sh -c 'echo listed'");
-        assert_eq!(String::from_utf8_lossy(&output.stdout), "listed\n");
-
-        // A program that runs and fails is the answer: no fallback.
-        let (_, output) = run_first_installed(&[cmd(&["sh", "-c", "exit 3"]), works]).await.unwrap();
-        assert_eq!(output.status.code(), Some(3));
-
-        // The last candidate's failure to start is reported.
-        let err = run_first_installed(&[shim_missing, missing]).await.unwrap_err();
-        assert!(matches!(err, UnitsError::DiscoverSpawn { .. }), "{err}");
-        assert!(err.to_string().contains("hopper-test-no-such-program --collect-only"), "{err}");
     }
 }

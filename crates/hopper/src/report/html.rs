@@ -14,9 +14,9 @@ use std::path::Path;
 use html_escape::encode_text;
 use leasehold_core::Outcome;
 
+use super::run_report::{RunReport, UnitReport};
 use crate::errors::HopperError;
-use crate::report::{RunReport, UnitReport};
-use crate::timeline::{BarKind, Timeline};
+use crate::report::timeline::{BarKind, Timeline};
 
 /// Lines of output shown per failure.
 const OUTPUT_LINES: usize = 60;

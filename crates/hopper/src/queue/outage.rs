@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::orphans::Orphans;
+use crate::queue::orphans::Orphans;
 
 /// The default `--outage-grace`: how long a queue may be unreachable before
 /// hopper gives up.
@@ -574,7 +574,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::test_queue::flaky;
+    use crate::queue::test_queue::flaky;
 
     fn recorder() -> (OutageNotify, Arc<Mutex<Vec<String>>>) {
         let lines = Arc::new(Mutex::new(Vec::new()));

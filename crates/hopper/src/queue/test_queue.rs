@@ -37,6 +37,16 @@ impl Flaky {
         }
         reply
     }
+
+    /// A finalize's reply, or a lost one (after the store applied it) while
+    /// `lost_finalizes` lasts.
+    fn lose_finalize<T>(&self, run: &RunId, op: &'static str, reply: Result<T, QueueError>) -> Result<T, QueueError> {
+        if self.lost_finalizes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            return Err(QueueError::backend(op, run, io));
+        }
+        reply
+    }
 }
 
 #[async_trait]
@@ -77,11 +87,19 @@ impl UnitQueue for Flaky {
         q: &FinalizeRequest,
     ) -> Result<FinalizeReply, QueueError> {
         let reply = self.store.finalize(r, w, d, q).await;
-        if self.lost_finalizes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
-            return Err(QueueError::backend("finalize", r, io));
-        }
-        reply
+        self.lose_finalize(r, "finalize", reply)
+    }
+    // Forwarded, not left to the trait's default (which calls `finalize` once
+    // per item): the test double then takes the store's own batch path, and a
+    // lost reply loses the whole batch's, as it does on the wire.
+    async fn finalize_batch(
+        &self,
+        r: &RunId,
+        w: &WorkerId,
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<FinalizeReply>, QueueError> {
+        let reply = self.store.finalize_batch(r, w, items).await;
+        self.lose_finalize(r, "finalize_batch", reply)
     }
     async fn requeue(
         &self,
@@ -97,6 +115,9 @@ impl UnitQueue for Flaky {
     }
     async fn release(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<ReleaseReply, QueueError> {
         self.store.release(r, w, d).await
+    }
+    async fn release_batch(&self, r: &RunId, w: &WorkerId, d: &[Delivery]) -> Result<Vec<ReleaseReply>, QueueError> {
+        self.store.release_batch(r, w, d).await
     }
     async fn liveness(&self, r: &RunId, w: &WorkerId, u: Option<&UnitId>) -> Result<LivenessReply, QueueError> {
         self.store.liveness(r, w, u).await
@@ -155,4 +176,37 @@ pub(crate) fn flaky(failures: u32) -> Arc<Flaky> {
         lost_finalizes: AtomicU32::new(0),
         progress_delay: Mutex::new(Duration::ZERO),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    use leasehold_core::{Outcome, Ttl};
+
+    use super::*;
+
+    async fn two_reserved(queue: &Flaky) -> (RunId, WorkerId, Vec<Delivery>) {
+        let run = RunId::new("b").unwrap();
+        let worker = WorkerId::new("w").unwrap();
+        let units = ["u1", "u2"].map(|u| UnitSpec::new(UnitId::new(u).unwrap(), "file")).to_vec();
+        let spec = RunSpec { run: run.clone(), units, budgets: Budgets::default(), ttl: Duration::from_secs(600) };
+        queue.initialize(&spec).await.unwrap();
+        let two = NonZeroUsize::new(2).unwrap();
+        let reclaim = Ttl::new("reclaim", Duration::from_secs(30)).unwrap();
+        let batch = queue.reserve_batch(&run, &worker, two, reclaim).await.unwrap();
+        assert_eq!(batch.deliveries.len(), 2);
+        (run, worker, batch.deliveries)
+    }
+
+    #[tokio::test]
+    async fn a_lost_batch_finalize_reply_loses_the_whole_batch_after_the_store_applied_it() {
+        let queue = flaky(0);
+        let (run, worker, deliveries) = two_reserved(&queue).await;
+        let items: Vec<_> = deliveries.iter().map(|d| (d.clone(), FinalizeRequest::new(Outcome::Passed, 1))).collect();
+        queue.lost_finalizes.store(1, Ordering::SeqCst);
+        assert!(queue.finalize_batch(&run, &worker, &items).await.is_err());
+        // Calling `finalize` per item would have stopped at the first lost reply.
+        assert!(queue.progress(&run).await.unwrap().unwrap().is_complete(), "both were applied");
+    }
 }

@@ -11,7 +11,7 @@
 //! * the reaper also removes the worker's private directories
 //!   ([`remove_when_gone`]) once it is gone;
 //! * each group's leader also gets `PR_SET_PDEATHSIG` (see
-//!   [`crate::process`]), which covers the leader even if the reaper could
+//!   [`crate::exec::process`]), which covers the leader even if the reaper could
 //!   not start.
 //!
 //! A process-wide registry, because process groups are process-wide too: the

@@ -24,10 +24,9 @@ use std::sync::Arc;
 use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
 use serde::Serialize;
 
+use super::event_log::read_events;
 use crate::errors::HopperError;
 
-/// Events read per page.
-const EVENT_PAGE: usize = 1000;
 /// Slack allowed when deciding that units delivered together ran one after another.
 const SEQUENTIAL_SLACK_MS: u64 = 20;
 
@@ -400,19 +399,7 @@ impl Timeline {
 
     /// Reads the run's whole event log and builds its timeline.
     pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Self, HopperError> {
-        let mut events = Vec::new();
-        let mut after = None;
-        loop {
-            let page = queue.events(run, after, EVENT_PAGE).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.id);
-            let full = page.len() == EVENT_PAGE;
-            events.extend(page.into_iter().map(|r| r.event));
-            if !full {
-                break;
-            }
-        }
-        Ok(Self::from_events(events))
+        Ok(Self::from_events(read_events(queue, run).await?))
     }
 
     /// Bars of units (not overhead).

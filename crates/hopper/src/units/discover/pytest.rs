@@ -8,7 +8,7 @@ use crate::agent::plugins::Plugins;
 use crate::agent::shards::{file_of, interleave, Sharding, SHARD_ENV};
 use crate::errors::{ListingError, UnitsError};
 
-use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
 /// pytest's exit status when it collected no tests.
 const NO_TESTS_COLLECTED: i32 = 5;
@@ -99,7 +99,7 @@ pub async fn list_with_agents(
     shards: usize,
 ) -> Result<AgentListing, UnitsError> {
     let shards = shards.max(1);
-    let shown = super::shown(&agent.argv);
+    let shown = super::listing::shown(&agent.argv);
     let mut children = Vec::with_capacity(shards);
     let mut outs = Vec::with_capacity(shards);
     for k in 0..shards {

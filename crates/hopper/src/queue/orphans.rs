@@ -4,7 +4,7 @@
 //! reply arrived, the units are pending on this worker and nobody runs
 //! them: they would wait for the reclaim timeout and then spend a reclaim,
 //! which with `--max-reclaims 0` fails a unit that never failed. So
-//! [`crate::outage::OutageQueue`] keeps the set of deliveries it handed out
+//! [`crate::queue::outage::OutageQueue`] keeps the set of deliveries it handed out
 //! and, after a reserve that had to be re-sent, asks the queue what is
 //! pending on this worker: whatever it did not hand out is adopted and
 //! handed out by the next reserves, under the same fence.

@@ -5,7 +5,7 @@
 use crate::agent::plugins::Plugins;
 use crate::errors::{ListingError, UnitsError};
 
-use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
 /// The rspec command of the user's command line, or `rspec`.
 pub fn base_command(command: &[String]) -> Vec<String> {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use leasehold_core::UnitId;
 
-use crate::discover::nextest::NextestTests;
+use crate::units::discover::nextest::NextestTests;
 
 /// One invocation: program and arguments, extra environment, working directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,7 +95,7 @@ impl Launcher for NextestLauncher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::nextest::NextestTest;
+    use crate::units::discover::nextest::NextestTest;
 
     #[test]
     fn a_test_runs_from_its_binary_in_its_package() {

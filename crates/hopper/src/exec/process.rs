@@ -6,7 +6,7 @@
 //! group leader exits, whatever it left running in its group is killed, so a
 //! unit never outlives its attempt and never holds the output pipes open.
 //! Nor does it outlive its worker: the group is registered with
-//! [`crate::unit_groups`] (a second signal and the reaper kill it), and the
+//! [`crate::exec::groups`] (a second signal and the reaper kill it), and the
 //! leader gets `PR_SET_PDEATHSIG`.
 
 use std::collections::VecDeque;
@@ -152,7 +152,7 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(reader: &mut Option<R>, buf:
 
 fn signal_group(pgid: Option<u32>, signal: Signal) {
     if let Some(pid) = pgid.and_then(|p| i32::try_from(p).ok()) {
-        crate::unit_groups::kill_group(pid, signal);
+        crate::exec::groups::kill_group(pid, signal);
     }
 }
 
@@ -231,7 +231,7 @@ pub async fn run_process_in(
     };
     let pgid = child.id();
     // Also ends the group when this future is dropped mid-run.
-    let _group = pgid.and_then(|p| i32::try_from(p).ok()).map(crate::unit_groups::GroupGuard::register);
+    let _group = pgid.and_then(|p| i32::try_from(p).ok()).map(crate::exec::groups::GroupGuard::register);
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let mut out_buf = vec![0u8; 8192];

@@ -4,7 +4,7 @@
 
 use crate::errors::UnitsError;
 
-use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
 /// The listing command for the user's `cargo test ... -- ...` (or none).
 /// `-q` is dropped: it makes libtest leave out its count lines.

@@ -10,7 +10,7 @@ use leasehold_core::UnitId;
 
 use crate::errors::{ListingError, UnitsError};
 
-use super::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
+use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
 /// One listed test, and how to run it on its own.
 #[derive(Debug, Clone, PartialEq, Eq)]

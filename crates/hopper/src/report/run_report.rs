@@ -17,10 +17,9 @@ use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, W
 use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
 use tokio::time::Instant;
 
+use super::event_log::read_events;
 use crate::errors::HopperError;
 
-/// Events read per page.
-const EVENT_PAGE: usize = 1000;
 /// A queue call slower than this was an outage, not a slow answer.
 const QUEUE_PAUSE: Duration = Duration::from_secs(1);
 /// Lines of output shown per failure in the text report.
@@ -144,18 +143,8 @@ impl RunReport {
             reports.push(UnitReport::new(spec.id, spec.kind));
         }
         let mut report = RunReport { run: run.clone(), units: reports, stale_rejected: 0, worker_errors: Vec::new() };
-        let mut after = None;
-        loop {
-            let page = queue.events(run, after, EVENT_PAGE).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.id);
-            let full = page.len() == EVENT_PAGE;
-            for record in page {
-                report.apply(&index, record.event);
-            }
-            if !full {
-                break;
-            }
+        for event in read_events(queue, run).await? {
+            report.apply(&index, event);
         }
         Ok(Some(report))
     }
@@ -606,7 +595,7 @@ mod tests {
     /// answers promptly again and they still say nothing.
     #[tokio::test(start_paused = true)]
     async fn time_waiting_for_the_queue_is_not_the_workers_silence() {
-        let inner = crate::test_queue::flaky(0);
+        let inner = crate::queue::test_queue::flaky(0);
         let run = RunId::new("b").unwrap();
         let worker = WorkerId::new("w1").unwrap();
         let spec = leasehold_core::RunSpec {

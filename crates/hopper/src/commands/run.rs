@@ -1,0 +1,165 @@
+//! `hopper run`: one worker. In memory mode it is the whole build and
+//! prints the report.
+//!
+//! Every input is checked (queue URL, command, budgets, ids, unit list)
+//! before a backend is contacted, so bad input never writes to the queue.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{Budgets, RunSpec};
+use tokio_util::sync::CancellationToken;
+
+use super::identity::{resolve_build, resolve_worker, EnvLookup};
+use super::report::{finish_report, riding_out, ReportOutputs};
+use super::tools::{Execution, ExecutionChoice, Prepared, Preparing};
+use crate::agent::plugins::Plugins;
+use crate::errors::{exit, BackendError, HopperError, UnitsError};
+use crate::exec::process::ProcessLimits;
+use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
+use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
+use crate::report::RunReport;
+use crate::units::timings::order_slowest_first;
+use crate::units::UnitSource;
+use crate::verdicts::ResultsFormat;
+use crate::worker::config::validate_pace;
+use crate::worker::observer::{default_observer, QuietObserver, RunObserver};
+use crate::worker::{Worker, WorkerConfig};
+
+/// The build id memory mode uses when none is given.
+pub const LOCAL_BUILD: &str = "local";
+
+/// Options of `hopper run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The queue URL.
+    pub queue: String,
+    /// Backend settings.
+    pub backend: BackendOptions,
+    /// `--build`.
+    pub build: Option<String>,
+    /// `--worker`.
+    pub worker: Option<String>,
+    /// Local slots (`-j`).
+    pub slots: usize,
+    /// Units per invocation.
+    pub batch_size: usize,
+    /// `--results`: where each unit's result comes from (resolved against
+    /// the batch size and the tool when `None`).
+    pub results: Option<ResultsFormat>,
+    /// Where the units come from.
+    pub source: UnitSource,
+    /// `--timeout`: a delivery idle this long is reclaimed; heartbeats run at a third of it.
+    pub reclaim_timeout: Duration,
+    /// `--unit-timeout`.
+    pub unit_timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Bytes of output kept per attempt.
+    pub output_tail: usize,
+    /// The budgets (frozen into the run by whichever worker initialises it).
+    pub budgets: Budgets,
+    /// The run's inactivity TTL in the queue.
+    pub run_ttl: Duration,
+    /// The command template (`{unit}`).
+    pub command: Vec<String>,
+    /// JUnit XML output (memory mode, where `run` prints the report).
+    pub junit: Option<PathBuf>,
+    /// The HTML timeline (memory mode, where `run` prints the report).
+    pub html: Option<PathBuf>,
+    /// How many slowest units the report lists.
+    pub slowest: usize,
+    /// No progress output.
+    pub quiet: bool,
+    /// How long queue calls ride out an outage of the queue.
+    pub outage_grace: Duration,
+    /// How units run: agents, one process each, or the tool's default.
+    pub mode: ExecutionChoice,
+}
+
+/// `hopper run`: one worker. In memory mode it is the whole build and prints
+/// the report; returns the exit code.
+pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
+    let kind = parse_queue_url(&options.queue)?;
+    let execution =
+        Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
+    options.budgets.validate()?;
+    let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
+    let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
+    let worker_id = resolve_worker(options.worker.as_deref(), env)?;
+    let heartbeat_every = (options.reclaim_timeout / 3).max(Duration::from_millis(10));
+    let limits = ProcessLimits {
+        timeout: options.unit_timeout,
+        kill_grace: options.kill_grace,
+        tail_bytes: options.output_tail.clamp(1024, 256 * 1024),
+    };
+    // Checked before discovery, which may take a while.
+    validate_pace(options.slots, options.batch_size, options.reclaim_timeout, &limits)?;
+    // Kept until the worker ends: the agents load their plugins from it.
+    let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
+    let preparing = Preparing {
+        source: &options.source,
+        command: &options.command,
+        batch_size: options.batch_size,
+        slots: options.slots,
+        tail: limits.tail_bytes,
+        run: &run_id,
+        worker: &worker_id,
+    };
+    let Prepared { units, invocations } = execution.prepare(preparing, &plugins).await?;
+    let config = WorkerConfig {
+        run: run_id.clone(),
+        worker: worker_id,
+        slots: options.slots,
+        reclaim_after: options.reclaim_timeout,
+        heartbeat_every,
+        limits,
+        idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
+        env: Vec::new(),
+        invocations,
+    };
+    // Check the whole spec before anything touches the queue.
+    RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
+
+    let observer: Arc<dyn RunObserver> =
+        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
+    let announce = Arc::clone(&observer);
+    let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
+    let backend = tokio::select! {
+        backend = connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend)) => backend?,
+        _ = shutdown.cancelled() => return Err(HopperError::Interrupted),
+    };
+    let queue = riding_out(&backend, options.outage_grace, notify, shutdown.clone());
+    if backend.shared && options.junit.is_some() {
+        observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
+    }
+    if backend.shared && options.html.is_some() {
+        observer.warn("--html is ignored with a shared queue: `hopper report --html FILE` writes it");
+    }
+    let units = match backend.timings.load().await {
+        Ok(timings) => order_slowest_first(units, &timings),
+        Err(error) => {
+            tracing::warn!(%error, "could not read earlier timings; keeping the listed order");
+            units
+        }
+    };
+    let worker = Worker::new(Arc::clone(&queue), config, observer, shutdown)?;
+    worker.join(units, options.budgets, options.run_ttl).await?;
+    let outcome = worker.run().await;
+    let timings = worker.summary().timings;
+    if let Err(error) = backend.timings.record(&timings).await {
+        tracing::warn!(%error, "could not save timings");
+    }
+    let summary = outcome?;
+    if backend.shared {
+        eprintln!(
+            "hopper: worker done: {} passed, {} failed, {} retried, {} stale here; run `hopper report` for the build's verdict",
+            summary.passed, summary.failed, summary.retried, summary.stale
+        );
+        return Ok(exit::PASSED);
+    }
+    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
+    let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
+    finish_report(&queue, &report, outputs, options.slowest).await
+}

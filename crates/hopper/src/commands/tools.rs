@@ -1,0 +1,227 @@
+//! Each tool's specifics for `hopper run`, in one place: which way its units
+//! run (hopper's agent, each test binary directly, or the command template),
+//! how its units are listed for that way, and the agent command hopper
+//! builds for the tools it ships an agent for.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use leasehold_core::{RunId, UnitSpec, WorkerId};
+
+use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
+use crate::agent::plugins::Plugins;
+use crate::errors::HopperError;
+use crate::exec::template::CommandTemplate;
+use crate::units::discover::{checked_units, discover, pytest, rspec, DiscoverKind};
+use crate::units::{collect_units, UnitSource};
+use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan};
+use crate::worker::launch::NextestLauncher;
+use crate::worker::{BatchSlots, Invocations};
+
+/// How `hopper run` runs units (`--agent`, `--per-process`, or neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutionChoice {
+    /// An agent where hopper has one for the discovered tool, one process per
+    /// unit (or batch) otherwise.
+    #[default]
+    Default,
+    /// `--agent`: the command speaks the agent protocol.
+    Agent,
+    /// `--per-process`: one process per unit (or batch), always.
+    PerProcess,
+}
+
+/// How this run's units run, from `--agent` / `--per-process` and the tool,
+/// with what can be checked before anything slow happens.
+pub(super) enum Execution {
+    /// One process per unit (or batch): the command template, and how each
+    /// unit's result is read.
+    PerProcess {
+        /// The template (with the tool's report option where hopper adds it).
+        command: CommandTemplate,
+        /// How the batch results are read.
+        results: Arc<dyn BatchResults>,
+    },
+    /// hopper's pytest plugin as an agent.
+    Pytest,
+    /// hopper's RSpec agent.
+    Rspec,
+    /// `--agent`: the user's command speaks the protocol.
+    Custom,
+    /// `--discover nextest` with no command: each test binary run directly.
+    Nextest,
+}
+
+/// What a run needs from its tool: the checked units, and how each slot
+/// starts an invocation of them.
+pub(super) struct Prepared {
+    /// The units, in the tool's order.
+    pub units: Vec<UnitSpec>,
+    /// How the slots run them.
+    pub invocations: Invocations,
+}
+
+/// What [`Execution::prepare`] needs to know of the run.
+pub(super) struct Preparing<'a> {
+    /// Where the units come from.
+    pub source: &'a UnitSource,
+    /// The user's command (after `--`).
+    pub command: &'a [String],
+    /// `--batch-size`.
+    pub batch_size: usize,
+    /// Local slots (pytest collects one shard per slot).
+    pub slots: usize,
+    /// Bytes of output kept per attempt.
+    pub tail: usize,
+    /// The build.
+    pub run: &'a RunId,
+    /// This worker.
+    pub worker: &'a WorkerId,
+}
+
+impl Execution {
+    /// Chooses the way and checks the command (and, for one process per
+    /// unit, how results are read) without starting anything.
+    pub(super) fn choose(
+        mode: ExecutionChoice,
+        source: &UnitSource,
+        command: &[String],
+        batch_size: usize,
+        results: Option<ResultsFormat>,
+    ) -> Result<Self, HopperError> {
+        // `--batch-size N` or `--results` asks for batches read from the tool's report.
+        let batches = batch_size > 1 || results.is_some();
+        let tool = match source {
+            UnitSource::Discover(kind) => Some(*kind),
+            _ => None,
+        };
+        let execution = match (mode, tool) {
+            (ExecutionChoice::Agent, _) => Execution::Custom,
+            (ExecutionChoice::Default, Some(DiscoverKind::Pytest)) if !batches => Execution::Pytest,
+            (ExecutionChoice::Default, Some(DiscoverKind::Rspec)) if !batches => Execution::Rspec,
+            (_, Some(DiscoverKind::Nextest)) if command.is_empty() && !batches => Execution::Nextest,
+            _ => {
+                // Agents report per test themselves; batches read the tool's report.
+                let plan = ResultsPlan::resolve(results, batch_size, tool, command.to_vec())?;
+                let command = CommandTemplate::new(plan.command.clone())?;
+                return Ok(Execution::PerProcess { command, results: plan.results()? });
+            }
+        };
+        // An agent's command must be one (an empty one is the tool's own).
+        if matches!(execution, Execution::Custom) || !command.is_empty() {
+            CommandTemplate::new(command.to_vec())?;
+        }
+        Ok(execution)
+    }
+
+    /// Lists the units as this way needs them, and builds how the slots run them.
+    pub(super) async fn prepare(self, run: Preparing<'_>, plugins: &Plugins) -> Result<Prepared, HopperError> {
+        let Preparing { source, command, batch_size, slots, tail, .. } = run;
+        let (units, invocations) = match self {
+            Execution::Pytest => {
+                // The agents' collections are the discovery, each of a share of
+                // the files: nothing collects twice.
+                let agent = pytest_agent(command, plugins, 0, tail);
+                let env = agent_env(run.run, run.worker);
+                let found = pytest::list_with_agents(&agent, plugins, &env, tail, slots).await?;
+                let units =
+                    checked_units(&found.shown, found.listing, DiscoverKind::Pytest.unit_kind(), "--discover pytest")?;
+                let agent = AgentCommand {
+                    spare: SpareAgent::new(found.agents),
+                    sharding: found.sharding.map(Arc::new),
+                    ..pytest_agent(command, plugins, units.len(), tail)
+                };
+                (units, Invocations::Agents(Arc::new(agent)))
+            }
+            Execution::Rspec => {
+                let units = discover(DiscoverKind::Rspec, command, plugins).await?.units;
+                let agent = rspec_agent(command, plugins, units.len(), tail);
+                (units, Invocations::Agents(Arc::new(agent)))
+            }
+            Execution::Custom => {
+                let units = listed_units(source, command, plugins).await?;
+                (units, Invocations::Agents(Arc::new(custom_agent(command))))
+            }
+            Execution::Nextest => {
+                let discovered = discover(DiscoverKind::Nextest, command, plugins).await?;
+                let launcher = NextestLauncher::new(discovered.nextest.unwrap_or_default(), run.run.as_str());
+                // One process per test, as nextest runs them.
+                (discovered.units, Invocations::Batches(BatchSlots::one_per_process(Arc::new(launcher))))
+            }
+            Execution::PerProcess { command: template, results } => {
+                let units = listed_units(source, command, plugins).await?;
+                (units, Invocations::Batches(BatchSlots::template(batch_size, template, results)?))
+            }
+        };
+        Ok(Prepared { units, invocations })
+    }
+}
+
+/// The units of `source`, listed by the tool when it is discovered.
+async fn listed_units(
+    source: &UnitSource,
+    command: &[String],
+    plugins: &Plugins,
+) -> Result<Vec<UnitSpec>, HopperError> {
+    Ok(match source {
+        UnitSource::Discover(kind) => discover(*kind, command, plugins).await?.units,
+        other => collect_units(other).await?,
+    })
+}
+
+/// Whether `program` can be started: a path that exists, or a name on PATH.
+fn installed(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).exists();
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// The pytest agent: the user's pytest command (the one discovery used) with
+/// hopper's plugin loaded in agent mode.
+pub fn pytest_agent(command: &[String], plugins: &Plugins, expected_tests: usize, output_tail: usize) -> AgentCommand {
+    let candidates = pytest::base_commands(command);
+    let mut argv = candidates
+        .iter()
+        .find(|c| c.first().is_some_and(|p| installed(p)))
+        .or(candidates.last())
+        .cloned()
+        .unwrap_or_default();
+    argv.extend(["-p".into(), Plugins::PYTEST_MODULE.into()]);
+    let mut env = plugins.pytest_env("agent");
+    env.push(("HOPPER_OUTPUT_TAIL".into(), output_tail.to_string()));
+    AgentCommand::new(argv, env, Some(expected_tests as u64))
+}
+
+/// The RSpec agent: the user's rspec command with hopper's agent required.
+pub fn rspec_agent(command: &[String], plugins: &Plugins, expected_tests: usize, output_tail: usize) -> AgentCommand {
+    let mut argv = rspec::base_command(command);
+    argv.extend(["--require".into(), plugins.rspec_agent().display().to_string()]);
+    let env = vec![("HOPPER_RSPEC_AGENT".into(), "1".into()), ("HOPPER_OUTPUT_TAIL".into(), output_tail.to_string())];
+    AgentCommand::new(argv, env, Some(expected_tests as u64))
+}
+
+/// `--agent`: the user's command speaks the protocol itself.
+pub fn custom_agent(command: &[String]) -> AgentCommand {
+    AgentCommand::new(command.to_vec(), Vec::new(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_extend_the_users_command() {
+        let plugins = Plugins::new().unwrap();
+        let cmd: Vec<String> = ["/v/bin/python", "-m", "pytest", "-q"].map(String::from).to_vec();
+        let agent = pytest_agent(&cmd, &plugins, 7, 100);
+        assert_eq!(agent.argv, ["/v/bin/python", "-m", "pytest", "-q", "-p", "hopper_pytest"]);
+        assert!(agent.env.contains(&("HOPPER_PYTEST_MODE".into(), "agent".into())));
+        assert_eq!(agent.expected_tests, Some(7));
+        let agent = rspec_agent(&["bundle".into(), "exec".into(), "rspec".into()], &plugins, 2, 100);
+        assert_eq!(&agent.argv[..4], ["bundle", "exec", "rspec", "--require"]);
+        assert!(installed("sh") && !installed("hopper-no-such-program"));
+    }
+}

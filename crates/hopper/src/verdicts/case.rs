@@ -1,0 +1,30 @@
+//! One test case as a tool's report gives it: what every report reader
+//! returns, and what the verdicts are summed from.
+
+use std::time::Duration;
+
+/// The state of one test case in a tool's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseStatus {
+    /// It passed.
+    Passed,
+    /// It failed (a failure or an error).
+    Failed,
+    /// It did not run by design (skipped, ignored, pending).
+    Skipped,
+}
+
+/// One test case as the tool reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedCase {
+    /// The ids it answers to (see [`super::matching`]).
+    pub ids: Vec<String>,
+    /// Its state.
+    pub status: CaseStatus,
+    /// Its own duration, when reported.
+    pub duration: Option<Duration>,
+    /// The failure message, when it failed.
+    pub message: Option<String>,
+    /// Its failure text and captured output (may be empty).
+    pub output: String,
+}

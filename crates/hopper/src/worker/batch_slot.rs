@@ -1,0 +1,160 @@
+//! A batch slot: reserves a batch of units, runs it as one invocation in its
+//! own process group, heartbeats the deliveries while it runs, and reports
+//! each unit's result through the fenced transitions (finalize, requeue,
+//! release).
+//!
+//! A batch is the general case: a batch of one runs one unit per
+//! invocation. A [`BatchResults`](crate::verdicts::BatchResults) turns an
+//! invocation into one verdict per unit (from the exit code, or from the
+//! tool's own report: see [`crate::verdicts`]); a unit it has no verdict for
+//! is treated as failed and retried within the budgets.
+
+use std::sync::Arc;
+
+use leasehold_core::queue::MAX_SUMMARY_LEN;
+use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome, UnitId};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::errors::HopperError;
+use crate::exec::process::{run_process_in, Termination};
+use crate::verdicts::model::{UnitResult, UnitVerdict};
+use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
+use crate::worker::config::{BatchSlots, BatchStart};
+use crate::worker::launch::Invocation;
+use crate::worker::observer::AttemptEnd;
+use crate::worker::transitions::{
+    fenced_off, hand_back, heartbeat, idle, millis, requeue_failed, reserve, Idle, Shared, MIN_WAIT,
+};
+
+/// Runs one slot's batches until every unit is finalized or the worker stops.
+pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, batches: BatchSlots) -> Result<(), HopperError> {
+    let mut wait = MIN_WAIT;
+    loop {
+        if shared.stop.is_cancelled() {
+            return Ok(());
+        }
+        let reserved = reserve(&shared, batches.size).await?;
+        if !reserved.deliveries.is_empty() {
+            wait = MIN_WAIT;
+            run_batch(&shared, &batches, reserved.deliveries).await?;
+            continue;
+        }
+        if reserved.moved {
+            continue;
+        }
+        match idle(&shared, &mut wait).await? {
+            Idle::Complete => {
+                tracing::debug!(slot, "every unit is finalized");
+                return Ok(());
+            }
+            Idle::Stopped => return Ok(()),
+            Idle::Again => {}
+        }
+    }
+}
+
+async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+    let config = &shared.config;
+    let (run, worker) = (&config.run, &config.worker);
+    let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+    let report = batches.results.report_path();
+    let invocation = match &batches.start {
+        BatchStart::Launcher(launcher) => launcher.invocation(&units),
+        BatchStart::Template(command) => Invocation { argv: command.render(&units), ..Invocation::default() },
+    };
+    let mut argv = invocation.argv;
+    let mut env = config.env.clone();
+    env.extend(invocation.env);
+    if let Some(path) = &report {
+        let path = path.to_string_lossy();
+        for arg in &mut argv {
+            if arg.contains(REPORT_PLACEHOLDER) {
+                *arg = arg.replace(REPORT_PLACEHOLDER, &path);
+            }
+        }
+        env.push((REPORT_ENV.into(), path.into_owned()));
+    }
+    env.push(("HOPPER_BUILD".into(), run.to_string()));
+    env.push(("HOPPER_WORKER".into(), worker.to_string()));
+    if let [single] = deliveries.as_slice() {
+        env.push(("HOPPER_UNIT".into(), single.unit.to_string()));
+        env.push(("HOPPER_ATTEMPT".into(), (single.retry_index + 1).to_string()));
+    }
+    shared.running.lock().extend(units.iter().cloned());
+    let started = Instant::now();
+
+    // `lost[i]`: the queue no longer lets us report delivery i.
+    let mut lost = vec![false; deliveries.len()];
+    let stop_unit = shared.stop.child_token();
+    let process = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit);
+    tokio::pin!(process);
+    let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
+    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let result = loop {
+        tokio::select! {
+            result = &mut process => break result,
+            _ = beat.tick() => {
+                // The deliveries still ours, heartbeated in one call.
+                let held: Vec<Delivery> =
+                    deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
+                let gone = heartbeat(shared, &held).await;
+                for (delivery, lost) in deliveries.iter().zip(lost.iter_mut()) {
+                    *lost |= gone.contains(delivery);
+                }
+                if lost.iter().all(|l| *l) {
+                    // Nobody will take this attempt's result: stop wasting the slot.
+                    stop_unit.cancel();
+                }
+            }
+        }
+    };
+    {
+        let mut running = shared.running.lock();
+        running.retain(|u| !units.contains(u));
+    }
+    shared.summary.lock().invocations += 1;
+
+    if shared.stop.is_cancelled() && result.termination == Termination::Stopped {
+        let owned: Vec<Delivery> =
+            deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
+        hand_back(shared, &owned, result.duration).await;
+        return Ok(());
+    }
+
+    let verdicts = batches.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let share = result.duration / deliveries.len().max(1) as u32;
+    let output = result.output.text(MAX_SUMMARY_LEN / 2);
+    for (i, delivery) in deliveries.iter().enumerate() {
+        if lost[i] {
+            continue;
+        }
+        let unit_result = verdicts.get(&delivery.unit).cloned().unwrap_or_else(|| {
+            UnitResult::from(UnitVerdict::Failed {
+                reason: "no_result",
+                detail: "the invocation reported no result for this unit".into(),
+            })
+        });
+        let per_unit = unit_result.duration.unwrap_or(share);
+        let per_unit_ms = millis(per_unit);
+        let output = unit_result.output.as_ref().unwrap_or(&output);
+        shared.summary.lock().timings.push((delivery.unit.to_string(), per_unit_ms));
+        match unit_result.verdict {
+            verdict @ (UnitVerdict::Passed | UnitVerdict::Skipped) => {
+                let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
+                let request = FinalizeRequest::new(outcome, per_unit_ms);
+                match shared.queue.finalize(run, worker, delivery, &request).await? {
+                    Ack::Ok => {
+                        shared.summary.lock().passed += 1;
+                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, per_unit, None);
+                    }
+                    reply => fenced_off(shared, delivery, "finalize", reply).await,
+                }
+            }
+            UnitVerdict::Failed { reason, detail } => {
+                requeue_failed(shared, delivery, reason, &detail, output, per_unit).await?;
+            }
+        }
+    }
+    shared.wake.notify_waiters();
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! The worker: its slots reserve units from a [`UnitQueue`], run them, and
+//! report each unit's result through the fenced transitions, while one
+//! liveness loop tells the queue the worker is alive.
+//!
+//! A slot runs batches ([`batch_slot`]: one process per batch) or feeds a
+//! persistent agent ([`agent_slot`]), as [`WorkerConfig::invocations`] says;
+//! what both do with the queue is written once, in [`transitions`].
+//!
+//! The worker only speaks the [`UnitQueue`] trait, so the same code runs a
+//! local parallel runner (memory queue, `slots` local slots) and one worker of
+//! a distributed build (Redis).
+
+mod agent_slot;
+mod batch_slot;
+pub mod config;
+pub mod launch;
+pub mod observer;
+mod transitions;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{Budgets, InitOutcome, LivenessReply, RunSpec, UnitQueue, UnitSpec};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::HopperError;
+use crate::worker::observer::RunObserver;
+use transitions::Shared;
+
+pub use config::{BatchSlots, BatchStart, Invocations, WorkerConfig};
+pub use transitions::WorkerSummary;
+
+/// One worker of a build.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    /// A worker on `queue`. `shutdown` is cancelled on SIGINT/SIGTERM.
+    pub fn new(
+        queue: Arc<dyn UnitQueue>,
+        config: WorkerConfig,
+        observer: Arc<dyn RunObserver>,
+        shutdown: CancellationToken,
+    ) -> Result<Self, HopperError> {
+        config.validate()?;
+        let stop = shutdown.child_token();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                queue,
+                config,
+                observer,
+                shutdown,
+                stop,
+                wake: Notify::new(),
+                running: Mutex::new(Vec::new()),
+                summary: Mutex::new(WorkerSummary::default()),
+            }),
+        })
+    }
+
+    /// Initialises the run with `units` and `budgets`, or joins it when
+    /// another worker was first. Returns whether this worker is the leader.
+    ///
+    /// Initialisation is one atomic step of the queue, so a follower never
+    /// sees a half-written run and has nothing to wait for; a follower whose
+    /// unit list differs gets [`HopperError::BuildReused`].
+    pub async fn join(&self, units: Vec<UnitSpec>, budgets: Budgets, ttl: Duration) -> Result<bool, HopperError> {
+        let shared = &self.shared;
+        let spec = RunSpec { run: shared.config.run.clone(), units, budgets, ttl };
+        spec.validate()?;
+        let total = spec.units.len() as u64;
+        let outcome = shared.queue.initialize(&spec).await?;
+        let leader = match outcome {
+            InitOutcome::Initialized => true,
+            InitOutcome::AlreadyInitialized { budgets } => {
+                tracing::info!(run = %spec.run, ?budgets, "joined a run another worker initialised");
+                false
+            }
+        };
+        shared.summary.lock().leader = leader;
+        shared.observer.run_started(&spec.run, total, leader);
+        Ok(leader)
+    }
+
+    /// Runs units until every unit of the run is finalized, or until shutdown.
+    /// On shutdown, running units are stopped and released (another worker
+    /// takes them at once) and [`HopperError::Interrupted`] is returned.
+    pub async fn run(&self) -> Result<WorkerSummary, HopperError> {
+        let shared = &self.shared;
+        let mut slots = JoinSet::new();
+        let mut slot_of = HashMap::new();
+        for slot in 0..shared.config.slots {
+            let shared = Arc::clone(shared);
+            let task = match shared.config.invocations.clone() {
+                Invocations::Agents(agent) => slots.spawn(agent_slot::slot_loop(shared, slot, agent)),
+                Invocations::Batches(batches) => slots.spawn(batch_slot::slot_loop(shared, slot, batches)),
+            };
+            slot_of.insert(task.id(), slot);
+        }
+        let ticker = tokio::spawn(liveness_loop(Arc::clone(shared)));
+        let mut first_error = None;
+        while let Some(joined) = slots.join_next().await {
+            let result = match joined {
+                Ok(result) => result,
+                Err(source) => {
+                    Err(HopperError::SlotPanicked { slot: slot_of.get(&source.id()).copied().unwrap_or(0), source })
+                }
+            };
+            if let Err(error) = result {
+                // Returned to the caller, which reports it; here it only stops the other slots.
+                tracing::debug!(%error, "worker slot failed; stopping the others");
+                shared.stop.cancel();
+                first_error.get_or_insert(error);
+            }
+        }
+        ticker.abort();
+        shared.observer.finished();
+        // A signal explains whatever the slots ran into while stopping.
+        if shared.shutdown.is_cancelled() {
+            return Err(HopperError::Interrupted);
+        }
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        Ok(shared.summary.lock().clone())
+    }
+
+    /// What the worker did so far.
+    pub fn summary(&self) -> WorkerSummary {
+        self.shared.summary.lock().clone()
+    }
+}
+
+async fn liveness_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(shared.config.heartbeat_every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let current = shared.running.lock().first().cloned();
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        // Failures here are the queue's outage, announced by the queue; the
+        // slots find out whether the run is gone.
+        match shared.queue.liveness(run, worker, current.as_ref()).await {
+            Ok(LivenessReply::Ok) => {}
+            Ok(LivenessReply::Corrupt) => tracing::debug!(%run, "liveness: the run is gone"),
+            Err(error) => tracing::debug!(%error, "liveness update failed"),
+        }
+        if let Ok(Some(progress)) = shared.queue.progress(run).await {
+            shared.observer.progress(&progress);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! What both slot kinds do with the queue, written once: reserve, heartbeat,
+//! wait while units are in flight elsewhere, requeue a failed attempt, hand
+//! back what they stop, and account for a transition the queue refused
+//! (fenced off). The slots differ only in how they run what they reserved.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{Ack, Delivery, RequeueReply, RequeueRequest, UnitId, UnitQueue};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::HopperError;
+use crate::worker::config::WorkerConfig;
+use crate::worker::observer::{AttemptEnd, RunObserver};
+
+pub(crate) use leasehold_core::duration::millis;
+
+/// The first wait of an idle slot; it doubles up to `idle_poll`.
+pub(super) const MIN_WAIT: Duration = Duration::from_millis(2);
+
+/// What a worker did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Whether this worker initialised the run.
+    pub leader: bool,
+    /// Invocations run.
+    pub invocations: u64,
+    /// Units finalized as passed by this worker.
+    pub passed: u64,
+    /// Units finalized as failed by this worker.
+    pub failed: u64,
+    /// Attempts that failed and were requeued.
+    pub retried: u64,
+    /// Results dropped because another worker owned the unit (STALE).
+    pub stale: u64,
+    /// Deliveries handed back on shutdown.
+    pub released: u64,
+    /// Latest duration of each unit this worker ran (milliseconds).
+    pub timings: Vec<(String, u64)>,
+}
+
+/// What the worker's slots share.
+pub(super) struct Shared {
+    pub(super) queue: Arc<dyn UnitQueue>,
+    pub(super) config: WorkerConfig,
+    pub(super) observer: Arc<dyn RunObserver>,
+    /// Signals (SIGINT/SIGTERM): stop, hand back, exit.
+    pub(super) shutdown: CancellationToken,
+    /// Stops the slots (shutdown, or another slot's fatal error).
+    pub(super) stop: CancellationToken,
+    /// Wakes idle slots when a local slot requeued or finished a unit.
+    pub(super) wake: Notify,
+    pub(super) running: Mutex<Vec<UnitId>>,
+    pub(super) summary: Mutex<WorkerSummary>,
+}
+
+/// What one reservation gave.
+pub(super) struct Reserved {
+    /// The units now this slot's to run.
+    pub(super) deliveries: Vec<Delivery>,
+    /// Whether the queue moved at all (units given, or units whose reclaim
+    /// budget ran out finalized): worth asking again at once.
+    pub(super) moved: bool,
+}
+
+/// Reserves up to `want` units, reporting the ones whose reclaim budget ran
+/// out. A run whose state is gone is an error: the worker joined it, so it
+/// existed.
+pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reserved, HopperError> {
+    let config = &shared.config;
+    let reclaim_after = config.queue_reclaim_after()?;
+    let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
+    for unit in &batch.exhausted {
+        shared.observer.attempt_ended(
+            unit,
+            AttemptEnd::ReclaimExhausted,
+            Duration::ZERO,
+            Some("reclaim budget exhausted"),
+        );
+        shared.wake.notify_waiters();
+    }
+    if batch.corrupt && batch.deliveries.is_empty() {
+        return Err(HopperError::StateLost { run: config.run.clone() });
+    }
+    let moved = !batch.deliveries.is_empty() || !batch.exhausted.is_empty();
+    Ok(Reserved { deliveries: batch.deliveries, moved })
+}
+
+/// What an idle slot found.
+pub(super) enum Idle {
+    /// Every unit of the run is finalized: the slot is done.
+    Complete,
+    /// The worker is stopping.
+    Stopped,
+    /// Woken or waited: look again.
+    Again,
+}
+
+/// Units are in flight elsewhere (they may come back by requeue or reclaim):
+/// unless the run is complete, waits for a local slot's wake-up or for
+/// `wait`, which doubles up to `idle_poll` each time.
+pub(super) async fn idle(shared: &Shared, wait: &mut Duration) -> Result<Idle, HopperError> {
+    let run = &shared.config.run;
+    match shared.queue.progress(run).await? {
+        None => return Err(HopperError::StateLost { run: run.clone() }),
+        Some(p) if p.is_complete() => {
+            shared.wake.notify_waiters();
+            return Ok(Idle::Complete);
+        }
+        Some(_) => {}
+    }
+    let idle = tokio::select! {
+        _ = shared.stop.cancelled() => Idle::Stopped,
+        _ = shared.wake.notified() => Idle::Again,
+        _ = tokio::time::sleep(*wait) => Idle::Again,
+    };
+    *wait = (*wait * 2).min(shared.config.idle_poll);
+    Ok(idle)
+}
+
+/// Heartbeats `held` in one call; returns the deliveries the worker no
+/// longer owns (each reported with [`fenced_off`]). A failed call loses
+/// nothing: the next beat tries again.
+pub(super) async fn heartbeat(shared: &Shared, held: &[Delivery]) -> Vec<Delivery> {
+    if held.is_empty() {
+        return Vec::new();
+    }
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    let replies = match shared.queue.heartbeat_batch(run, worker, held).await {
+        Ok(replies) => replies,
+        Err(error) => {
+            // The queue announces its outage itself (see `queue::outage`):
+            // saying it again at every beat would only repeat it.
+            tracing::debug!(units = held.len(), %error, "heartbeat failed; will try again");
+            return Vec::new();
+        }
+    };
+    let mut lost = Vec::new();
+    for (delivery, reply) in held.iter().zip(replies) {
+        if reply != Ack::Ok {
+            fenced_off(shared, delivery, "heartbeat", reply).await;
+            lost.push(delivery.clone());
+        }
+    }
+    lost
+}
+
+/// Requeues a failed attempt (within the budgets; over them the queue
+/// finalizes it as failed) and accounts for the queue's answer.
+pub(super) async fn requeue_failed(
+    shared: &Shared,
+    delivery: &Delivery,
+    reason: &str,
+    detail: &str,
+    output: &str,
+    duration: Duration,
+) -> Result<(), HopperError> {
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    let request = RequeueRequest {
+        duration_ms: millis(duration),
+        failure_summary: Some(detail.to_owned()),
+        errors: Some(serde_json::json!({
+            "reason": reason,
+            "detail": detail,
+            "attempt": delivery.retry_index + 1,
+            "worker": worker.as_str(),
+            "output": output,
+        })),
+    };
+    match shared.queue.requeue(run, worker, delivery, &request).await? {
+        RequeueReply::Requeued { retry_index } => {
+            shared.summary.lock().retried += 1;
+            let note = format!("{detail}; retry {retry_index}");
+            shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Retrying, duration, Some(&note));
+        }
+        RequeueReply::Finalized { .. } => {
+            shared.summary.lock().failed += 1;
+            shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, duration, Some(detail));
+        }
+        RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
+        RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
+    }
+    Ok(())
+}
+
+/// Hands deliveries this worker stopped (or never started) back to the
+/// queue at once, spending no budget, so another worker picks them up now
+/// rather than after the reclaim timeout.
+pub(super) async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Duration) {
+    if deliveries.is_empty() {
+        return;
+    }
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    match shared.queue.release_batch(run, worker, deliveries).await {
+        Ok(replies) => {
+            for (delivery, reply) in deliveries.iter().zip(replies) {
+                match reply {
+                    Ack::Ok => {
+                        shared.summary.lock().released += 1;
+                        shared.observer.attempt_ended(
+                            &delivery.unit,
+                            AttemptEnd::Released,
+                            ran,
+                            Some("stopped; handed back to the queue"),
+                        );
+                    }
+                    reply => fenced_off(shared, delivery, "release", reply).await,
+                }
+            }
+        }
+        Err(error) => {
+            let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
+            shared.observer.warn(&format!(
+                "could not hand back {} ({}); another worker takes over after --timeout",
+                crate::errors::name_units(&units),
+                crate::errors::chain_message(&error)
+            ));
+        }
+    }
+}
+
+/// A transition was refused: drop the result, log it, go on.
+pub(super) async fn fenced_off(shared: &Shared, delivery: &Delivery, transition: &str, reply: Ack) {
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    match reply {
+        Ack::Stale => {
+            shared.summary.lock().stale += 1;
+            // The observer shows it; the log need not say it again.
+            tracing::debug!(unit = %delivery.unit, transition, "STALE: another worker owns this unit now; result dropped");
+            shared.observer.attempt_ended(
+                &delivery.unit,
+                AttemptEnd::Stale,
+                Duration::ZERO,
+                Some(&format!("{transition} refused: another worker owns it now; result dropped")),
+            );
+            if let Err(error) = shared.queue.record_stale_rejected(run, worker, delivery, transition).await {
+                tracing::warn!(%error, "could not record the stale result");
+            }
+        }
+        Ack::Corrupt => {
+            shared
+                .observer
+                .warn(&format!("{transition} of {}: the queue no longer holds the build's state", delivery.unit));
+        }
+        Ack::Ok => {}
+    }
+}

@@ -1,0 +1,128 @@
+//! A throwaway project for the tool tests (pytest, rspec, nextest, cargo
+//! test): its files in a temporary directory, the log its tests append to,
+//! and `hopper` started in it as a user would start it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use quick_junit::TestCaseStatus;
+
+use super::{hopper, venv_bin};
+
+/// The variable naming the file every throwaway test appends a line to when
+/// it runs (so a test can check what ran, and how often).
+pub const RAN_LOG_VAR: &str = "RAN_LOG";
+
+/// A temporary directory holding a throwaway suite.
+pub struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    /// A project with `files` (`(path, text)`, parents created).
+    pub fn new(files: &[(impl AsRef<Path>, impl AsRef<str>)]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+            std::fs::write(&path, text.as_ref()).expect("write a project file");
+        }
+        Self { dir }
+    }
+
+    /// The project's directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where the runs write their JUnit XML.
+    pub fn junit(&self) -> PathBuf {
+        self.path().join("out.xml")
+    }
+
+    /// The log the throwaway tests append to (see [`RAN_LOG_VAR`]).
+    pub fn ran_log(&self) -> PathBuf {
+        self.path().join("ran.log")
+    }
+
+    /// The `TMPDIR` of the worker `name`.
+    pub fn tmp(&self, name: &str) -> PathBuf {
+        let tmp = self.path().join(format!("tmp-{name}"));
+        std::fs::create_dir_all(&tmp).expect("a worker's TMPDIR");
+        tmp
+    }
+
+    /// `hopper` in the project, in a clean environment, with the ran log, the
+    /// project's own cargo target directory, offline (the inner tools behave
+    /// as they would for a user, and do not see the outer test runner).
+    pub fn hopper(&self) -> Command {
+        let mut cmd = hopper(self.path());
+        cmd.env(RAN_LOG_VAR, self.ran_log())
+            .env("CARGO_TARGET_DIR", self.path().join("target"))
+            .env("CARGO_NET_OFFLINE", "true");
+        cmd
+    }
+
+    /// [`Self::hopper`] with the venv first on PATH (so `python` is the
+    /// venv's, as a user with an activated venv has it).
+    pub fn hopper_in_venv(&self) -> Command {
+        let mut cmd = self.hopper();
+        let path = format!("{}:{}", venv_bin().display(), std::env::var("PATH").unwrap_or_default());
+        cmd.env("PATH", path);
+        cmd
+    }
+
+    /// [`Self::hopper_in_venv`] for the worker `name`, with its own `TMPDIR`.
+    pub fn worker(&self, name: &str) -> Command {
+        let mut cmd = self.hopper_in_venv();
+        cmd.env("TMPDIR", self.tmp(name));
+        cmd
+    }
+
+    /// The lines of the ran log, in the order they were written.
+    pub fn ran_lines(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.ran_log()).unwrap_or_default();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// How often each line of the ran log was written (each test's name: how
+    /// often it ran).
+    pub fn ran(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for line in self.ran_lines() {
+            *counts.entry(line).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+/// One worker of a shared build: `hopper run --worker NAME --no-timings`
+/// with the queue options `shared` and the rest of the command line `args`,
+/// its output piped.
+pub fn spawn_worker(project: &Project, shared: &[&str], name: &str, args: &[&str]) -> Child {
+    project
+        .worker(name)
+        .args(["run", "--worker", name, "--no-timings"])
+        .args(shared)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a worker")
+}
+
+/// The JUnit status of the test case `name` (fails the test, naming the
+/// cases there are, when it is missing).
+pub fn status_of<'a>(cases: &'a BTreeMap<String, TestCaseStatus>, name: &str) -> &'a TestCaseStatus {
+    cases.get(name).unwrap_or_else(|| panic!("{name} in the JUnit: {:?}", cases.keys().collect::<Vec<_>>()))
+}
+
+/// Fails the test (never skips it) when `rspec` is not installed.
+pub fn require_rspec() {
+    let ok = Command::new("rspec").arg("--version").output();
+    assert!(
+        ok.as_ref().is_ok_and(|o| o.status.success()),
+        "rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)"
+    );
+}
