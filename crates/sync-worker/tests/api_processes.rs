@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use leasehold_redis::test_support;
 use serde_json::{json, Value};
-use sync_worker::testing::{Dovecot, Postgres};
+use sync_worker::testing::{Dovecot, TestDb};
 use tokio_tungstenite::tungstenite::Message;
 
 const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
@@ -99,7 +99,7 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
     test_support::require_binary("redis-server");
     let redis = test_support::redis_url();
     let prefix = test_support::unique_prefix("api2p");
-    let pg = Postgres::fresh("api_two_processes").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let pg = TestDb::postgres("api_two_processes").unwrap_or_else(|e| panic!("Postgres: {e}"));
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_user("alice", "imap-pw").unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::ApiState;
+use super::state::ApiState;
 use crate::storage::{now_ms, Email};
 
 /// Shortest password accepted at sign-up.

@@ -1,5 +1,11 @@
-//! Real servers and realistic mail for tests and benchmarks (feature `test-support`).
+//! Everything tests and benchmarks stand on (feature `test-support`): the
+//! test doubles, a database per test, real servers and realistic mail.
 //!
+//! * [`ScriptedSource`]: an in-process [`MailSource`](crate::source::MailSource)
+//!   that records every poll with its worker and token;
+//!   [`MemoryDirectory`]: account -> user, set by the test.
+//! * [`TestDb`]: a fresh SQLite file or Postgres database per test, and
+//!   [`both_databases!`](crate::both_databases), which runs a case on each.
 //! * [`Dovecot`]: a private Dovecot IMAP server on a free loopback port, with
 //!   its own config, users, mail and log in a temp dir. [`ImapSession`] is a
 //!   small raw IMAP client for checking what a real client sees;
@@ -20,11 +26,14 @@
 //! long-lived thread with `PR_SET_PDEATHSIG`, and dropping a handle stops its
 //! server at once.
 
+mod db;
 mod dovecot;
 mod imap;
 mod imap_proxy;
 pub mod mail_gen;
+mod memory_directory;
 mod postgres;
+mod scripted;
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -33,10 +42,13 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
+pub use db::TestDb;
 pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
+pub use memory_directory::MemoryDirectory;
 pub use postgres::{Postgres, PostgresServer};
+pub use scripted::{Activity, PollRecord, ScriptedSource};
 
 /// What went wrong while starting or driving a test server.
 #[derive(Debug, thiserror::Error)]
