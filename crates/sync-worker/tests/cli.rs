@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use sync_worker::both_databases;
-use sync_worker::testing::{mail_gen, Dovecot, TestDb};
+use sync_worker::testing::{mail_gen, sync_worker_command, Dovecot, TestDb, TEST_SECRET_KEY};
 
 const USER: &str = "carol";
 const PASSWORD: &str = "pw-of-carol";
@@ -23,21 +23,14 @@ fn env(db: TestDb) -> Env {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_user(USER, PASSWORD).unwrap();
     let url = db.url().to_string();
-    // base64 of 32 bytes of 7.
-    let key = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=".to_string();
+    let key = TEST_SECRET_KEY.to_string();
     Env { dovecot, url, key, dir: tempfile::tempdir().unwrap(), _db: db }
 }
 
 impl Env {
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_sync-worker"));
-        c.args(args)
-            .current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("DATABASE_URL", &self.url)
-            .env("SECRET_KEY", &self.key)
-            .env("RUST_LOG", "warn");
+        let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), self.dir.path());
+        c.args(args).env("DATABASE_URL", &self.url).env("SECRET_KEY", &self.key);
         c
     }
 

@@ -16,6 +16,7 @@
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
 //!   server of a test's own, for tests that kill or restart it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
+//! * [`sync_worker_command`]: the binary under test, in a clean environment.
 //!
 //! The API is blocking (each call is a short command or a few IMAP round
 //! trips): async tests call it directly, or through `spawn_blocking` when
@@ -26,6 +27,7 @@
 //! long-lived thread with `PR_SET_PDEATHSIG`, and dropping a handle stops its
 //! server at once.
 
+mod binary;
 mod db;
 mod dovecot;
 mod imap;
@@ -42,6 +44,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
+pub use binary::{sync_worker_command, TEST_SECRET_KEY};
 pub use db::TestDb;
 pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
 pub use imap::{ImapReply, ImapSession};
@@ -123,7 +126,7 @@ pub fn unique_name(tag: &str) -> String {
 }
 
 /// A free loopback port (free when asked: retry if the server cannot bind it).
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(HarnessError::io("find a free loopback port"))?;
     Ok(listener.local_addr().map_err(HarnessError::io("find a free loopback port"))?.port())
 }
