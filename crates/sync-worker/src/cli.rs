@@ -201,13 +201,9 @@ fn read_password() -> anyhow::Result<String> {
     Ok(password)
 }
 
-/// The lease store, when one outside this process is configured (Redis):
-/// tiers and owners live there. The in-memory store of a CLI process knows nothing.
+/// The lease store the workers share, when there is one (see [`wiring::shared_store`]).
 async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseStore>>> {
-    if config.redis_url.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(wiring::connect_store(config).await.context("could not connect the lease store")?))
+    wiring::shared_store(config).await.context("could not connect the lease store")
 }
 
 async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {

@@ -14,7 +14,9 @@
 //! | `GET /` | the console |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
 //!
-//! Every error is `{"error":{"code","message"}}` ([`errors::ApiError`]).
+//! The handlers share an [`ApiState`] and read their settings from
+//! [`ApiSettings`] (both in `state`). Every error is
+//! `{"error":{"code","message"}}` ([`errors::ApiError`]).
 //! Settings from the environment: `LISTEN` (default `127.0.0.1:8080`),
 //! `SIGNUP` (`open`, the default, or `closed`), `SESSION_TTL` (default
 //! `24h`); presence lasts `TIER_SESSION_GRACE_MIN`.

@@ -97,6 +97,16 @@ fn redis_config(config: &Config, url: &str) -> RedisConfig {
     RedisConfig::new(url.to_owned()).with_prefix(prefix)
 }
 
+/// The lease store the workers share, when `config` names one outside this
+/// process (Redis): tiers and owners live there. `None` on the in-memory
+/// store, which in an operator command's process would know nothing.
+pub async fn shared_store(config: &Config) -> Result<Option<Arc<dyn LeaseStore>>, SyncError> {
+    match &config.redis_url {
+        None => Ok(None),
+        Some(_) => Ok(Some(connect_store(config).await?)),
+    }
+}
+
 /// Connects the lease store `config` selects.
 pub async fn connect_store(config: &Config) -> Result<Arc<dyn LeaseStore>, SyncError> {
     match &config.redis_url {

@@ -1,10 +1,10 @@
 //! The coordinator: which accounts this worker owns, and how hot each is.
 //!
 //! Its parts, top-down: this file starts it ([`Coordinator`], [`Deps`]);
-//! `event_loop` is its task; [`handle`](CoordinatorHandle) what its owner
-//! holds; [`tiers`] the tier policy it applies; [`runner`] the loops of one
-//! owned account; [`reconcile`] keeps the live set equal to the accounts
-//! table.
+//! `event_loop` is its task and `handle` what its owner holds
+//! ([`CoordinatorHandle`]); [`tiers`] is the tier policy it applies,
+//! [`runner`] the loops of one owned account, and [`reconcile`] keeps the
+//! live set equal to the accounts table.
 //!
 //! One task per worker loops over four events:
 //!

@@ -96,13 +96,16 @@ impl TestDb {
 /// the case's name. `async:` cases run on a two-thread tokio runtime,
 /// `sync:` cases are plain tests.
 ///
-/// ```ignore
-/// sync_worker::both_databases!(async: a_case, another_case);
+/// ```no_run
+/// use sync_worker::testing::TestDb;
+///
+/// sync_worker::both_databases!(async: a_case);
 ///
 /// async fn a_case(db: TestDb) {
 ///     let storage = db.open().await.expect("storage");
-///     // ...
+///     assert!(storage.list_accounts().await.expect("accounts").is_empty());
 /// }
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! both_databases {

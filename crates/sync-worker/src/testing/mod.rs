@@ -18,7 +18,7 @@
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //! * [`sync_worker_command`]: the binary under test, in a clean environment.
 //!
-//! The API is blocking (each call is a short command or a few IMAP round
+//! The servers' API is blocking (each call is a short command or a few IMAP round
 //! trips): async tests call it directly, or through `spawn_blocking` when
 //! the engine under test must run on the same thread meanwhile.
 //!
