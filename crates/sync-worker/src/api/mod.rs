@@ -25,6 +25,7 @@ pub mod accounts;
 pub mod auth;
 pub mod errors;
 pub mod json;
+pub mod limiter;
 mod state;
 pub mod ws;
 

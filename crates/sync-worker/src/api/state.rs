@@ -10,8 +10,8 @@ use std::time::Duration;
 use leasehold_core::duration::{parse_duration, PlainUnit};
 use leasehold_core::{LeaseStore, UserId};
 
-use super::auth::LoginLimiter;
 use super::errors::ApiError;
+use super::limiter::LoginLimiter;
 use crate::config::Config;
 use crate::errors::ConfigError;
 use crate::events::EventBus;
