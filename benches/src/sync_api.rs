@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use sync_worker::testing::Dovecot;
 
 use crate::machine::{load_1m, process_cpu_s};
+use crate::sync_support::pct;
 
 const PUSHES: usize = 50;
 const MEASURE: Duration = Duration::from_secs(5);
@@ -93,11 +94,6 @@ async fn post(http: &reqwest::Client, url: String, token: Option<&str>, body: Va
         bail!("POST {url}: {status} {v}");
     }
     Ok(v)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
 }
 
 pub async fn run() -> Result<Value> {
@@ -257,7 +253,7 @@ pub async fn run() -> Result<Value> {
     // The server goes before the Dovecot it watches.
     drop(server);
     latencies.sort();
-    let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    let (p50, p99) = (pct(&latencies, 0.5), pct(&latencies, 0.99));
     println!("APPEND to WebSocket push ({PUSHES} pushes): p50 {p50:.0} ms, p99 {p99:.0} ms (target p99 <= 1000 ms)");
     Ok(json!({
         "bench": "sync-api",

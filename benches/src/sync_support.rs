@@ -1,33 +1,32 @@
 //! What the IMAP sync benchmarks share: a private Dovecot, a storage (a
-//! SQLite file in a temp dir, or Postgres when `DATABASE_URL` is a
-//! `postgres://` URL), accounts in it, and the process's memory figures.
+//! SQLite file in a temp dir, or, when `DATABASE_URL` is a `postgres://`
+//! URL, a fresh database on that server, dropped at the end), accounts in
+//! it, and the process's memory figures.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use leasehold_core::{FencingToken, LeaseKey, WorkerId};
-use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Email, NewAccount, Security, Storage};
-use sync_worker::testing::{mail_gen, Dovecot};
+use sync_worker::testing::{mail_gen, Dovecot, TestDb};
 use sync_worker::Fence;
 
 pub struct World {
     pub dovecot: Dovecot,
     pub storage: Storage,
     pub database: String,
-    _dir: tempfile::TempDir,
+    _db: TestDb,
 }
 
 pub async fn world() -> Result<World> {
     let dovecot = Dovecot::start().context("start Dovecot")?;
-    let dir = tempfile::tempdir()?;
-    let url = match std::env::var("DATABASE_URL") {
-        Ok(u) if u.starts_with("postgres") => u,
-        _ => format!("sqlite://{}?mode=rwc", dir.path().join("bench.db").display()),
+    let db = match std::env::var("DATABASE_URL") {
+        Ok(u) if u.starts_with("postgres") => TestDb::postgres_on(&u, "bench")?,
+        _ => TestDb::sqlite("bench")?,
     };
-    let storage = Storage::open(&url, SecretKey::generate()).await.context("open the storage")?;
+    let storage = db.open().await.context("open the storage")?;
     let database = format!("{:?}", storage.kind()).to_lowercase();
-    Ok(World { dovecot, storage, database, _dir: dir })
+    Ok(World { dovecot, storage, database, _db: db })
 }
 
 impl World {

@@ -1,6 +1,8 @@
-//! The `sync-worker` command line: the worker, and the operator commands
-//! (`user add`, `account add | list | status | remove`). The binary is a
-//! few lines over [`run`].
+//! The `sync-worker` command line: parses it and runs the command. The
+//! processes (`worker`, `serve`, `api`) are [`crate::app`]'s, started here
+//! and stopped on SIGTERM or Ctrl-C; the operator commands (`user add`,
+//! `account add | list | status | remove`) run here. The binary is a few
+//! lines over [`run`].
 //!
 //! Storage comes from `DATABASE_URL` (absent: `sqlite://sync-worker.db`),
 //! the password key from `SECRET_KEY` or `SECRET_KEY_FILE` (absent: the file
@@ -8,18 +10,20 @@
 //! from `IMAP_PASSWORD` or, when that is unset, from the first line of
 //! stdin: never from an argument, where `ps` would show it.
 
+use std::future::Future;
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use leasehold_core::{LeaseKey, LeaseStore, TokioClock, WorkerId};
+use leasehold_core::{LeaseKey, LeaseStore, WorkerId};
 
+use crate::api::ApiSettings;
+use crate::app::serve::{self, Parts};
+use crate::app::{open_storage, start_worker, wiring};
+use crate::config::Config;
 use crate::imap::{ImapSettings, ImapSource, LoginError};
-use crate::secret::SecretKey;
-use crate::storage::{Credentials, Email, NewAccount, Security, Storage, DEFAULT_DATABASE_URL};
-use crate::{reconcile, wiring, Config, Coordinator, Deps};
+use crate::storage::{Credentials, Email, NewAccount, Security};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
 #[derive(Parser, Debug)]
@@ -113,7 +117,7 @@ pub async fn run() -> anyhow::Result<()> {
         .init();
     let config = Config::from_env().context("invalid configuration")?;
     match cli.command.unwrap_or(Command::Worker) {
-        Command::Worker => worker(cli.worker_id, config).await,
+        Command::Worker => worker(worker_id(cli.worker_id.as_deref(), &config)?, config).await,
         Command::Serve => api(Some(worker_id(cli.worker_id.as_deref(), &config)?), config).await,
         Command::Api => api(None, config).await,
         Command::User(UserCommand::Add { email }) => {
@@ -126,58 +130,7 @@ pub async fn run() -> anyhow::Result<()> {
     }
 }
 
-/// Opens the storage that `DATABASE_URL` and `SECRET_KEY` / `SECRET_KEY_FILE` name.
-pub async fn open_storage() -> anyhow::Result<Storage> {
-    let key_file = std::env::var_os("SECRET_KEY_FILE").map_or_else(|| PathBuf::from("sync-worker.key"), PathBuf::from);
-    let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
-    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
-    let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
-    Ok(Storage::open(url, secret).await?)
-}
-
-async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()> {
-    let worker = match worker_id.as_deref().or(config.worker_id.as_ref().map(WorkerId::as_str)) {
-        Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID")?,
-        None => leasehold_core::WorkerId::for_this_process(),
-    };
-    // New mail reaches the API processes' WebSockets through the event bus.
-    let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
-    let storage = open_storage().await?.with_events(Arc::new(bus.clone()));
-    let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
-    if config.redis_url.is_none() {
-        // The in-memory lease store restarts its fencing tokens at 1 with the
-        // process, and no other process can share it: start the stored tokens over.
-        storage.reset_fences().await?;
-    }
-    reconcile::reconcile(&storage, store.as_ref()).await.context("could not reconcile the live set")?;
-    let _reconciler = reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval);
-    tracing::info!(%worker, backend = %wiring::backend_name(&config), database = ?storage.kind(), "starting");
-    let deps = Deps {
-        store,
-        source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(&config))),
-        directory: Arc::new(storage.clone()),
-        clock: Arc::new(TokioClock::new()),
-    };
-    let mut handle = Coordinator::prepare(worker, config, deps)
-        .await
-        .context("could not start the coordinator")?
-        .with_events(Arc::new(bus))
-        .spawn();
-    let ended = tokio::select! {
-        r = shutdown_signal() => { r?; None }
-        r = handle.finished() => Some(r),
-    };
-    match ended {
-        None => {
-            tracing::info!("shutdown signal: releasing leases");
-            handle.shutdown().await.context("shutdown failed")?;
-            storage.close().await;
-            Ok(())
-        }
-        Some(r) => r.context("the coordinator ended unexpectedly"),
-    }
-}
-
+/// The worker's id: `--worker-id`, else `WORKER_ID`, else one made for this process.
 fn worker_id(flag: Option<&str>, config: &Config) -> anyhow::Result<WorkerId> {
     match flag.or(config.worker_id.as_ref().map(WorkerId::as_str)) {
         Some(id) => WorkerId::new(id).context("invalid --worker-id / WORKER_ID"),
@@ -185,46 +138,47 @@ fn worker_id(flag: Option<&str>, config: &Config) -> anyhow::Result<WorkerId> {
     }
 }
 
-/// `serve` (with a worker) and `api` (without).
-async fn api(worker: Option<WorkerId>, config: Config) -> anyhow::Result<()> {
-    let settings = crate::api::ApiSettings::from_env(&config).context("invalid configuration")?;
+/// `worker`: the sync engine alone.
+async fn worker(worker: WorkerId, config: Config) -> anyhow::Result<()> {
     let storage = open_storage().await?;
-    let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
-    let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
-    if worker.is_some() && config.redis_url.is_none() {
-        // As for `worker`: the in-memory store's tokens restart at 1.
-        storage.reset_fences().await?;
+    let backend = wiring::connect(&config).await.context("could not connect the backend")?;
+    let mut running = start_worker(worker, &storage, &backend, &config).await.context("could not start the worker")?;
+    if let Some(ended) = until_signal(running.finished()).await? {
+        return ended.context("the coordinator ended unexpectedly");
     }
-    if worker.is_none() && config.redis_url.is_none() {
-        tracing::warn!("`api` on the in-memory backend sees no worker: use `serve`, or set REDIS_URL");
-    }
-    tracing::info!(backend = %wiring::backend_name(&config), database = ?storage.kind(), "starting the API");
-    let parts = crate::api::process::Parts { storage: storage.clone(), store, bus, config, settings };
-    let mut running = crate::api::process::start(parts, worker).await?;
-    println!("sync-worker API on http://{}/", running.addr());
-    let ended = tokio::select! {
-        r = shutdown_signal() => { r?; None }
-        r = running.finished() => Some(r),
-    };
-    match ended {
-        None => {
-            tracing::info!("shutdown signal: stopping the API and releasing leases");
-            running.shutdown().await?;
-            storage.close().await;
-            Ok(())
-        }
-        Some(r) => r,
-    }
+    tracing::info!("shutdown signal: releasing leases");
+    running.shutdown().await.context("shutdown failed")?;
+    storage.close().await;
+    Ok(())
 }
 
-async fn shutdown_signal() -> anyhow::Result<()> {
+/// `serve` (with a worker) and `api` (without).
+async fn api(worker: Option<WorkerId>, config: Config) -> anyhow::Result<()> {
+    let settings = ApiSettings::from_env(&config).context("invalid configuration")?;
+    let storage = open_storage().await?;
+    let backend = wiring::connect(&config).await.context("could not connect the backend")?;
+    tracing::info!(backend = %backend.name(), database = ?storage.kind(), "starting the API");
+    let parts = Parts { storage: storage.clone(), backend, config, settings };
+    let mut running = serve::start(parts, worker).await?;
+    println!("sync-worker API on http://{}/", running.addr());
+    if let Some(ended) = until_signal(running.finished()).await? {
+        return ended;
+    }
+    tracing::info!("shutdown signal: stopping the API and releasing leases");
+    running.shutdown().await?;
+    storage.close().await;
+    Ok(())
+}
+
+/// Waits for SIGTERM or Ctrl-C (`None`) or for `finished` to end first (`Some`, its result).
+async fn until_signal<T>(finished: impl Future<Output = T>) -> anyhow::Result<Option<T>> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("could not install the SIGTERM handler")?;
     tokio::select! {
-        _ = term.recv() => {}
-        r = tokio::signal::ctrl_c() => r.context("could not listen for Ctrl-C")?,
+        _ = term.recv() => Ok(None),
+        r = tokio::signal::ctrl_c() => r.context("could not listen for Ctrl-C").map(|()| None),
+        r = finished => Ok(Some(r)),
     }
-    Ok(())
 }
 
 fn read_password() -> anyhow::Result<String> {
@@ -247,13 +201,9 @@ fn read_password() -> anyhow::Result<String> {
     Ok(password)
 }
 
-/// The lease store, when one outside this process is configured (Redis):
-/// tiers and owners live there. The in-memory store of a CLI process knows nothing.
+/// The lease store the workers share, when there is one (see [`wiring::shared_store`]).
 async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseStore>>> {
-    if config.redis_url.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(wiring::connect_store(config).await.context("could not connect the lease store")?))
+    wiring::shared_store(config).await.context("could not connect the lease store")
 }
 
 async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {

@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-pub use leasehold_core::backend_url::redact_url;
+use leasehold_core::backend_url::redact_url;
 use leasehold_core::backend_url::{is_redis_url, REDIS_SCHEMES_HELP};
 use leasehold_core::duration::{parse_duration, DurationError, PlainUnit};
 use leasehold_core::ids::is_key_safe_char;

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use leasehold_core::{FencingToken, IdError, LeaseError, LeaseKey};
 
+/// An error with its causes, `a: b: c`, for `last_error` and logs: the
+/// workspace's one formatter, used through this path by every caller in the crate.
+pub use leasehold_core::errors::error_chain;
+
 /// A configuration value from the environment is missing, malformed or
 /// inconsistent with another one. Raised once, at start.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -13,7 +13,7 @@
 //! An [`EventBus`] is a sink that API processes can also subscribe to, one
 //! user at a time. It sends each event as JSON on the user's topic of a
 //! [`UserBus`]: in one process (`sync-worker serve`) the in-memory bus, across
-//! processes Redis pub/sub (see [`crate::wiring::connect_bus`]).
+//! processes Redis pub/sub (see [`crate::app::wiring::connect_bus`]).
 //!
 //! Delivery is at most once per subscriber and only to subscribers present
 //! when the event is published, like any pub/sub; a batch that a worker
@@ -186,7 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_sees_only_its_users_events_in_order() {
-        let bus = crate::wiring::memory_bus();
+        let bus = crate::app::wiring::memory_bus();
         let alice = UserId::new("alice").unwrap();
         let mut sub = bus.subscribe(&alice).await.unwrap();
         let changed = SyncEvent::Account(AccountChanged { user: "alice".into(), account: "a".into() });

@@ -3,64 +3,65 @@
 //! Keeps many users' IMAP accounts synced into SQL: who syncs which account
 //! and how hard, the IMAP engine, the storage, and the operator CLI.
 //!
-//! * [`coordinator`]: workers own accounts through leases
-//!   ([`leasehold_core::LeaseStore`]): a fair share each, renewed every third
-//!   of the TTL, released on shutdown, taken over after a crash; it tiers each
-//!   owned account hot / warm / cold ([`tiers`]).
-//! * [`runner`]: the loops of one owned account, shaped by its tier; every
-//!   write carries the lease's fencing token.
-//! * [`source`]: the mail engine behind a trait ([`source::MailSource`]);
-//!   [`imap::ImapSource`] is the real one. With the `test-support` feature,
-//!   `scripted::ScriptedSource` is an in-process stand-in that records every
-//!   poll with its worker and token.
-//! * [`storage`]: the SQL storage (SQLite or Postgres): users, accounts,
-//!   folders and messages, every write of an owned account fenced by the
-//!   lease's token; [`secret`] encrypts the IMAP passwords in it.
-//! * [`directory`]: account -> user.
-//! * [`reconcile`]: the live set follows the accounts table.
-//! * [`cli`]: the `sync-worker` command line (worker and operator commands).
-//! * [`config`]: settings from the environment.
-//! * [`wiring`]: the one place that turns `REDIS_URL` into a backend.
-//! * `testing` (feature `test-support`): private Dovecot and Postgres
-//!   servers and realistic mail for tests and benchmarks.
-//! * [`api`]: the HTTP + WebSocket API and the console; [`events`]: how
-//!   the engine's writes reach its WebSockets.
+//! The modules, in reading order (the process, its parts, the ports they
+//! plug into, the leaves):
 //!
-//! The coordinator and runner depend only on the core traits
-//! (`Arc<dyn LeaseStore>`), so they run unchanged on the in-memory backend
-//! and on Redis.
+//! * [`cli`]: the `sync-worker` command line; parses it, runs the operator commands.
+//! * [`app`]: the processes, assembled once (storage, worker, API); `wiring` names the backend.
+//! * [`api`]: the HTTP + WebSocket API and the console.
+//! * [`coordinator`]: which accounts a worker owns and how hot each is; their runners.
+//! * [`imap`]: the IMAP engine, the real [`MailSource`].
+//! * [`storage`]: SQLite or Postgres: accounts, mail, sessions, views; fenced writes.
+//! * [`directory`]: the port for account -> user ([`AccountDirectory`]).
+//! * [`events`]: the port through which the engine's writes reach the WebSockets.
+//! * [`source`]: the port the runner drives ([`MailSource`], [`Fence`]).
+//! * [`config`]: the engine's settings, from the environment.
+//! * [`errors`]: every error of the crate, and its one error-chain formatter.
+//! * [`secret`]: the key that encrypts the stored IMAP passwords.
+//! * `testing` (feature `test-support`): the test doubles, a database per
+//!   test, private Dovecot and Postgres servers, realistic mail.
+//!
+//! The arrows point down this list, never up: `cli` uses `app`; `app` uses
+//! everything below it; `api` uses `storage`, `imap` (the login check) and
+//! `events`; `coordinator` uses the ports (and `storage`, to reconcile);
+//! `imap` uses `storage` and `source`; `storage` uses `events`, `source`
+//! and `directory`. The coordinator and runner depend only on the core
+//! traits (`Arc<dyn LeaseStore>`) and the ports, so they run unchanged on
+//! the in-memory backend and on Redis.
 #![warn(missing_docs)]
 
-pub mod api;
+// The process.
 pub mod cli;
-pub mod config;
+
+pub mod app;
+
+// Its parts.
+pub mod api;
 pub mod coordinator;
-pub mod directory;
-pub mod errors;
-pub mod events;
 pub mod imap;
-pub mod reconcile;
-pub mod runner;
-#[cfg(feature = "test-support")]
-pub mod scripted;
-pub mod secret;
-pub mod source;
 pub mod storage;
+
+// The ports they plug into.
+pub mod directory;
+pub mod events;
+pub mod source;
+
+// The leaves.
+pub mod config;
+pub mod errors;
+pub mod secret;
+
 #[cfg(feature = "test-support")]
 pub mod testing;
-pub mod tiers;
-pub mod wiring;
 
 pub use config::Config;
+pub use coordinator::runner::{RunnerExit, RunnerHandle, RunnerSettings, RunnerStatus};
+pub use coordinator::tiers::{TierInputs, TierPolicy};
 pub use coordinator::{
     AccountView, Coordinator, CoordinatorHandle, CoordinatorObserver, CoordinatorStats, Deps, PreparedCoordinator,
 };
 pub use directory::AccountDirectory;
-#[cfg(feature = "test-support")]
-pub use directory::MemoryDirectory;
 pub use errors::{BoxError, ConfigError, DirectoryError, SourceError, SyncError};
-pub use runner::{RunnerExit, RunnerHandle, RunnerSettings, RunnerStatus};
-#[cfg(feature = "test-support")]
-pub use scripted::{Activity, PollRecord, ScriptedSource};
 pub use source::{Fence, MailConnection, MailSource, PollReport, Scope};
-pub use tiers::{TierInputs, TierPolicy};
+#[cfg(feature = "test-support")]
+pub use testing::{Activity, MemoryDirectory, PollRecord, ScriptedSource};

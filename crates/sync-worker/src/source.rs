@@ -1,5 +1,5 @@
 //! The mail source: what the runner drives. [`crate::imap::ImapSource`] is the
-//! real one; `scripted::ScriptedSource` (feature `test-support`) the in-process stand-in
+//! real one; `testing::ScriptedSource` (feature `test-support`) the in-process stand-in
 //! for tests and benchmarks.
 
 use std::fmt;

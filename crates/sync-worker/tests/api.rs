@@ -4,7 +4,6 @@
 //! A missing Dovecot or Postgres fails these tests; they never skip.
 
 use std::os::unix::process::CommandExt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
@@ -12,21 +11,17 @@ use leasehold_core::{LeaseKey, WorkerId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::Row;
-use sync_worker::api::process::{self, Parts, Running};
 use sync_worker::api::ApiSettings;
-use sync_worker::secret::SecretKey;
+use sync_worker::app::serve::{self, Parts, Running};
+use sync_worker::app::wiring;
+use sync_worker::both_databases;
 use sync_worker::storage::Storage;
-use sync_worker::testing::{Dovecot, Postgres};
+use sync_worker::testing::{Dovecot, TestDb};
 use sync_worker::Config;
 use tokio_tungstenite::tungstenite::Message;
 
 const IMAP_PASSWORD: &str = "imap-Secret-4711";
 const USER_PASSWORD: &str = "console-pw-1234";
-
-enum Db {
-    Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres(#[allow(dead_code)] Postgres),
-}
 
 struct Server {
     running: Option<Running>,
@@ -35,7 +30,9 @@ struct Server {
     storage: Storage,
     http: reqwest::Client,
     base: String,
-    _db: Db,
+    /// The worker's id (`w-` and the test's name).
+    worker: String,
+    _db: TestDb,
 }
 
 fn config() -> Config {
@@ -49,31 +46,19 @@ fn config() -> Config {
     }
 }
 
-async fn server(postgres: bool, tag: &str, tune: impl FnOnce(&mut ApiSettings)) -> Server {
+async fn server(db: TestDb, tune: impl FnOnce(&mut ApiSettings)) -> Server {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_users([("alice", IMAP_PASSWORD), ("bob", IMAP_PASSWORD)]).expect("Dovecot users");
-    let (url, db) = if postgres {
-        let pg = Postgres::fresh(tag).unwrap_or_else(|e| panic!("Postgres: {e}"));
-        (pg.url().to_string(), Db::Postgres(pg))
-    } else {
-        let dir = tempfile::tempdir().expect("tempdir");
-        (format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display()), Db::Sqlite(dir))
-    };
-    let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
+    let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url()));
     let config = config();
     let mut settings = ApiSettings::new(&config);
     settings.listen = "127.0.0.1:0".parse().unwrap();
     tune(&mut settings);
-    let parts = Parts {
-        storage: storage.clone(),
-        store: Arc::new(leasehold_mem::MemoryStore::new()),
-        bus: sync_worker::wiring::memory_bus(),
-        config,
-        settings,
-    };
-    let running = process::start(parts, Some(WorkerId::new(format!("w-{tag}")).unwrap())).await.expect("start");
+    let parts = Parts { storage: storage.clone(), backend: wiring::in_process(), config, settings };
+    let worker = format!("w-{}", db.tag());
+    let running = serve::start(parts, Some(WorkerId::new(&worker).unwrap())).await.expect("start");
     let base = format!("http://{}", running.addr());
-    Server { running: Some(running), dovecot, storage, http: reqwest::Client::new(), base, _db: db }
+    Server { running: Some(running), dovecot, storage, http: reqwest::Client::new(), base, worker, _db: db }
 }
 
 /// A raw message with this subject.
@@ -201,20 +186,8 @@ async fn wait_new(ws: &mut Ws, subject: &str, within: Duration) -> Option<Value>
     None
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(false, concat!(stringify!($name), "_sqlite")).await })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(true, concat!(stringify!($name), "_pg")).await })*
-        }
-    };
-}
-
-on_both!(
+both_databases!(
+    async:
     sign_up_log_in_add_an_account_and_see_its_mail,
     message_new_is_pushed_within_2s_of_an_append,
     websocket_presence_promotes_a_warm_account_to_hot_within_5s,
@@ -227,8 +200,8 @@ on_both!(
     deleting_an_account_stops_its_sync_and_removes_its_data,
 );
 
-async fn sign_up_log_in_add_an_account_and_see_its_mail(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn sign_up_log_in_add_an_account_and_see_its_mail(db: TestDb) {
+    let s = server(db, |_| {}).await;
     for i in 0..3 {
         s.append("alice", &format!("hello-{i}"));
     }
@@ -288,7 +261,7 @@ async fn sign_up_log_in_add_an_account_and_see_its_mail(pg: bool, tag: &str) {
 
     let (st, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
     assert_eq!(st, StatusCode::OK, "{a}");
-    assert_eq!(a["owner"], format!("w-{tag}"));
+    assert_eq!(a["owner"], s.worker);
     assert!(a["tier"].is_string() && a["last_sync_at"].as_i64().unwrap() > 0, "{a}");
     assert_eq!(a["last_error"], Value::Null);
     let inbox = a["folders"].as_array().unwrap().iter().find(|f| f["name"] == "INBOX").expect("INBOX").clone();
@@ -301,8 +274,8 @@ async fn sign_up_log_in_add_an_account_and_see_its_mail(pg: bool, tag: &str) {
     assert_eq!(list[0]["username"], "alice");
 }
 
-async fn message_new_is_pushed_within_2s_of_an_append(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn message_new_is_pushed_within_2s_of_an_append(db: TestDb) {
+    let s = server(db, |_| {}).await;
     let token = s.user("alice@example.org").await;
     let id = s.add_account(&token, "alice").await;
     let mut ws = s.ws(&token).await;
@@ -354,11 +327,11 @@ async fn wait_kind(ws: &mut Ws, kind: &str, within: Duration) -> Option<Value> {
     None
 }
 
-async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(pg: bool, tag: &str) {
+async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(db: TestDb) {
     // Presence lasts 2 s here, so the login's wears off and the account
     // settles warm: its newest mail is a day old (neither recent enough for
     // hot nor old enough for cold).
-    let s = server(pg, tag, |a| a.presence_grace = Duration::from_secs(2)).await;
+    let s = server(db, |a| a.presence_grace = Duration::from_secs(2)).await;
     let day_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 86_400;
     tokio::task::block_in_place(|| s.dovecot.append_with("alice", "INBOX", &[], Some(day_ago), &mail("old")))
         .expect("APPEND");
@@ -388,9 +361,9 @@ async fn wait_status(ws: &mut Ws, account: &str, within: Duration, pred: impl Fn
     None
 }
 
-async fn account_status_is_pushed_when_the_tier_or_the_last_error_changes(pg: bool, tag: &str) {
+async fn account_status_is_pushed_when_the_tier_or_the_last_error_changes(db: TestDb) {
     // As in the presence test: the account settles warm once the login's presence wears off.
-    let s = server(pg, tag, |a| a.presence_grace = Duration::from_secs(2)).await;
+    let s = server(db, |a| a.presence_grace = Duration::from_secs(2)).await;
     let day_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 86_400;
     tokio::task::block_in_place(|| s.dovecot.append_with("alice", "INBOX", &[], Some(day_ago), &mail("old")))
         .expect("APPEND");
@@ -416,7 +389,7 @@ async fn account_status_is_pushed_when_the_tier_or_the_last_error_changes(pg: bo
     let mut expected: Vec<&String> = got.as_object().unwrap().keys().collect();
     expected.sort();
     assert_eq!(fields, expected, "account.status has the fields of GET /v1/accounts/{{id}}: {hot} vs {got}");
-    assert_eq!(hot["owner"], format!("w-{tag}"), "{hot}");
+    assert_eq!(hot["owner"], s.worker, "{hot}");
     assert!(hot["last_sync_at"].as_i64().is_some(), "{hot}");
     assert!(hot["last_error"].is_null(), "{hot}");
     assert_eq!(hot["folders"].as_array().unwrap().iter().find(|f| f["name"] == "INBOX").unwrap()["messages"], 1);
@@ -446,8 +419,8 @@ async fn account_status_is_pushed_when_the_tier_or_the_last_error_changes(pg: bo
     }
 }
 
-async fn two_users_are_isolated(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn two_users_are_isolated(db: TestDb) {
+    let s = server(db, |_| {}).await;
     let alice = s.user("alice@example.org").await;
     let bob = s.user("bob@example.org").await;
     let a_id = s.add_account(&alice, "alice").await;
@@ -486,8 +459,8 @@ async fn two_users_are_isolated(pg: bool, tag: &str) {
     }
 }
 
-async fn every_auth_failure_is_401(pg: bool, tag: &str) {
-    let s = server(pg, tag, |a| a.login_failures_per_email = 3).await;
+async fn every_auth_failure_is_401(db: TestDb) {
+    let s = server(db, |a| a.login_failures_per_email = 3).await;
     let token = s.user("alice@example.org").await;
     let unauthorized = |st: StatusCode, v: &Value, what: &str| {
         assert_eq!(st, StatusCode::UNAUTHORIZED, "{what}: {v}");
@@ -546,8 +519,8 @@ async fn every_auth_failure_is_401(pg: bool, tag: &str) {
 /// The message list checks the session, the owner and the folder in its own
 /// query (the hot path); every way that can fail still gets its own answer,
 /// on an account that has mail to show.
-async fn the_message_list_answers_each_failure_as_the_other_routes_do(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn the_message_list_answers_each_failure_as_the_other_routes_do(db: TestDb) {
+    let s = server(db, |_| {}).await;
     let alice = s.user("alice@example.org").await;
     let bob = s.user("bob@example.org").await;
     let id = s.add_account(&alice, "alice").await;
@@ -600,8 +573,8 @@ async fn the_message_list_answers_each_failure_as_the_other_routes_do(pg: bool, 
     assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized".into()), "after logout: {v}");
 }
 
-async fn bad_input_is_a_400_naming_the_field(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn bad_input_is_a_400_naming_the_field(db: TestDb) {
+    let s = server(db, |_| {}).await;
     let token = s.user("alice@example.org").await;
     let field = |v: &Value| v["error"]["message"].as_str().unwrap().split(':').next().unwrap().to_string();
     for (path, body, named) in [
@@ -654,8 +627,8 @@ async fn column_texts(storage: &Storage, table: &str) -> Vec<String> {
     out
 }
 
-async fn no_plain_text_password_in_any_column(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn no_plain_text_password_in_any_column(db: TestDb) {
+    let s = server(db, |_| {}).await;
     s.append("alice", "secret-check");
     let token = s.user("alice@example.org").await;
     let id = s.add_account(&token, "alice").await;
@@ -686,8 +659,8 @@ async fn count(storage: &Storage, table: &str, account: &str) -> i64 {
         .get(0)
 }
 
-async fn deleting_an_account_stops_its_sync_and_removes_its_data(pg: bool, tag: &str) {
-    let s = server(pg, tag, |_| {}).await;
+async fn deleting_an_account_stops_its_sync_and_removes_its_data(db: TestDb) {
+    let s = server(db, |_| {}).await;
     s.append("alice", "before-delete");
     let token = s.user("alice@example.org").await;
     let id = s.add_account(&token, "alice").await;
@@ -823,7 +796,7 @@ impl Drop for Browser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_chromium_shows_an_appended_message_within_2s() {
-    let s = server(false, "console", |_| {}).await;
+    let s = server(TestDb::sqlite("console").expect("a test database"), |_| {}).await;
     s.append("alice", "already-there");
     let b = Browser::start().await;
     b.cmd("POST", "/url", json!({"url": format!("{}/", s.base)})).await;

@@ -5,14 +5,12 @@
 //! with the real field names and values of every type) — and checks each
 //! answer is below 500 and, for an error, in the one error shape.
 
-use std::sync::Arc;
-
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use sync_worker::api::process::{self, Parts, Running};
 use sync_worker::api::ApiSettings;
-use sync_worker::secret::SecretKey;
-use sync_worker::storage::Storage;
+use sync_worker::app::serve::{self, Parts, Running};
+use sync_worker::app::wiring;
+use sync_worker::testing::TestDb;
 use sync_worker::Config;
 
 const ROUTES: [&str; 11] = [
@@ -36,15 +34,14 @@ struct Api {
     base: String,
     token: String,
     http: reqwest::Client,
-    _dir: tempfile::TempDir,
+    _db: TestDb,
 }
 
 fn api() -> Api {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display());
+    let db = TestDb::sqlite("api_fuzz").expect("a test database");
     let (running, token, http) = rt.block_on(async {
-        let storage = Storage::open(&url, SecretKey::generate()).await.unwrap();
+        let storage = db.open().await.unwrap();
         let config = Config::default();
         let mut settings = ApiSettings::new(&config);
         settings.listen = "127.0.0.1:0".parse().unwrap();
@@ -52,14 +49,8 @@ fn api() -> Api {
         // Generated logins must not lock the real one out.
         settings.login_failures_per_email = u32::MAX;
         settings.login_failures_per_client = u32::MAX;
-        let parts = Parts {
-            storage,
-            store: Arc::new(leasehold_mem::MemoryStore::new()),
-            bus: sync_worker::wiring::memory_bus(),
-            config,
-            settings,
-        };
-        let running = process::start(parts, None).await.unwrap();
+        let parts = Parts { storage, backend: wiring::in_process(), config, settings };
+        let running = serve::start(parts, None).await.unwrap();
         let base = format!("http://{}", running.addr());
         let http = reqwest::Client::new();
         let creds = json!({"email": "fuzz@example.org", "password": "fuzz-password-1"});
@@ -69,7 +60,7 @@ fn api() -> Api {
         (running, v["token"].as_str().unwrap().to_string(), http)
     });
     let base = format!("http://{}", running.addr());
-    Api { rt, _running: running, base, token, http, _dir: dir }
+    Api { rt, _running: running, base, token, http, _db: db }
 }
 
 fn segment() -> impl Strategy<Value = String> {

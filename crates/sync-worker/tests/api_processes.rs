@@ -4,16 +4,14 @@
 //! a worker stores must reach the `api` process's WebSocket (Redis pub/sub).
 //! A missing Redis, Postgres or Dovecot fails these tests; they never skip.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use leasehold_redis::test_support;
 use serde_json::{json, Value};
-use sync_worker::testing::{Dovecot, Postgres};
+use sync_worker::testing::{free_port, sync_worker_command, Dovecot, TestDb, TEST_SECRET_KEY};
 use tokio_tungstenite::tungstenite::Message;
-
-const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 /// A child process killed on drop.
 struct Proc(Child, &'static str);
@@ -25,19 +23,9 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn sync_worker(dir: &std::path::Path, args: &[&str], env: &[(&str, String)], name: &'static str) -> Proc {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sync-worker"));
-    c.args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+    let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir);
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -75,7 +63,7 @@ async fn post(http: &reqwest::Client, url: String, token: Option<&str>, body: Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_with_no_configuration_and_serves_the_console() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let mut serve = sync_worker(dir.path(), &["serve"], &[("LISTEN", format!("127.0.0.1:{port}"))], "serve");
     let http = reqwest::Client::new();
     let page = wait_up(&http, &format!("http://127.0.0.1:{port}"), &mut [&mut serve]).await;
@@ -99,16 +87,16 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
     test_support::require_binary("redis-server");
     let redis = test_support::redis_url();
     let prefix = test_support::unique_prefix("api2p");
-    let pg = Postgres::fresh("api_two_processes").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let pg = TestDb::postgres("api_two_processes").unwrap_or_else(|e| panic!("Postgres: {e}"));
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_user("alice", "imap-pw").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let common = [
         ("REDIS_URL", redis.clone()),
         ("REDIS_KEY_PREFIX", prefix.clone()),
         ("DATABASE_URL", pg.url().to_string()),
-        ("SECRET_KEY", KEY.to_string()),
+        ("SECRET_KEY", TEST_SECRET_KEY.to_string()),
         ("POLL_WARM", "2s".to_string()),
         ("TIER_EVAL_INTERVAL", "1s".to_string()),
         ("LEASE_TTL", "3s".to_string()),

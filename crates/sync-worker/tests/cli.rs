@@ -5,49 +5,32 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sync_worker::testing::{mail_gen, Dovecot, Postgres};
+use sync_worker::both_databases;
+use sync_worker::testing::{mail_gen, sync_worker_command, Dovecot, TestDb, TEST_SECRET_KEY};
 
 const USER: &str = "carol";
 const PASSWORD: &str = "pw-of-carol";
-
-enum Db {
-    Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres(#[allow(dead_code)] Postgres),
-}
 
 struct Env {
     dovecot: Dovecot,
     url: String,
     key: String,
     dir: tempfile::TempDir,
-    _db: Db,
+    _db: TestDb,
 }
 
-fn env(postgres: bool, tag: &str) -> Env {
+fn env(db: TestDb) -> Env {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_user(USER, PASSWORD).unwrap();
-    let (url, db) = if postgres {
-        let pg = Postgres::fresh(tag).unwrap_or_else(|e| panic!("Postgres: {e}"));
-        (pg.url().to_string(), Db::Postgres(pg))
-    } else {
-        let d = tempfile::tempdir().unwrap();
-        (format!("sqlite://{}?mode=rwc", d.path().join("db.sqlite").display()), Db::Sqlite(d))
-    };
-    // base64 of 32 bytes of 7.
-    let key = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=".to_string();
+    let url = db.url().to_string();
+    let key = TEST_SECRET_KEY.to_string();
     Env { dovecot, url, key, dir: tempfile::tempdir().unwrap(), _db: db }
 }
 
 impl Env {
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_sync-worker"));
-        c.args(args)
-            .current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("DATABASE_URL", &self.url)
-            .env("SECRET_KEY", &self.key)
-            .env("RUST_LOG", "warn");
+        let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), self.dir.path());
+        c.args(args).env("DATABASE_URL", &self.url).env("SECRET_KEY", &self.key);
         c
     }
 
@@ -105,25 +88,15 @@ impl Env {
     }
 }
 
-macro_rules! both_databases {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(false, stringify!($name)); } )*
-        }
-        mod postgres {
-            $( #[test] fn $name() { super::$name(true, stringify!($name)); } )*
-        }
-    };
-}
-
 both_databases!(
+    sync:
     operator_commands_add_list_status_remove,
     bad_input_changes_nothing,
     worker_syncs_and_resumes_after_a_kill
 );
 
-fn operator_commands_add_list_status_remove(pg: bool, tag: &str) {
-    let e = env(pg, tag);
+fn operator_commands_add_list_status_remove(db: TestDb) {
+    let e = env(db);
     e.ok(&["user", "add", "--email", "carol@example.org"], "");
     let out = e.add_account(PASSWORD);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -139,8 +112,8 @@ fn operator_commands_add_list_status_remove(pg: bool, tag: &str) {
         assert!(status.get(field).is_some(), "status lacks {field}: {status}");
     }
     // The password is stored encrypted, nowhere in the clear.
-    if let Db::Sqlite(d) = &e._db {
-        let raw = std::fs::read(d.path().join("db.sqlite")).unwrap();
+    if let Some(file) = e._db.sqlite_file() {
+        let raw = std::fs::read(file).unwrap();
         assert!(!raw.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()), "password stored in plain text");
     }
     e.ok(&["account", "remove", &id], "");
@@ -148,8 +121,8 @@ fn operator_commands_add_list_status_remove(pg: bool, tag: &str) {
     assert!(e.fails(&["account", "remove", &id], "").contains("no account"));
 }
 
-fn bad_input_changes_nothing(pg: bool, tag: &str) {
-    let e = env(pg, tag);
+fn bad_input_changes_nothing(db: TestDb) {
+    let e = env(db);
     assert!(e.fails(&["user", "add", "--email", "not-an-address"], "").contains("not an e-mail address"));
     e.ok(&["user", "add", "--email", "carol@example.org"], "");
     assert!(e.fails(&["user", "add", "--email", "carol@example.org"], "").contains("already exists"));
@@ -241,8 +214,8 @@ fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn worker_syncs_and_resumes_after_a_kill(pg: bool, tag: &str) {
-    let e = env(pg, tag);
+fn worker_syncs_and_resumes_after_a_kill(db: TestDb) {
+    let e = env(db);
     e.ok(&["user", "add", "--email", "carol@example.org"], "");
     let out = e.add_account(PASSWORD);
     let id = String::from_utf8(out.stdout).unwrap().trim().to_string();

@@ -8,44 +8,26 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
 use sqlx::Row;
+use sync_worker::both_databases;
 use sync_worker::imap::{ImapSettings, ImapSource};
-use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
-use sync_worker::testing::{mail_gen, Dovecot, Postgres};
+use sync_worker::testing::{mail_gen, Dovecot, TestDb};
 use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "secret-pw";
 
-/// A database of the test's own, kept alive as long as the test.
-enum Db {
-    Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres(#[allow(dead_code)] Postgres),
-}
-
 struct World {
     dovecot: Dovecot,
     storage: Storage,
     account: LeaseKey,
-    _db: Db,
+    _db: TestDb,
 }
 
-async fn open_db(postgres: bool, tag: &str) -> (Storage, Db) {
-    let (url, db) = if postgres {
-        let pg = Postgres::fresh(tag).unwrap_or_else(|e| panic!("Postgres: {e}"));
-        (pg.url().to_string(), Db::Postgres(pg))
-    } else {
-        let dir = tempfile::tempdir().expect("tempdir");
-        (format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display()), Db::Sqlite(dir))
-    };
-    let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
-    (storage, db)
-}
-
-async fn world(postgres: bool, tag: &str, password: &str) -> World {
+async fn world(db: TestDb, password: &str) -> World {
     let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_user(USER, PASSWORD).expect("add user");
-    let (storage, db) = open_db(postgres, tag).await;
+    let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url()));
     let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
     let account = storage
         .add_account(&NewAccount {
@@ -114,28 +96,8 @@ impl World {
     }
 }
 
-macro_rules! both_databases {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(false, stringify!($name)).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(true, stringify!($name)).await;
-                }
-            )*
-        }
-    };
-}
-
 both_databases!(
+    async:
     initial_sync_stores_mail_and_finds_special_folders,
     unchanged_folders_cost_no_fetch,
     flag_changes_by_another_client_are_reflected,
@@ -151,8 +113,8 @@ both_databases!(
     a_failing_folder_does_not_stop_the_others,
 );
 
-async fn initial_sync_stores_mail_and_finds_special_folders(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn initial_sync_stores_mail_and_finds_special_folders(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 3, 1);
     w.append("Sent", 2, 2);
     let mut conn = w.connect(1).await;
@@ -194,8 +156,8 @@ async fn initial_sync_stores_mail_and_finds_special_folders(pg: bool, tag: &str)
     assert!(summary.last_sync_at.is_some() && summary.last_error.is_none(), "{summary:?}");
 }
 
-async fn unchanged_folders_cost_no_fetch(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn unchanged_folders_cost_no_fetch(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 4, 3);
     let mut conn = w.connect(1).await;
     conn.poll(Scope::All).await.expect("first poll");
@@ -212,8 +174,8 @@ async fn unchanged_folders_cost_no_fetch(pg: bool, tag: &str) {
     assert_eq!(sent.get("STATUS"), Some(&6), "{sent:?}");
 }
 
-async fn flag_changes_by_another_client_are_reflected(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn flag_changes_by_another_client_are_reflected(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 3, 4);
     let mut conn = w.connect(1).await;
     conn.poll(Scope::Inbox).await.expect("poll");
@@ -224,8 +186,8 @@ async fn flag_changes_by_another_client_are_reflected(pg: bool, tag: &str) {
     assert_eq!(rows[0].1, "");
 }
 
-async fn expunges_are_reflected_including_500_at_once(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn expunges_are_reflected_including_500_at_once(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 600, 5);
     let mut conn = w.connect(1).await;
     conn.poll(Scope::Inbox).await.expect("poll");
@@ -246,8 +208,8 @@ async fn expunges_are_reflected_including_500_at_once(pg: bool, tag: &str) {
     assert_eq!(rows[0].0, 502);
 }
 
-async fn uidvalidity_change_leaves_no_stale_rows(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn uidvalidity_change_leaves_no_stale_rows(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 5, 6);
     let mut conn = w.connect(1).await;
     conn.poll(Scope::Inbox).await.expect("poll");
@@ -267,8 +229,8 @@ async fn uidvalidity_change_leaves_no_stale_rows(pg: bool, tag: &str) {
     assert_eq!(w.rows("INBOX").await.len() as u32, w.server_count("INBOX"));
 }
 
-async fn stale_owner_writes_nothing(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn stale_owner_writes_nothing(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 2, 7);
     let mut old = w.connect(1).await;
     old.poll(Scope::Inbox).await.expect("old owner's poll");
@@ -302,8 +264,8 @@ async fn stale_owner_writes_nothing(pg: bool, tag: &str) {
     assert_eq!(w.rows("INBOX").await.len(), 5);
 }
 
-async fn killed_server_process_recovers_without_loss_or_duplicates(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn killed_server_process_recovers_without_loss_or_duplicates(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 1500, 9);
     let source = w.source();
     let fence = w.fence(1);
@@ -333,8 +295,8 @@ async fn killed_server_process_recovers_without_loss_or_duplicates(pg: bool, tag
     assert_eq!(uids.len(), 1500, "duplicates");
 }
 
-async fn interrupted_initial_sync_resumes_without_duplicates(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn interrupted_initial_sync_resumes_without_duplicates(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 1200, 10);
     let source = w.source();
     let fence = w.fence(1);
@@ -357,8 +319,8 @@ async fn interrupted_initial_sync_resumes_without_duplicates(pg: bool, tag: &str
     assert_eq!(w.rows("INBOX").await.len(), 1200);
 }
 
-async fn mail_between_fetch_and_idle_is_not_missed(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn mail_between_fetch_and_idle_is_not_missed(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     w.append("INBOX", 1, 11);
     let mut conn = w.connect(1).await;
     conn.poll(Scope::Inbox).await.expect("poll");
@@ -372,8 +334,8 @@ async fn mail_between_fetch_and_idle_is_not_missed(pg: bool, tag: &str) {
     assert_eq!(w.rows("INBOX").await.len(), 2);
 }
 
-async fn hot_account_sees_new_mail_within_2s(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn hot_account_sees_new_mail_within_2s(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     let settings = RunnerSettings {
         poll_warm: Duration::from_secs(600),
         poll_cold: Duration::from_secs(600),
@@ -405,8 +367,8 @@ async fn hot_account_sees_new_mail_within_2s(pg: bool, tag: &str) {
     runner.stop(Duration::from_secs(1)).await;
 }
 
-async fn wrong_password_sets_last_error_without_a_storm(pg: bool, tag: &str) {
-    let w = world(pg, tag, "not-the-password").await;
+async fn wrong_password_sets_last_error_without_a_storm(db: TestDb) {
+    let w = world(db, "not-the-password").await;
     match w.source().connect(&w.fence(1)).await {
         Err(SourceError::Auth { answer, .. }) => assert!(answer.contains("Authentication failed"), "{answer}"),
         Err(other) => panic!("expected an auth error, got {other:?}"),
@@ -436,8 +398,8 @@ async fn wrong_password_sets_last_error_without_a_storm(pg: bool, tag: &str) {
     assert!((1..=3).contains(&failures), "{failures} failed logins in 4 s:\n{}", w.dovecot.log_tail());
 }
 
-async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     let settings = ImapSettings {
         idle_deadline: Duration::from_secs(1),
         idle_silence: Duration::from_millis(300),
@@ -470,8 +432,8 @@ async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(pg: bool, tag: &
     assert!(r.is_err(), "a wait on a dead connection succeeded");
 }
 
-async fn a_failing_folder_does_not_stop_the_others(pg: bool, tag: &str) {
-    let w = world(pg, tag, PASSWORD).await;
+async fn a_failing_folder_does_not_stop_the_others(db: TestDb) {
+    let w = world(db, PASSWORD).await;
     let mut conn = w.connect(1).await;
     conn.poll(Scope::All).await.expect("poll");
     // Archive becomes unreadable to the server (it answers NO); mail arrives in the others.

@@ -8,37 +8,34 @@
 //! method added to a documented path, fails this test.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use serde_json::Value;
-use sync_worker::api::process::{self, Parts};
 use sync_worker::api::{ApiSettings, ApiState};
-use sync_worker::secret::SecretKey;
-use sync_worker::storage::Storage;
+use sync_worker::app::serve::{self, Parts};
+use sync_worker::app::wiring;
+use sync_worker::testing::TestDb;
 use sync_worker::Config;
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
-async fn parts() -> (Parts, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display());
-    let storage = Storage::open(&url, SecretKey::generate()).await.expect("storage");
+async fn parts() -> (Parts, TestDb) {
+    let db = TestDb::sqlite("openapi").expect("a test database");
+    let storage = db.open().await.expect("storage");
     let config = Config::default();
     let mut settings = ApiSettings::new(&config);
     settings.listen = "127.0.0.1:0".parse().unwrap();
-    let parts = Parts {
-        storage,
-        store: Arc::new(leasehold_mem::MemoryStore::new()),
-        bus: sync_worker::wiring::memory_bus(),
-        config,
-        settings,
-    };
-    (parts, dir)
+    let parts = Parts { storage, backend: wiring::in_process(), config, settings };
+    (parts, db)
 }
 
 /// The paths of the router's route table, from its `Debug` (`RouteId(n): "/path"`).
 fn served_paths(parts: &Parts) -> BTreeSet<String> {
-    let state = ApiState::new(parts.storage.clone(), parts.store.clone(), parts.bus.clone(), parts.settings.clone());
+    let state = ApiState::new(
+        parts.storage.clone(),
+        parts.backend.store().clone(),
+        parts.backend.bus().clone(),
+        parts.settings.clone(),
+    );
     let debug = format!("{:?}", sync_worker::api::router(state));
     // Only the main route table: the fallback router comes after it.
     let table = debug.split("fallback_router").next().expect("a Debug text");
@@ -78,7 +75,7 @@ async fn every_served_route_is_documented_with_its_methods() {
     let (parts, _dir) = parts().await;
     let served = served_paths(&parts);
     assert!(served.len() >= 11, "could not read the router's paths from its Debug text: {served:?}");
-    let running = process::start(parts, None).await.expect("start");
+    let running = serve::start(parts, None).await.expect("start");
     let base = format!("http://{}", running.addr());
     let http = reqwest::Client::new();
 

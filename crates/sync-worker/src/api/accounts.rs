@@ -12,7 +12,7 @@ use super::auth::Created;
 use super::auth::{authenticate, token_hash, AuthUser, BearerToken};
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::ApiState;
+use super::state::ApiState;
 use crate::imap::{ImapSource, LoginError};
 use crate::storage::{
     AccountSummary, Credentials, FolderInfo, MessageDetail, MessageKey, MessageSummary, NewAccount, Security,
@@ -134,7 +134,7 @@ pub async fn add(
         Err(LoginError::Refused { answer }) => return Err(ApiError::ImapRefused { answer }),
         Err(e @ LoginError::Unreachable { .. }) => {
             let server = format!("{host}:{}", body.port);
-            return Err(ApiError::ImapUnreachable { server, reason: crate::runner::error_chain(&e) });
+            return Err(ApiError::ImapUnreachable { server, reason: crate::errors::error_chain(&e) });
         }
     }
     let id = state

@@ -4,12 +4,10 @@
 //! 2 passes), on the blocking pool. A session token is 256 random bits
 //! (URL-safe base64) that the client keeps; the database stores only its
 //! SHA-256, with an expiry. Failed logins are counted per e-mail address
-//! and per client address in fixed windows ([`LoginLimiter`]).
+//! and per client address in fixed windows (`limiter`).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
@@ -22,12 +20,11 @@ use base64::Engine as _;
 use chacha20poly1305::aead::rand_core::RngCore;
 use chacha20poly1305::aead::OsRng;
 use leasehold_core::UserId;
-use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::ApiState;
+use super::state::ApiState;
 use crate::storage::{now_ms, Email};
 
 /// Shortest password accepted at sign-up.
@@ -98,57 +95,6 @@ fn dummy_hash() -> &'static str {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default().hash_password(b"no such user", &salt).map(|h| h.to_string()).unwrap_or_default()
     })
-}
-
-/// Failed-login counting: at most `per_email` failures per address and
-/// `per_client` per client IP within each `window`.
-#[derive(Debug)]
-pub struct LoginLimiter {
-    per_email: u32,
-    per_client: u32,
-    window: Duration,
-    failures: Mutex<HashMap<String, (Instant, u32)>>,
-}
-
-impl LoginLimiter {
-    /// A limiter with these bounds.
-    pub fn new(per_email: u32, per_client: u32, window: Duration) -> Self {
-        Self { per_email, per_client, window, failures: Mutex::new(HashMap::new()) }
-    }
-
-    fn keys(email: &str, client: Option<IpAddr>) -> [Option<String>; 2] {
-        [Some(format!("email:{email}")), client.map(|ip| format!("ip:{ip}"))]
-    }
-
-    /// `Err` with the seconds to wait when either bound is reached.
-    pub fn check(&self, email: &str, client: Option<IpAddr>) -> Result<(), ApiError> {
-        let now = Instant::now();
-        let mut map = self.failures.lock();
-        map.retain(|_, (start, _)| now.duration_since(*start) < self.window);
-        for (key, limit) in Self::keys(email, client).into_iter().zip([self.per_email, self.per_client]) {
-            if let Some((start, n)) = key.and_then(|k| map.get(&k).copied()) {
-                if n >= limit {
-                    let wait = self.window.saturating_sub(now.duration_since(start));
-                    return Err(ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts one failure.
-    pub fn failed(&self, email: &str, client: Option<IpAddr>) {
-        let now = Instant::now();
-        let mut map = self.failures.lock();
-        for key in Self::keys(email, client).into_iter().flatten() {
-            map.entry(key).or_insert((now, 0)).1 += 1;
-        }
-    }
-
-    /// Forgets the address's failures after a good login.
-    pub fn succeeded(&self, email: &str) {
-        self.failures.lock().remove(&format!("email:{email}"));
-    }
 }
 
 fn email_field(email: &str) -> Result<Email, ApiError> {
@@ -331,21 +277,5 @@ mod tests {
         assert!(!verify_password("wrong horse".into(), Some(h)).await.unwrap());
         assert!(!verify_password("anything".into(), None).await.unwrap());
         assert!(!verify_password("anything".into(), Some("garbage".into())).await.unwrap());
-    }
-
-    #[test]
-    fn the_limiter_stops_an_address_and_a_client_after_their_bounds() {
-        let l = LoginLimiter::new(2, 3, Duration::from_secs(60));
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        l.failed("a@b", Some(ip));
-        assert!(l.check("a@b", Some(ip)).is_ok());
-        l.failed("a@b", Some(ip));
-        assert!(matches!(l.check("a@b", Some(ip)), Err(ApiError::RateLimited { .. })));
-        assert!(l.check("c@d", Some(ip)).is_ok());
-        l.failed("c@d", Some(ip));
-        assert!(matches!(l.check("e@f", Some(ip)), Err(ApiError::RateLimited { .. })), "the client's bound");
-        assert!(l.check("e@f", None).is_ok());
-        l.succeeded("a@b");
-        assert!(l.check("a@b", None).is_ok());
     }
 }

@@ -145,7 +145,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         if let ApiError::Internal { .. } = &self {
-            tracing::error!(error = %crate::runner::error_chain(&self), "request failed");
+            tracing::error!(error = %crate::errors::error_chain(&self), "request failed");
         }
         let body = ErrorBody::new(code, self.to_string());
         let mut response = (status, Json(body)).into_response();

@@ -22,7 +22,7 @@ use axum::response::Response;
 
 use super::auth::{authenticate, bearer, AuthUser};
 use super::errors::{ApiError, ErrorBody};
-use super::ApiState;
+use super::state::ApiState;
 use crate::events::{AccountChanged, MailEvent, MailEventKind, SyncEvent};
 use crate::storage::MessageKey;
 
@@ -83,7 +83,7 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
     let mut events = match state.bus.subscribe(&auth.user).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %crate::runner::error_chain(&e), "websocket without events");
+            tracing::error!(error = %crate::errors::error_chain(&e), "websocket without events");
             return socket.send(Message::Close(Some(CloseFrame { code: 1011, reason: "no event bus".into() }))).await;
         }
     };
@@ -107,7 +107,7 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
                         let frame = CloseFrame { code: CLOSE_SESSION_ENDED, reason: "session ended: log in again".into() };
                         return socket.send(Message::Close(Some(frame))).await;
                     }
-                    Err(e) => tracing::warn!(error = %crate::runner::error_chain(&e), "could not check a websocket's session"),
+                    Err(e) => tracing::warn!(error = %crate::errors::error_chain(&e), "could not check a websocket's session"),
                 }
                 if let Err(e) = state.present(&auth.user).await {
                     tracing::warn!(error = %e, user = %auth.user, "could not refresh presence on ping");
@@ -147,7 +147,7 @@ async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<Strin
         Ok(Some(a)) => a,
         Ok(None) => return None,
         Err(e) => {
-            tracing::warn!(error = %crate::runner::error_chain(&e), "could not read an account for its status");
+            tracing::warn!(error = %crate::errors::error_chain(&e), "could not read an account for its status");
             return None;
         }
     };
@@ -180,7 +180,7 @@ async fn render_mail(state: &ApiState, event: &MailEvent) -> String {
         match state.storage.message(&event.account, &key).await {
             Ok(Some(m)) => v["message"] = serde_json::json!(m.summary),
             Ok(None) => {}
-            Err(e) => tracing::warn!(error = %crate::runner::error_chain(&e), "could not read an event's message"),
+            Err(e) => tracing::warn!(error = %crate::errors::error_chain(&e), "could not read an event's message"),
         }
     }
     v.to_string()

@@ -12,13 +12,13 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::handle::{CoordinatorStats, Shared, SharedEntry};
+use super::runner::{RunnerHandle, RunnerSettings};
+use super::tiers::{TierInputs, TierPolicy};
 use super::Deps;
 use crate::config::Config;
 use crate::errors::SyncError;
 use crate::events::{AccountChanged, EventSink, SyncEvent};
-use crate::runner::{RunnerHandle, RunnerSettings};
 use crate::source::Fence;
-use crate::tiers::{TierInputs, TierPolicy};
 
 /// Concurrent store or source calls in flight at once for per-key reads.
 const CONCURRENCY: usize = 64;

@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::runner::RunnerStatus;
 use crate::errors::SyncError;
-use crate::runner::RunnerStatus;
 
 /// One owned account, as seen from outside the coordinator.
 #[derive(Debug, Clone, PartialEq, Eq)]

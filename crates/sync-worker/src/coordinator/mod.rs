@@ -1,5 +1,11 @@
 //! The coordinator: which accounts this worker owns, and how hot each is.
 //!
+//! Its parts, top-down: this file starts it ([`Coordinator`], [`Deps`]);
+//! `event_loop` is its task and `handle` what its owner holds
+//! ([`CoordinatorHandle`]); [`tiers`] is the tier policy it applies,
+//! [`runner`] the loops of one owned account, and [`reconcile`] keeps the
+//! live set equal to the accounts table.
+//!
 //! One task per worker loops over four events:
 //!
 //! * **the tick**, every `LEASE_TTL / 3`: re-register the worker (TTL
@@ -21,7 +27,7 @@
 //!   expire. Outside that window a worker short of its share (the rounding of
 //!   `ceil` leaves one short when the live count does not divide evenly)
 //!   re-checks with backoff (every 1, 2, 4 ticks) and a bounded sweep.
-//! * **tier evaluation**, every `TIER_EVAL_INTERVAL`: see [`crate::tiers`].
+//! * **tier evaluation**, every `TIER_EVAL_INTERVAL`: see [`tiers`].
 //!   Tiers are written to the store (`sync:tier:{id}`) and the runners are
 //!   reshaped in place. A newly claimed account starts in the tier the store
 //!   holds (warm by default on claim; a previous owner's evaluation carries
@@ -48,6 +54,10 @@
 
 mod event_loop;
 mod handle;
+pub mod reconcile;
+pub mod runner;
+mod task;
+pub mod tiers;
 
 use std::sync::Arc;
 

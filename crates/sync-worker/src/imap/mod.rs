@@ -150,7 +150,7 @@ impl ImapSource {
     }
 
     async fn record_failure(&self, fence: &Fence, error: &SourceError) -> Result<(), SourceError> {
-        let text = crate::runner::error_chain(error);
+        let text = crate::errors::error_chain(error);
         let write = async {
             let mut tx = self.storage.write(fence).await?;
             tx.record_poll(Some(&text)).await?;

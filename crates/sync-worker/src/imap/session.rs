@@ -480,13 +480,13 @@ impl MailConnection for Connection {
                 Ok(r) => report.new_messages += r.new_messages,
                 Err(FolderFailure::Refused(e)) => {
                     // One folder the server refuses never stops the others.
-                    tracing::warn!(account = %self.fence.account, folder = %folder.name, error = %crate::runner::error_chain(&e), "folder skipped");
-                    refused.push(crate::runner::error_chain(&e));
+                    tracing::warn!(account = %self.fence.account, folder = %folder.name, error = %crate::errors::error_chain(&e), "folder skipped");
+                    refused.push(crate::errors::error_chain(&e));
                 }
                 Err(FolderFailure::Fatal(e)) => {
                     if !matches!(e, SourceError::Fenced { .. }) {
                         // Best effort: a failed write of the error must not hide the error.
-                        let _ = self.record(Some(&crate::runner::error_chain(&e))).await;
+                        let _ = self.record(Some(&crate::errors::error_chain(&e))).await;
                     }
                     return Err(e);
                 }

@@ -19,21 +19,23 @@
 //! between the check and the commit.
 
 mod accounts;
-mod api;
 mod mail;
+mod sessions;
+mod views;
 
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_core::backend_url::redact_url;
 use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
 pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
-pub use api::{FolderInfo, MessageDetail, MessageKey, MessageSummary, SessionRecord};
 pub use mail::{FencedTx, FolderState, MessageRow};
+pub use sessions::SessionRecord;
+pub use views::{FolderInfo, MessageDetail, MessageKey, MessageSummary};
 
-use crate::config::redact_url;
 use crate::events::EventSink;
 use crate::secret::{SecretError, SecretKey};
 
@@ -124,6 +126,11 @@ pub enum StorageError {
 pub(crate) fn query_err(op: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StorageError {
     let op = op.into();
     move |source| StorageError::Query { op, source }
+}
+
+/// A stored `field` of `account` whose `value` the schema does not allow.
+pub(crate) fn corrupt(account: &str, field: &'static str, value: impl ToString) -> StorageError {
+    StorageError::Corrupt { account: account.into(), field, value: value.to_string() }
 }
 
 /// The SQL storage. Cheap to clone; clones share the pool.

@@ -1,5 +1,11 @@
-//! Real servers and realistic mail for tests and benchmarks (feature `test-support`).
+//! Everything tests and benchmarks stand on (feature `test-support`): the
+//! test doubles, a database per test, real servers and realistic mail.
 //!
+//! * [`ScriptedSource`]: an in-process [`MailSource`](crate::source::MailSource)
+//!   that records every poll with its worker and token;
+//!   [`MemoryDirectory`]: account -> user, set by the test.
+//! * [`TestDb`]: a fresh SQLite file or Postgres database per test, and
+//!   [`both_databases!`](crate::both_databases), which runs a case on each.
 //! * [`Dovecot`]: a private Dovecot IMAP server on a free loopback port, with
 //!   its own config, users, mail and log in a temp dir. [`ImapSession`] is a
 //!   small raw IMAP client for checking what a real client sees;
@@ -10,8 +16,9 @@
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
 //!   server of a test's own, for tests that kill or restart it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
+//! * [`sync_worker_command`]: the binary under test, in a clean environment.
 //!
-//! The API is blocking (each call is a short command or a few IMAP round
+//! The servers' API is blocking (each call is a short command or a few IMAP round
 //! trips): async tests call it directly, or through `spawn_blocking` when
 //! the engine under test must run on the same thread meanwhile.
 //!
@@ -20,11 +27,15 @@
 //! long-lived thread with `PR_SET_PDEATHSIG`, and dropping a handle stops its
 //! server at once.
 
+mod binary;
+mod db;
 mod dovecot;
 mod imap;
 mod imap_proxy;
 pub mod mail_gen;
+mod memory_directory;
 mod postgres;
+mod scripted;
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -33,10 +44,14 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
+pub use binary::{sync_worker_command, TEST_SECRET_KEY};
+pub use db::TestDb;
 pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
+pub use memory_directory::MemoryDirectory;
 pub use postgres::{Postgres, PostgresServer};
+pub use scripted::{Activity, PollRecord, ScriptedSource};
 
 /// What went wrong while starting or driving a test server.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +126,7 @@ pub fn unique_name(tag: &str) -> String {
 }
 
 /// A free loopback port (free when asked: retry if the server cannot bind it).
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(HarnessError::io("find a free loopback port"))?;
     Ok(listener.local_addr().map_err(HarnessError::io("find a free loopback port"))?.port())
 }

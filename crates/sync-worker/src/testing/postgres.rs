@@ -40,7 +40,7 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// The server tests use: `TEST_POSTGRES_URL`, else [`DEFAULT_SERVER_URL`].
+    /// The server tests use: `TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`.
     pub fn server_url() -> String {
         match std::env::var("TEST_POSTGRES_URL") {
             Ok(url) if !url.is_empty() => url,

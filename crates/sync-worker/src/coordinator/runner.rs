@@ -33,22 +33,12 @@ use leasehold_core::duration::jitter;
 use leasehold_core::Tier;
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
+use super::task::AbortOnDrop;
 use crate::config::Config;
-use crate::errors::SourceError;
+use crate::errors::{error_chain, SourceError};
 use crate::source::{Fence, MailSource, Scope};
-
-/// A task handle that aborts the task when dropped, so no loop outlives its owner.
-#[derive(Debug)]
-pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// The runner's timing settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,6 +358,3 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
         }
     }))
 }
-
-/// An error with its causes, `a: b: c`, for `last_error` and logs.
-pub use leasehold_core::errors::error_chain;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use leasehold_core::{LeaseKey, LeaseStore};
 
-use crate::errors::SyncError;
-use crate::runner::AbortOnDrop;
+use super::task::AbortOnDrop;
+use crate::errors::{error_chain, SyncError};
 use crate::storage::Storage;
 
 /// What one reconciliation changed.
@@ -50,7 +50,7 @@ pub fn spawn(storage: Storage, store: Arc<dyn LeaseStore>, every: Duration) -> R
             loop {
                 tick.tick().await;
                 if let Err(e) = reconcile(&storage, store.as_ref()).await {
-                    tracing::warn!(error = %crate::runner::error_chain(&e), "reconciling the live set failed; retrying at the next interval");
+                    tracing::warn!(error = %error_chain(&e), "reconciling the live set failed; retrying at the next interval");
                 }
             }
         })),

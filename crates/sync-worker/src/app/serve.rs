@@ -1,22 +1,22 @@
 //! The processes that serve the API: `sync-worker serve` (the API and a
 //! worker in one process: by default the in-memory lease store, a SQLite
 //! file and an in-process event bus) and `sync-worker api` (the API alone,
-//! for scale-out on Redis and Postgres, next to `sync-worker worker`s).
+//! for scale-out on Redis and Postgres, next to `sync-worker worker`s). The
+//! worker is [`start_worker`]'s, as in `sync-worker worker`.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use leasehold_core::{LeaseStore, TokioClock, WorkerId};
+use leasehold_core::WorkerId;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::{ApiSettings, ApiState};
+use super::wiring::Backend;
+use super::{start_worker, Worker};
+use crate::api::{ApiSettings, ApiState};
+use crate::config::Config;
+use crate::coordinator::CoordinatorHandle;
 use crate::errors::SyncError;
-use crate::events::EventBus;
-use crate::imap::{ImapSettings, ImapSource};
-use crate::reconcile::{self, Reconciler};
 use crate::storage::Storage;
-use crate::{Config, Coordinator, CoordinatorHandle, Deps};
 
 /// Why the API could not start.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +30,7 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// The worker, its reconciler or its storage failed to start.
+    /// The worker (its reconcile, its storage or its coordinator) failed to start.
     #[error("could not start the worker")]
     Worker(#[from] SyncError),
 }
@@ -38,12 +38,11 @@ pub enum StartError {
 /// What a process is made of.
 #[derive(Clone)]
 pub struct Parts {
-    /// The database (without an event sink: [`start`] adds the bus).
+    /// The database (without an event sink: the worker's engine announces
+    /// its writes on the backend's bus).
     pub storage: Storage,
-    /// Leases, tiers and presence.
-    pub store: Arc<dyn LeaseStore>,
-    /// Where the engine's writes are announced and the API listens.
-    pub bus: EventBus,
+    /// Leases, tiers and presence, and the bus the API listens on.
+    pub backend: Backend,
     /// The engine's settings.
     pub config: Config,
     /// The API's settings.
@@ -54,6 +53,7 @@ impl std::fmt::Debug for Parts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Parts")
             .field("storage", &self.storage)
+            .field("backend", &self.backend)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -65,8 +65,7 @@ pub struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::io::Result<()>>,
-    coordinator: Option<CoordinatorHandle>,
-    _reconciler: Option<Reconciler>,
+    worker: Option<Worker>,
 }
 
 /// Starts the API on `parts.settings.listen` and, when `worker` is given, a
@@ -75,32 +74,23 @@ pub async fn start(parts: Parts, worker: Option<WorkerId>) -> Result<Running, St
     let addr = parts.settings.listen;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
-    let storage = parts.storage.with_events(Arc::new(parts.bus.clone()));
-    let (coordinator, reconciler) = match worker {
-        None => (None, None),
-        Some(worker) => {
-            reconcile::reconcile(&storage, parts.store.as_ref()).await?;
-            let reconciler = reconcile::spawn(storage.clone(), parts.store.clone(), parts.config.reconcile_interval);
-            let deps = Deps {
-                store: parts.store.clone(),
-                source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(&parts.config))),
-                directory: Arc::new(storage.clone()),
-                clock: Arc::new(TokioClock::new()),
-            };
-            let handle = Coordinator::prepare(worker, parts.config.clone(), deps)
-                .await?
-                .with_events(Arc::new(parts.bus.clone()))
-                .spawn();
-            (Some(handle), Some(reconciler))
+    let worker = match worker {
+        Some(worker) => Some(start_worker(worker, &parts.storage, &parts.backend, &parts.config).await?),
+        None => {
+            if parts.backend.is_in_process() {
+                tracing::warn!("`api` on the in-memory backend sees no worker: use `serve`, or set REDIS_URL");
+            }
+            None
         }
     };
-    let state = ApiState::new(storage, parts.store, parts.bus, parts.settings);
+    let state =
+        ApiState::new(parts.storage, parts.backend.store().clone(), parts.backend.bus().clone(), parts.settings);
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(super::serve(listener, state, async move {
+    let server = tokio::spawn(crate::api::serve(listener, state, async move {
         let _ = stopped.await;
     }));
-    tracing::info!(%addr, worker = coordinator.is_some(), "API listening");
-    Ok(Running { addr, stop: Some(stop), server, coordinator, _reconciler: reconciler })
+    tracing::info!(%addr, worker = worker.is_some(), "API listening");
+    Ok(Running { addr, stop: Some(stop), server, worker })
 }
 
 impl Running {
@@ -109,14 +99,14 @@ impl Running {
         self.addr
     }
 
-    /// The worker, for `serve`.
+    /// The worker's coordinator, for `serve`.
     pub fn coordinator(&self) -> Option<&CoordinatorHandle> {
-        self.coordinator.as_ref()
+        self.worker.as_ref().map(Worker::coordinator)
     }
 
     /// Until the server or the worker ends by itself (an error).
     pub async fn finished(&mut self) -> anyhow::Result<()> {
-        match self.coordinator.as_mut() {
+        match self.worker.as_mut() {
             Some(c) => tokio::select! {
                 r = &mut self.server => Err(server_end(r)),
                 r = c.finished() => Err(match r {
@@ -133,8 +123,8 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(c) = self.coordinator.take() {
-            c.shutdown().await?;
+        if let Some(w) = self.worker.take() {
+            w.shutdown().await?;
         }
         Ok(())
     }
@@ -153,9 +143,9 @@ impl Drop for Running {
     /// is killed (its leases expire rather than being released).
     fn drop(&mut self) {
         self.server.abort();
-        if let Some(c) = self.coordinator.take() {
+        if let Some(w) = self.worker.take() {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(c.kill());
+                rt.spawn(w.kill());
             }
         }
     }

@@ -1,5 +1,5 @@
-//! What the API reads and writes: users' password hashes, sessions, and
-//! accounts, folders and messages as one user sees them.
+//! Accounts, folders and messages as one user sees them: what the API
+//! lists and shows.
 //!
 //! **Message ids.** A message is named by its folder, the folder's
 //! UIDVALIDITY and its UID ([`MessageKey`]), encoded as one opaque
@@ -13,16 +13,7 @@ use base64::Engine as _;
 use leasehold_core::UserId;
 use sqlx::Row;
 
-use super::{now_ms, query_err, DbKind, Storage, StorageError};
-
-/// A stored session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRecord {
-    /// Its user.
-    pub user: UserId,
-    /// When it expires (ms since the epoch).
-    pub expires_at: i64,
-}
+use super::{corrupt, now_ms, query_err, DbKind, Storage, StorageError};
 
 /// One folder of an account, with how many messages are stored for it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -105,10 +96,6 @@ pub struct MessageDetail {
 const MESSAGE_COLUMNS: &str =
     "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview, message_id, header";
 
-fn corrupt(account: &str, field: &'static str, value: impl ToString) -> StorageError {
-    StorageError::Corrupt { account: account.into(), field, value: value.to_string() }
-}
-
 /// What a list shows of a message: the first columns of [`MESSAGE_COLUMNS`],
 /// so a page does not read (and copy) every stored header.
 const SUMMARY_COLUMNS: &str = "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview";
@@ -182,70 +169,6 @@ fn message_of(
 }
 
 impl Storage {
-    /// Records `user`'s password hash (a PHC string).
-    pub async fn set_password_hash(&self, user: &UserId, hash: &str) -> Result<(), StorageError> {
-        sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
-            .bind(hash)
-            .bind(user.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(query_err(format!("set the password of user {user}")))?;
-        Ok(())
-    }
-
-    /// The user with `email` and their password hash (`None`: no password set).
-    pub async fn password_hash(&self, email: &super::Email) -> Result<Option<(UserId, Option<String>)>, StorageError> {
-        let row = sqlx::query("SELECT id, password_hash FROM users WHERE email = $1")
-            .bind(email.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_err(format!("read the password of user {email}")))?;
-        let Some(row) = row else { return Ok(None) };
-        let id: String = row.try_get(0).map_err(query_err("read user id"))?;
-        let id = UserId::new(&id).map_err(|_| corrupt("", "user id", &id))?;
-        Ok(Some((id, row.try_get(1).map_err(query_err("read password hash"))?)))
-    }
-
-    /// Stores a session for `user`, named by the hash of its token.
-    pub async fn add_session(&self, token_hash: &str, user: &UserId, expires_at: i64) -> Result<(), StorageError> {
-        sqlx::query("INSERT INTO sessions (token_hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)")
-            .bind(token_hash)
-            .bind(user.as_str())
-            .bind(now_ms())
-            .bind(expires_at)
-            .execute(&self.pool)
-            .await
-            .map_err(query_err(format!("store a session of user {user}")))?;
-        Ok(())
-    }
-
-    /// The unexpired session whose token hashes to `token_hash`, if any.
-    pub async fn session(&self, token_hash: &str) -> Result<Option<SessionRecord>, StorageError> {
-        let row = sqlx::query("SELECT user_id, expires_at FROM sessions WHERE token_hash = $1 AND expires_at > $2")
-            .bind(token_hash)
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_err("look up a session"))?;
-        let Some(row) = row else { return Ok(None) };
-        let id: String = row.try_get(0).map_err(query_err("read session user"))?;
-        Ok(Some(SessionRecord {
-            user: UserId::new(&id).map_err(|_| corrupt("", "session user", &id))?,
-            expires_at: row.try_get(1).map_err(query_err("read session expiry"))?,
-        }))
-    }
-
-    /// Deletes the session whose token hashes to `token_hash`, and every expired one.
-    pub async fn remove_session(&self, token_hash: &str) -> Result<(), StorageError> {
-        sqlx::query("DELETE FROM sessions WHERE token_hash = $1 OR expires_at <= $2")
-            .bind(token_hash)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(query_err("delete a session"))?;
-        Ok(())
-    }
-
     /// The user of `account`, if the account exists.
     pub async fn account_user(&self, account: &str) -> Result<Option<UserId>, StorageError> {
         let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")

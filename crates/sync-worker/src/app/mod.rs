@@ -1,0 +1,113 @@
+//! The processes, assembled once: the storage [`open_storage`] opens, the
+//! worker [`start_worker`] starts, the API [`serve`] serves (with or
+//! without a worker), on the backend [`wiring`] connects.
+//!
+//! `sync-worker worker` is [`start_worker`]; `serve` and `api` are
+//! [`serve::start`] with and without a worker, so the recipe of a worker
+//! (the in-memory store's fence reset, the first reconcile, the reconciler,
+//! the engine's dependencies, the coordinator) is written here and nowhere
+//! else. [`wiring`] is the one module of the crate that names a backend.
+
+pub mod serve;
+pub mod wiring;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use leasehold_core::{TokioClock, WorkerId};
+
+use crate::config::Config;
+use crate::coordinator::reconcile::{self, Reconciler};
+use crate::coordinator::{Coordinator, CoordinatorHandle, Deps};
+use crate::errors::SyncError;
+use crate::imap::{ImapSettings, ImapSource};
+use crate::secret::{SecretError, SecretKey};
+use crate::storage::{Storage, StorageError, DEFAULT_DATABASE_URL};
+use wiring::Backend;
+
+/// Why the storage could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The password key (`SECRET_KEY` / `SECRET_KEY_FILE`) could not be read or made.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The database could not be opened.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Opens the storage that `DATABASE_URL` (absent: [`DEFAULT_DATABASE_URL`])
+/// and `SECRET_KEY` / `SECRET_KEY_FILE` (absent: the file `sync-worker.key`,
+/// generated with mode 0600) name.
+pub async fn open_storage() -> Result<Storage, OpenError> {
+    let key_file = std::env::var_os("SECRET_KEY_FILE").map_or_else(|| PathBuf::from("sync-worker.key"), PathBuf::from);
+    let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
+    let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
+    Ok(Storage::open(url, secret).await?)
+}
+
+/// A running worker: its coordinator and the reconciler of the live set.
+/// Dropping it stops the reconciler but, like a dropped
+/// [`CoordinatorHandle`], leaves the coordinator running: end it with
+/// [`Worker::shutdown`] or [`Worker::kill`].
+#[derive(Debug)]
+pub struct Worker {
+    coordinator: CoordinatorHandle,
+    _reconciler: Reconciler,
+}
+
+/// Starts worker `worker` on `storage` and `backend`: makes the live set
+/// match the accounts table, keeps it matching every `RECONCILE_INTERVAL`,
+/// and starts the coordinator, whose engine writes through `storage`
+/// announcing every write on the backend's bus.
+pub async fn start_worker(
+    worker: WorkerId,
+    storage: &Storage,
+    backend: &Backend,
+    config: &Config,
+) -> Result<Worker, SyncError> {
+    let storage = storage.clone().with_events(Arc::new(backend.bus().clone()));
+    if backend.is_in_process() {
+        // The in-memory lease store restarts its fencing tokens at 1 with the
+        // process, and no other process can share it: start the stored tokens over.
+        storage.reset_fences().await?;
+    }
+    let store = backend.store().clone();
+    reconcile::reconcile(&storage, store.as_ref()).await?;
+    let reconciler = reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval);
+    tracing::info!(%worker, backend = %backend.name(), database = ?storage.kind(), "starting the worker");
+    let deps = Deps {
+        store,
+        source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(config))),
+        directory: Arc::new(storage),
+        clock: Arc::new(TokioClock::new()),
+    };
+    let coordinator =
+        Coordinator::prepare(worker, config.clone(), deps).await?.with_events(Arc::new(backend.bus().clone())).spawn();
+    Ok(Worker { coordinator, _reconciler: reconciler })
+}
+
+impl Worker {
+    /// The coordinator: what it owns, and how hot each account is.
+    pub fn coordinator(&self) -> &CoordinatorHandle {
+        &self.coordinator
+    }
+
+    /// Until the coordinator ends by itself (it only does on an error).
+    pub async fn finished(&mut self) -> Result<(), SyncError> {
+        self.coordinator.finished().await
+    }
+
+    /// Stops every runner, releases every lease and deregisters the worker,
+    /// so the others take over at their next tick.
+    pub async fn shutdown(self) -> Result<(), SyncError> {
+        self.coordinator.shutdown().await
+    }
+
+    /// Drops everything without a word to the store, as a crash would: the
+    /// leases expire rather than being released.
+    pub async fn kill(self) {
+        self.coordinator.kill().await
+    }
+}
