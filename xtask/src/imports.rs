@@ -820,8 +820,6 @@ mod tests {
     }
 
     /// Issue 24's rule, on this workspace's own apps.
-    // enabled by the lead after the layout merge
-    #[cfg(any())]
     #[test]
     fn apps_have_no_import_circles() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use leasehold_core::backend_url::redact_url;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::{chown, Pid, User};
 
@@ -202,20 +203,6 @@ fn with_database(url: &str, database: &str) -> Result<String> {
         Some(q) => format!("{scheme}{authority}/{database}?{q}"),
         None => format!("{scheme}{authority}/{database}"),
     })
-}
-
-/// `url` with a password hidden, for messages.
-fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:<password>{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// A private Postgres server (`initdb` + `postgres` from Debian's
@@ -480,7 +467,7 @@ mod tests {
 
     #[test]
     fn passwords_are_hidden_in_messages() {
-        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:<password>@h/db");
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert!(!redact_url("postgres://secret@h/db").contains("secret"));
     }
 }
