@@ -81,8 +81,10 @@ pub enum SourceError {
         #[source]
         source: crate::storage::StorageError,
     },
-    /// Storage rejected a write because a newer owner (higher fencing token) has written.
-    #[error("account {account}: write with fencing token {token} rejected: a newer owner holds token {current}; this worker has lost the account")]
+    /// Storage rejected a claim or a write: it holds a fencing token at or
+    /// above this one (a newer owner claimed the account, or the lease store
+    /// lost its counters and handed out a token storage has already seen).
+    #[error("account {account}: fenced: this worker holds fencing token {token}, storage holds token {current}")]
     Fenced {
         /// The account.
         account: LeaseKey,

@@ -61,6 +61,13 @@ pub struct PollReport {
 /// A source of mail for accounts: the IMAP engine behind a trait.
 #[async_trait]
 pub trait MailSource: Send + Sync + 'static {
+    /// Records `fence` as the account's owner in storage, before the owner
+    /// syncs anything: from then on every write under an older token is
+    /// rejected. Storage holding a token at or above `fence.token` is
+    /// [`SourceError::Fenced`] (with both tokens). A runner calls this once
+    /// per claim, before its first [`MailSource::connect`].
+    async fn take_over(&self, fence: &Fence) -> Result<(), SourceError>;
+
     /// Opens a connection to the account's server; every write made through
     /// it carries `fence`.
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError>;

@@ -11,7 +11,7 @@ use sqlx::Row;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
-use sync_worker::testing::{mail_gen, Dovecot, Postgres};
+use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, Postgres};
 use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
 
 const USER: &str = "alice";
@@ -142,6 +142,7 @@ both_databases!(
     expunges_are_reflected_including_500_at_once,
     uidvalidity_change_leaves_no_stale_rows,
     stale_owner_writes_nothing,
+    the_token_takes_effect_at_claim_time,
     killed_server_process_recovers_without_loss_or_duplicates,
     interrupted_initial_sync_resumes_without_duplicates,
     mail_between_fetch_and_idle_is_not_missed,
@@ -300,6 +301,55 @@ async fn stale_owner_writes_nothing(pg: bool, tag: &str) {
     }
     new.poll(Scope::Inbox).await.expect("the owner goes on");
     assert_eq!(w.rows("INBOX").await.len(), 5);
+}
+
+/// A new owner's token takes effect when it claims, before it has written
+/// any mail: the old owner's next write is rejected. On Postgres the audit
+/// trigger's record shows no row written under the old token after the new
+/// one was recorded.
+async fn the_token_takes_effect_at_claim_time(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let audit = match &w._db {
+        Db::Postgres(db) => Some(FenceAudit::install(db).expect("install the audit trigger")),
+        Db::Sqlite(_) => None,
+    };
+    let source = w.source();
+    w.append("INBOX", 2, 7);
+    source.take_over(&w.fence(1)).await.expect("the first owner records its claim");
+    let mut old = w.connect(1).await;
+    old.poll(Scope::Inbox).await.expect("old owner's poll");
+    // The new owner claims and records its token; it writes no mail.
+    source.take_over(&w.fence(2)).await.expect("the new owner records its claim");
+    w.append("INBOX", 3, 8);
+    let before = w.rows("INBOX").await;
+    match old.poll(Scope::Inbox).await {
+        Err(SourceError::Fenced { token, current, .. }) => {
+            assert_eq!((token, current), (FencingToken(1), FencingToken(2)));
+        }
+        other => panic!("the old owner's poll was not fenced: {other:?}"),
+    }
+    assert_eq!(w.rows("INBOX").await, before, "the old owner changed rows");
+    // Storage itself: the claim-time check is strict (an equal token is a
+    // duplicate claim), the write check is not (an owner's own later writes).
+    for (token, what) in [(1, "an older token"), (2, "the stored token")] {
+        match w.storage.record_claim(&w.fence(token)).await {
+            Err(StorageError::Fenced { token: t, current, .. }) => {
+                assert_eq!((t, current), (FencingToken(token), FencingToken(2)), "{what}")
+            }
+            other => panic!("a claim with {what} was recorded: {other:?}"),
+        }
+    }
+    assert!(matches!(w.storage.write(&w.fence(1)).await, Err(StorageError::Fenced { .. })));
+    let tx = w.storage.write(&w.fence(2)).await.expect("the owner's own write passes");
+    tx.commit().await.expect("commit");
+    w.storage.record_claim(&w.fence(3)).await.expect("a newer claim is recorded");
+    assert_eq!(w.storage.stored_token(&w.fence(3)).await.expect("read"), Some(FencingToken(3)));
+    if let Some(audit) = audit {
+        let account = w.account.as_str();
+        assert_eq!(audit.claims(account).expect("claims"), [1, 2, 3]);
+        assert_eq!(audit.writes_under(account, 1).expect("writes"), 2, "the old owner's first poll");
+        assert_eq!(audit.stale_writes().expect("stale"), Vec::<String>::new());
+    }
 }
 
 async fn killed_server_process_recovers_without_loss_or_duplicates(pg: bool, tag: &str) {

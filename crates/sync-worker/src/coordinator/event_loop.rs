@@ -7,16 +7,17 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
+use leasehold_core::{FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
+use super::fenced::FenceBackoff;
 use super::handle::{CoordinatorStats, Shared, SharedEntry};
 use super::Deps;
 use crate::config::Config;
 use crate::errors::SyncError;
 use crate::events::{AccountChanged, EventSink, SyncEvent};
-use crate::runner::{RunnerHandle, RunnerSettings};
+use crate::runner::{RunnerExit, RunnerHandle, RunnerSettings};
 use crate::source::Fence;
 use crate::tiers::{TierInputs, TierPolicy};
 
@@ -54,6 +55,7 @@ pub(super) struct Coord {
     sweep_cursor: usize,
     retry_claim_at: Option<Instant>,
     events: Option<Arc<dyn EventSink>>,
+    fence_backoff: FenceBackoff,
 }
 
 fn tier_rank(t: Tier) -> u8 {
@@ -90,6 +92,7 @@ impl Coord {
             sweep_cursor: 0,
             retry_claim_at: None,
             events,
+            fence_backoff: FenceBackoff::default(),
         }
     }
 
@@ -269,25 +272,51 @@ impl Coord {
                 self.stats(|s| s.lost += 1);
             }
         }
-        // A runner that ended by itself (a panic) while its lease is still held: restart it.
+        // A runner that ended by itself while its lease is still held: fenced
+        // (storage holds a token at or above its own), or a panic (restart it).
         let dead: Vec<LeaseKey> =
             self.owned.iter().filter(|(_, o)| o.runner.is_finished()).map(|(k, _)| k.clone()).collect();
         for key in dead {
+            let exit = self.owned.get_mut(&key).and_then(|o| o.runner.exit());
+            if let Some(RunnerExit::Fenced { held, stored }) = exit {
+                self.on_fenced(&key, held, stored).await;
+                continue;
+            }
             if let Some(o) = self.owned.get_mut(&key) {
-                tracing::error!(worker = %self.worker, account = %key, "runner ended unexpectedly; restarting it");
-                let tier = o.runner.tier();
-                o.runner = RunnerHandle::spawn(
-                    self.deps.source.clone(),
-                    Fence::from(&o.lease),
-                    tier,
-                    o.deadline,
-                    self.settings,
-                );
+                tracing::error!(worker = %self.worker, account = %key, ?exit, "runner ended unexpectedly; restarting it");
+                o.runner = o.runner.restart(self.deps.source.clone());
                 if let Some(e) = self.shared.owned.lock().get_mut(&key) {
                     e.status = o.runner.status_handle();
                 }
             }
         }
+    }
+
+    /// The runner of `key` was fenced although this worker still holds its
+    /// lease: storage holds `stored`, at or above the lease's `held`, so the
+    /// lease store's counter fell behind storage. Raise it past `stored`,
+    /// give the lease back and claim again (at once the first time).
+    async fn on_fenced(&mut self, key: &LeaseKey, held: FencingToken, stored: FencingToken) {
+        let Some(o) = self.remove(key) else { return };
+        self.stats(|s| s.lost += 1);
+        let wait = self.fence_backoff.strike(key, Instant::now(), self.config.renew_interval(), 8 * self.ttl.get());
+        let raised = self.deps.store.raise_token(key, stored).await;
+        // Harmless if it is gone: release is token-checked.
+        let _ = self.deps.store.release(&o.lease).await;
+        match raised {
+            Ok(()) => tracing::warn!(
+                worker = %self.worker, account = %key, %held, %stored, retry_in = ?wait,
+                "fenced: this worker holds the lease with token {held} but storage holds token {stored}: \
+                 the lease store's token counter fell behind storage (was Redis restarted empty or flushed?); \
+                 raised it past {stored}, claiming again"
+            ),
+            Err(e) => tracing::warn!(
+                worker = %self.worker, account = %key, %held, %stored, retry_in = ?wait, error = %e,
+                "fenced: this worker holds the lease with token {held} but storage holds token {stored}, \
+                 and raising the lease store's counter past it failed; claiming again later"
+            ),
+        }
+        self.announce([(o.user.as_ref(), key)]);
     }
 
     /// Stops and releases owned accounts that are no longer live (`live` is sorted).
@@ -320,8 +349,12 @@ impl Coord {
         }
         let idx = workers.iter().position(|w| w == &self.worker).unwrap_or(workers.len());
         let offset = idx * n / workers.len().max(idx + 1);
-        let mut candidates: Vec<&LeaseKey> =
-            live[offset..].iter().chain(&live[..offset]).filter(|k| !self.owned.contains_key(*k)).collect();
+        let now = Instant::now();
+        let mut candidates: Vec<&LeaseKey> = live[offset..]
+            .iter()
+            .chain(&live[..offset])
+            .filter(|k| !self.owned.contains_key(*k) && self.fence_backoff.allows(k, now))
+            .collect();
         if !eager && candidates.len() > BACKOFF_SWEEP_CAP {
             // A bounded sweep that moves on each time, so all keys get looked at.
             let start = self.sweep_cursor % candidates.len();

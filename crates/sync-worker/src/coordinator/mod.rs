@@ -29,6 +29,14 @@
 //! * **`user.active` events**: the user's owned accounts are promoted to hot
 //!   at once.
 //!
+//! **A fenced runner** (storage holds a token at or above its lease's, see
+//! [`crate::runner`]) is noticed at the next tick. If this worker still holds
+//! the lease, the lease store has lost its counters (Redis restarted empty,
+//! or flushed): the coordinator says so with both tokens, raises the key's
+//! counter past the stored token ([`LeaseStore::raise_token`]), releases the
+//! lease and claims again, at once the first time and with a growing backoff
+//! when the same key is fenced again soon (see `fenced.rs`).
+//!
 //! With [`PreparedCoordinator::with_events`], every claim, release, loss by
 //! deadline and tier change is announced as an
 //! [`AccountChanged`](crate::events::AccountChanged) (the API's
@@ -47,6 +55,7 @@
 //! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
 
 mod event_loop;
+mod fenced;
 mod handle;
 
 use std::sync::Arc;

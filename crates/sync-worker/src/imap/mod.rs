@@ -191,6 +191,10 @@ pub(crate) fn storage_error(account: &LeaseKey, e: StorageError) -> SourceError 
 
 #[async_trait]
 impl MailSource for ImapSource {
+    async fn take_over(&self, fence: &Fence) -> Result<(), SourceError> {
+        self.storage.record_claim(fence).await.map_err(|e| storage_error(&fence.account, e))
+    }
+
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError> {
         let account = &fence.account;
         let creds = self.storage.credentials(account).await.map_err(|e| storage_error(account, e))?;

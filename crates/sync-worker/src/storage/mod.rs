@@ -16,10 +16,12 @@
 //! [`StorageError::Fenced`]. Because the check is an `UPDATE` of the account
 //! row, it also takes that row's write lock (Postgres) or the database's
 //! (SQLite) for the whole transaction, so a newer owner cannot slip in
-//! between the check and the commit.
+//! between the check and the commit. A new owner's token takes effect even
+//! earlier, at claim time, before it syncs anything: see [`fence`].
 
 mod accounts;
 mod api;
+pub mod fence;
 mod mail;
 
 use std::str::FromStr;

@@ -9,6 +9,8 @@
 //!   server (`TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432`),
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
 //!   server of a test's own, for tests that kill or restart it.
+//! * [`FenceAudit`]: a trigger on `messages` and `accounts` recording which
+//!   fencing token wrote each row, for tests that try to break fencing.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //!
 //! The API is blocking (each call is a short command or a few IMAP round
@@ -21,6 +23,7 @@
 //! server at once.
 
 mod dovecot;
+mod fence_audit;
 mod imap;
 mod imap_proxy;
 pub mod mail_gen;
@@ -34,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 
 pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
+pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use postgres::{Postgres, PostgresServer};
