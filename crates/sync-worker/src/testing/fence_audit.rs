@@ -88,6 +88,11 @@ impl<'a> FenceAudit<'a> {
         Ok(Self { db })
     }
 
+    /// The audit of `db`, installed earlier (by [`FenceAudit::install`]).
+    pub fn of(db: &'a Postgres) -> Self {
+        Self { db }
+    }
+
     /// Every audited firing, in order.
     pub fn rows(&self) -> Result<Vec<AuditRow>> {
         let rows = self.db.query(
