@@ -18,7 +18,7 @@ use leasehold_core::{LeaseKey, LeaseStore, TokioClock, WorkerId};
 
 use crate::imap::{ImapSettings, ImapSource, LoginError};
 use crate::secret::SecretKey;
-use crate::storage::{Credentials, Email, NewAccount, Security, Storage, DEFAULT_DATABASE_URL};
+use crate::storage::{ConnectionSettings, Credentials, Email, NewAccount, Security, Storage, DEFAULT_DATABASE_URL};
 use crate::{reconcile, wiring, Config, Coordinator, Deps};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
@@ -128,11 +128,21 @@ pub async fn run() -> anyhow::Result<()> {
 
 /// Opens the storage that `DATABASE_URL` and `SECRET_KEY` / `SECRET_KEY_FILE` name.
 pub async fn open_storage() -> anyhow::Result<Storage> {
+    open_storage_with(&ConnectionSettings::default()).await
+}
+
+/// [`open_storage`] for worker `worker`: its Postgres connections carry its id
+/// and time out a stalled transaction well within the lease TTL.
+pub async fn open_worker_storage(worker: &WorkerId, config: &Config) -> anyhow::Result<Storage> {
+    open_storage_with(&ConnectionSettings::for_worker(worker, config.lease_ttl)).await
+}
+
+async fn open_storage_with(connection: &ConnectionSettings) -> anyhow::Result<Storage> {
     let key_file = std::env::var_os("SECRET_KEY_FILE").map_or_else(|| PathBuf::from("sync-worker.key"), PathBuf::from);
     let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
     let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
     let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
-    Ok(Storage::open(url, secret).await?)
+    Ok(Storage::open_with(url, secret, connection).await?)
 }
 
 async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()> {
@@ -142,7 +152,7 @@ async fn worker(worker_id: Option<String>, config: Config) -> anyhow::Result<()>
     };
     // New mail reaches the API processes' WebSockets through the event bus.
     let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
-    let storage = open_storage().await?.with_events(Arc::new(bus.clone()));
+    let storage = open_worker_storage(&worker, &config).await?.with_events(Arc::new(bus.clone()));
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     if config.redis_url.is_none() {
         // The in-memory lease store restarts its fencing tokens at 1 with the
@@ -188,7 +198,10 @@ fn worker_id(flag: Option<&str>, config: &Config) -> anyhow::Result<WorkerId> {
 /// `serve` (with a worker) and `api` (without).
 async fn api(worker: Option<WorkerId>, config: Config) -> anyhow::Result<()> {
     let settings = crate::api::ApiSettings::from_env(&config).context("invalid configuration")?;
-    let storage = open_storage().await?;
+    let storage = match &worker {
+        Some(worker) => open_worker_storage(worker, &config).await?,
+        None => open_storage().await?,
+    };
     let store = wiring::connect_store(&config).await.context("could not connect the lease store")?;
     let bus = wiring::connect_bus(&config).await.context("could not connect the event bus")?;
     if worker.is_some() && config.redis_url.is_none() {

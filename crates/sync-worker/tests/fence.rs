@@ -14,9 +14,11 @@ use sqlx::Row;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::reconcile::{self, Reconciler};
 use sync_worker::secret::SecretKey;
-use sync_worker::storage::{Email, NewAccount, Security, Storage};
+use sync_worker::storage::{
+    ConnectionSettings, Email, FencedTx, MessageRow, NewAccount, Security, Storage, StorageError,
+};
 use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres};
-use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps};
+use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
 
 const PASSWORD: &str = "secret-pw";
 
@@ -202,4 +204,172 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     assert!(logins <= 2 * rig.accounts.len(), "{logins} logins to heal {} accounts", rig.accounts.len());
     w1.shutdown().await.expect("shutdown");
     w2.shutdown().await.expect("shutdown");
+}
+
+/// A storage of its own for worker `worker` on `db`, with one account (its id).
+async fn worker_storage(db: &Postgres, worker: &str, ttl: Duration) -> Storage {
+    let settings = ConnectionSettings::for_worker(&WorkerId::new(worker).unwrap(), ttl);
+    Storage::open_with(db.url(), SecretKey::generate(), &settings).await.unwrap_or_else(|e| panic!("open: {e:?}"))
+}
+
+async fn one_account(storage: &Storage) -> LeaseKey {
+    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
+    storage
+        .add_account(&NewAccount {
+            user: user.id,
+            host: "127.0.0.1".into(),
+            port: 1,
+            security: Security::Plain,
+            username: "alice".into(),
+            password: PASSWORD.into(),
+        })
+        .await
+        .expect("account")
+}
+
+fn fence_of(account: &LeaseKey, worker: &str, token: u64) -> Fence {
+    Fence { account: account.clone(), worker: WorkerId::new(worker).unwrap(), token: FencingToken(token) }
+}
+
+/// Writes one message into INBOX through `tx`.
+async fn put(tx: &mut FencedTx, uid: u32) -> Result<(), StorageError> {
+    tx.ensure_folder("INBOX", None).await?;
+    tx.insert_messages("INBOX", 1, &[a_message(uid)]).await
+}
+
+fn a_message(uid: u32) -> MessageRow {
+    MessageRow { uid, flags: String::new(), subject: Some(format!("message {uid}")), ..MessageRow::default() }
+}
+
+/// Sessions of `worker` (by `application_name`) in `db` whose state matches `state` (a LIKE pattern).
+fn sessions(db: &Postgres, worker: &str, state: &str) -> usize {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name = '{worker}' AND state LIKE '{state}'"
+    );
+    db.query_one(&sql).expect("pg_stat_activity").parse().expect("a count")
+}
+
+async fn until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A write task cancelled mid-transaction (between statements, or while a
+/// statement waits on a lock) leaves no connection `idle in transaction`:
+/// the rollback happens before the connection is used again (sqlx's
+/// guarantee, held to it here), and nothing of it commits. The lease TTL is
+/// long, so the server's own idle timeout cannot be what cleans up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_leaves_no_connection_in_a_transaction() {
+    let db = Postgres::fresh("cancelled_write").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let storage = worker_storage(&db, "w-cancel", Duration::from_secs(120)).await;
+    let account = one_account(&storage).await;
+    let fence = fence_of(&account, "w-cancel", 1);
+    storage.record_claim(&fence).await.expect("claim");
+    let row = sqlx::query(
+        "SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout'), \
+         current_setting('lock_timeout')",
+    )
+    .fetch_one(storage.pool())
+    .await
+    .expect("settings");
+    let got: (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(got, ("w-cancel".into(), "40s".into(), "1min".into()));
+
+    // Cancelled between statements.
+    let (open_tx, opened) = tokio::sync::oneshot::channel();
+    let (s, f) = (storage.clone(), fence.clone());
+    let task = tokio::spawn(async move {
+        let mut tx = s.write(&f).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        let _ = open_tx.send(());
+        std::future::pending::<()>().await;
+        drop(tx);
+    });
+    opened.await.expect("the write began");
+    assert_eq!(sessions(&db, "w-cancel", "idle in transaction%"), 1, "the probe sees the open transaction");
+    task.abort();
+    let _ = task.await;
+    until(Duration::from_secs(5), "rollback of a write cancelled between statements", || {
+        sessions(&db, "w-cancel", "idle in transaction%") == 0
+    })
+    .await;
+
+    // Cancelled while its first statement waits on the account row's lock.
+    let blocker = worker_storage(&db, "w-blocker", Duration::from_secs(120)).await;
+    let mut lock = blocker.pool().begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE")
+        .bind(account.as_str())
+        .execute(&mut *lock)
+        .await
+        .expect("lock the account row");
+    let (s, f) = (storage.clone(), fence.clone());
+    let task = tokio::spawn(async move {
+        let _ = s.write(&f).await;
+    });
+    until(Duration::from_secs(5), "the write waits on the lock", || sessions(&db, "w-cancel", "active") == 1).await;
+    task.abort();
+    let _ = task.await;
+    lock.rollback().await.expect("release the lock");
+    until(Duration::from_secs(5), "rollback of a write cancelled mid-statement", || {
+        sessions(&db, "w-cancel", "idle in transaction%") == 0
+    })
+    .await;
+
+    // The pool's connections are clean: nothing of either write committed,
+    // and new writes work on every connection.
+    for uid in 10..14 {
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, uid).await.expect("insert");
+        tx.commit().await.expect("commit");
+    }
+    let uids: Vec<i64> = sqlx::query("SELECT uid FROM messages ORDER BY uid")
+        .fetch_all(storage.pool())
+        .await
+        .expect("uids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(uids, [10, 11, 12, 13], "only the committed writes are stored");
+}
+
+/// An owner stalled inside a write transaction (as SIGSTOP would leave it)
+/// loses that transaction to `idle_in_transaction_session_timeout`: the new
+/// owner's claim goes through within TTL + the timeout + 2 s, and nothing of
+/// the old transaction commits (the audit shows no row under the old token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_write_transaction_dies_and_never_holds_up_the_new_owner() {
+    let db = Postgres::fresh("stalled_write").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let ttl = Duration::from_secs(3);
+    let old = worker_storage(&db, "w-old", ttl).await;
+    FenceAudit::install(&db).expect("audit");
+    let account = one_account(&old).await;
+    old.record_claim(&fence_of(&account, "w-old", 1)).await.expect("old claim");
+    let mut stalled = old.write(&fence_of(&account, "w-old", 1)).await.expect("write");
+    put(&mut stalled, 1).await.expect("insert");
+    // The old owner now stalls with its transaction open; the new owner claims.
+    let new = worker_storage(&db, "w-new", ttl).await;
+    let started = Instant::now();
+    new.record_claim(&fence_of(&account, "w-new", 2)).await.expect("the new owner's claim");
+    assert!(started.elapsed() < ttl + ttl / 3 + Duration::from_secs(2), "claim took {:?}", started.elapsed());
+    let mut tx = new.write(&fence_of(&account, "w-new", 2)).await.expect("the new owner writes");
+    put(&mut tx, 2).await.expect("insert");
+    tx.commit().await.expect("commit");
+    // The old owner resumes: its transaction is gone.
+    assert!(put(&mut stalled, 3).await.is_err() || stalled.commit().await.is_err());
+    let uids: Vec<i64> = sqlx::query("SELECT uid FROM messages ORDER BY uid")
+        .fetch_all(new.pool())
+        .await
+        .expect("uids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(uids, [2], "nothing of the stalled transaction committed");
+    let audit = FenceAudit::of(&db);
+    assert_eq!(audit.writes_under(account.as_str(), 1).expect("audit"), 0);
+    assert_eq!(audit.stale_writes().expect("audit"), Vec::<String>::new());
 }

@@ -21,6 +21,7 @@
 
 mod accounts;
 mod api;
+mod connection;
 pub mod fence;
 mod mail;
 
@@ -33,6 +34,7 @@ use sqlx::AnyPool;
 
 pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
 pub use api::{FolderInfo, MessageDetail, MessageKey, MessageSummary, SessionRecord};
+pub use connection::ConnectionSettings;
 pub use mail::{FencedTx, FolderState, MessageRow};
 
 use crate::config::redact_url;
@@ -167,7 +169,18 @@ impl Storage {
     /// `postgres://...`) and runs the embedded migrations. `secret`
     /// encrypts and decrypts the IMAP passwords.
     pub async fn open(url: &str, secret: SecretKey) -> Result<Self, StorageError> {
+        Self::open_with(url, secret, &ConnectionSettings::default()).await
+    }
+
+    /// [`Storage::open`], with every Postgres connection set up as
+    /// `connection` says (a worker's name and transaction timeouts).
+    pub async fn open_with(
+        url: &str,
+        secret: SecretKey,
+        connection: &ConnectionSettings,
+    ) -> Result<Self, StorageError> {
         sqlx::any::install_default_drivers();
+        let pg_settings = std::sync::Arc::new(connection.postgres_settings());
         let shown = redact_url(url);
         let kind = if url.starts_with("sqlite:") {
             DbKind::Sqlite
@@ -183,7 +196,17 @@ impl Storage {
             AnyConnectOptions::from_str(url).map_err(|source| StorageError::Open { url: shown.clone(), source })?;
         let pool = AnyPoolOptions::new()
             .after_connect(move |conn, _| {
+                let pg_settings = pg_settings.clone();
                 Box::pin(async move {
+                    if kind == DbKind::Postgres {
+                        for (name, value) in pg_settings.iter() {
+                            sqlx::query("SELECT set_config($1, $2, false)")
+                                .bind(*name)
+                                .bind(value.as_str())
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                    }
                     if kind == DbKind::Sqlite {
                         // Pages read through a shared mapping, not a pread
                         // into each connection's own 2 MB cache: a list page
