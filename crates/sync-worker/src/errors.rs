@@ -93,6 +93,15 @@ pub enum SourceError {
         /// The highest token storage has seen.
         current: FencingToken,
     },
+    /// A write was refused because the lease's deadline had passed (no
+    /// renew in time): nothing of it was committed.
+    #[error("account {account}: the lease (fencing token {token}) ran out before the write could commit; rolled back")]
+    LeaseExpired {
+        /// The account.
+        account: LeaseKey,
+        /// The lease's token.
+        token: FencingToken,
+    },
 }
 
 impl SourceError {

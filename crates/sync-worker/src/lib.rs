@@ -35,6 +35,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod deadline;
 pub mod directory;
 pub mod errors;
 pub mod events;

@@ -45,6 +45,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::config::Config;
+use crate::deadline::LeaseDeadline;
 use crate::errors::SourceError;
 use crate::source::{Fence, MailSource, Scope};
 
@@ -119,29 +120,12 @@ pub enum RunnerExit {
     },
 }
 
-/// The lease deadline, moved forward by the coordinator after each renew.
-/// A plain shared cell, not a channel or a timer: extending it wakes nobody
-/// (thousands of idle runners would otherwise wake on every renew); a runner
-/// reads it before every poll and ends when it has passed.
-#[derive(Debug)]
-struct Deadline(Mutex<Instant>);
-
-impl Deadline {
-    fn get(&self) -> Instant {
-        *self.0.lock()
-    }
-
-    fn passed(&self) -> bool {
-        Instant::now() >= self.get()
-    }
-}
-
 struct Ctx {
     source: Arc<dyn MailSource>,
     fence: Fence,
     settings: RunnerSettings,
     tier: watch::Receiver<Tier>,
-    deadline: Arc<Deadline>,
+    deadline: LeaseDeadline,
     stop: watch::Receiver<bool>,
     status: Arc<Mutex<RunnerStatus>>,
     /// Whether this lease's token is recorded in storage: a runner restarted
@@ -159,7 +143,7 @@ struct Ctx {
 pub struct RunnerHandle {
     fence: Fence,
     tier: watch::Sender<Tier>,
-    deadline: Arc<Deadline>,
+    deadline: LeaseDeadline,
     stop: watch::Sender<bool>,
     status: Arc<Mutex<RunnerStatus>>,
     taken_over: Arc<AtomicBool>,
@@ -176,7 +160,9 @@ impl RunnerHandle {
         deadline: Instant,
         settings: RunnerSettings,
     ) -> Self {
-        let deadline = Arc::new(Deadline(Mutex::new(deadline)));
+        let mut fence = fence;
+        fence.deadline = LeaseDeadline::until(deadline);
+        let deadline = fence.deadline.clone();
         let status = Arc::new(Mutex::new(RunnerStatus::default()));
         Self::start(source, fence, tier, deadline, status, Arc::new(AtomicBool::new(false)), settings)
     }
@@ -185,7 +171,7 @@ impl RunnerHandle {
         source: Arc<dyn MailSource>,
         fence: Fence,
         tier: Tier,
-        deadline: Arc<Deadline>,
+        deadline: LeaseDeadline,
         status: Arc<Mutex<RunnerStatus>>,
         taken_over: Arc<AtomicBool>,
         settings: RunnerSettings,
@@ -250,7 +236,7 @@ impl RunnerHandle {
 
     /// Moves the lease deadline (after a successful renew).
     pub fn extend(&self, deadline: Instant) {
-        *self.deadline.0.lock() = deadline;
+        self.deadline.extend(deadline);
     }
 
     /// A snapshot of what the runner last did.
@@ -337,6 +323,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                         last_periodic = Some(started);
                         retry = None;
                     }
+                    Err(SourceError::LeaseExpired { .. }) => break RunnerExit::LeaseExpired,
                     Err(e @ SourceError::Fenced { token, current, .. }) => {
                         // Logged once, by the coordinator, which knows whether it still holds the lease.
                         tracing::debug!(%account, error = %e, "fenced; stopping");

@@ -11,6 +11,7 @@ use leasehold_core::{FencingToken, LeaseKey, LeaseStore, TokioClock, WorkerId};
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use sqlx::Row;
+use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::reconcile::{self, Reconciler};
 use sync_worker::secret::SecretKey;
@@ -228,7 +229,12 @@ async fn one_account(storage: &Storage) -> LeaseKey {
 }
 
 fn fence_of(account: &LeaseKey, worker: &str, token: u64) -> Fence {
-    Fence { account: account.clone(), worker: WorkerId::new(worker).unwrap(), token: FencingToken(token) }
+    Fence {
+        account: account.clone(),
+        worker: WorkerId::new(worker).unwrap(),
+        token: FencingToken(token),
+        deadline: LeaseDeadline::unbounded(),
+    }
 }
 
 /// Writes one message into INBOX through `tx`.
@@ -372,4 +378,44 @@ async fn a_stalled_write_transaction_dies_and_never_holds_up_the_new_owner() {
     let audit = FenceAudit::of(&db);
     assert_eq!(audit.writes_under(account.as_str(), 1).expect("audit"), 0);
     assert_eq!(audit.stale_writes().expect("audit"), Vec::<String>::new());
+}
+
+/// No write after the deadline, on both databases: a write that begins past
+/// its lease's deadline is refused, one that outlives it is rolled back at
+/// its commit, and nothing of either lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_outlives_its_lease_is_rolled_back() {
+    let pg = Postgres::fresh("outlived_lease").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display());
+    for url in [pg.url().to_string(), sqlite] {
+        let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
+        let account = one_account(&storage).await;
+        let mut fence = fence_of(&account, "w1", 1);
+        storage.record_claim(&fence).await.expect("claim");
+        // A deadline already past: the write does not begin.
+        fence.deadline = LeaseDeadline::until(tokio::time::Instant::now() - Duration::from_millis(1));
+        match storage.write(&fence).await {
+            Err(StorageError::LeaseExpired { token, .. }) => assert_eq!(token, FencingToken(1), "{url}"),
+            other => panic!("{url}: a write began past its deadline: {other:?}"),
+        }
+        // A deadline that passes while the transaction is open: rolled back at commit.
+        fence.deadline = LeaseDeadline::until(tokio::time::Instant::now() + Duration::from_secs(3600));
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        fence.deadline.extend(tokio::time::Instant::now() - Duration::from_millis(1));
+        assert!(
+            matches!(tx.commit().await, Err(StorageError::LeaseExpired { .. })),
+            "{url}: committed past its deadline"
+        );
+        let n: i64 =
+            sqlx::query("SELECT COUNT(*) FROM messages").fetch_one(storage.pool()).await.expect("count").get(0);
+        assert_eq!(n, 0, "{url}: a write past its deadline landed");
+        // Within its deadline the same write commits.
+        fence.deadline.extend(tokio::time::Instant::now() + Duration::from_secs(3600));
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        tx.commit().await.expect("commit within the deadline");
+        storage.close().await;
+    }
 }

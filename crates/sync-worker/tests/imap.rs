@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
 use sqlx::Row;
+use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
@@ -71,6 +72,7 @@ impl World {
             account: self.account.clone(),
             worker: WorkerId::new(format!("w{token}")).unwrap(),
             token: FencingToken(token),
+            deadline: LeaseDeadline::unbounded(),
         }
     }
 

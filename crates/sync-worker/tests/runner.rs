@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
+use sync_worker::deadline::LeaseDeadline;
 use sync_worker::{
     Activity, Fence, MailSource, RunnerExit, RunnerHandle, RunnerSettings, Scope, ScriptedSource, SourceError,
 };
@@ -22,6 +23,7 @@ fn fence(token: u64) -> Fence {
         account: LeaseKey::new("acct").expect("key"),
         worker: WorkerId::new("w").expect("worker"),
         token: FencingToken(token),
+        deadline: LeaseDeadline::unbounded(),
     }
 }
 

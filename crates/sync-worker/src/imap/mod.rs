@@ -185,6 +185,7 @@ pub enum LoginError {
 pub(crate) fn storage_error(account: &LeaseKey, e: StorageError) -> SourceError {
     match e {
         StorageError::Fenced { account, token, current } => SourceError::Fenced { account, token, current },
+        StorageError::LeaseExpired { account, token } => SourceError::LeaseExpired { account, token },
         source => SourceError::Storage { account: account.clone(), source },
     }
 }

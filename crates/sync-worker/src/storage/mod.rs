@@ -110,6 +110,15 @@ pub enum StorageError {
         /// The stored token.
         current: FencingToken,
     },
+    /// A write began or was about to commit after its lease's deadline:
+    /// it was rolled back (nothing of it is stored).
+    #[error("account {account}: the lease (fencing token {token}) ran out before the write could commit; rolled back")]
+    LeaseExpired {
+        /// The account.
+        account: LeaseKey,
+        /// The lease's token.
+        token: FencingToken,
+    },
     /// A stored password does not decrypt.
     #[error(transparent)]
     Secret(#[from] SecretError),
