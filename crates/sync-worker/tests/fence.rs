@@ -18,7 +18,7 @@ use sync_worker::secret::SecretKey;
 use sync_worker::storage::{
     ConnectionSettings, Email, FencedTx, MessageRow, NewAccount, Security, Storage, StorageError,
 };
-use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres};
+use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres, PostgresServer};
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
 
 const PASSWORD: &str = "secret-pw";
@@ -418,4 +418,49 @@ async fn a_write_that_outlives_its_lease_is_rolled_back() {
         tx.commit().await.expect("commit within the deadline");
         storage.close().await;
     }
+}
+
+/// The lease loop never waits on the database: with the database stalled
+/// (SIGSTOP on a private Postgres) for 10 s, a worker on a healthy Redis
+/// keeps every lease it holds (same tokens) and takes up an account that is
+/// handed to it meanwhile, though tier evaluations and the new claim's user
+/// lookup wait on the stalled database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_database_costs_no_lease() {
+    let server = PostgresServer::start().unwrap_or_else(|e| panic!("private Postgres: {e}"));
+    let db = server.fresh_database("stalled_db").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("stalled_db", db, 6, 5).await;
+    let ttl = Duration::from_secs(3);
+    let config = Config { tier_eval_interval: Duration::from_secs(1), ..rig.config(ttl) };
+    let (w1, _r1) = rig.worker("w1", config).await;
+    rig.wait_synced(Duration::from_secs(60), "initial sync").await;
+    let store = rig.store().await;
+    let mut held = Vec::new();
+    for (a, _) in &rig.accounts {
+        held.push(store.holder(a).await.expect("holder").expect("held by w1"));
+    }
+    // One account leaves and comes back during the stall: its re-claim's
+    // user lookup waits on the database.
+    let (moved, _) = &rig.accounts[0];
+
+    server.pause();
+    let stalled = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    store.mark_not_live(moved).await.expect("mark_not_live");
+    store.mark_live(moved).await.expect("mark_live");
+    while stalled.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for lease in &held[1..] {
+            let now = store.holder(&lease.key).await.expect("holder");
+            assert_eq!(now.as_ref(), Some(lease), "{}: lease lost {:?} into the stall", lease.key, stalled.elapsed());
+        }
+    }
+    let retaken = store.holder(moved).await.expect("holder").expect("the moved account is held");
+    assert_eq!(retaken.owner, held[0].owner, "the moved account was claimed again during the stall");
+    server.resume();
+    // And the stall cost nothing once over: new mail still syncs.
+    rig.append_one_each(2);
+    rig.wait_synced(Duration::from_secs(30), "after the stall").await;
+    rig.assert_no_stale_write();
+    w1.shutdown().await.expect("shutdown");
 }

@@ -51,12 +51,20 @@
 //! take over at their next tick. [`CoordinatorHandle::kill`] drops everything
 //! without a word to the store, as a crash would.
 //!
+//! **The loop never waits on the database.** Which user owns a claimed
+//! account, and a tier evaluation's inputs (users, presence, newest mail),
+//! are looked up by tasks of their own whose answers the loop applies when
+//! they arrive (see `lookups.rs`): a slow or stopped database delays tier
+//! changes and `account.status` announcements, never a renew. Runners
+//! record their claims in storage themselves, off the loop too.
+//!
 //! The coordinator depends only on the core traits: it runs on any
 //! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
 
 mod event_loop;
 mod fenced;
 mod handle;
+mod lookups;
 
 use std::sync::Arc;
 

@@ -371,6 +371,24 @@ impl PostgresServer {
         self.kill_group();
     }
 
+    /// Stops the server and all its backends where they stand (SIGSTOP to
+    /// its process group), as a stalled machine would: connections stay
+    /// open, and nothing answers until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal_group(Signal::SIGSTOP);
+    }
+
+    /// Lets a [`pause`](Self::pause)d server run on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_group(Signal::SIGCONT);
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        if let Some(child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = killpg(Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
     /// Starts the server again on the same port with the same data (after a
     /// [`kill`](Self::kill), Postgres recovers from its WAL first).
     pub fn restart(&self) -> Result<()> {
@@ -417,6 +435,8 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
+        // A paused server would not hear the shutdown signal.
+        self.resume();
         self.stop();
     }
 }
