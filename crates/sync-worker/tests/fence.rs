@@ -445,6 +445,8 @@ async fn a_stalled_database_costs_no_lease() {
 
     server.pause();
     let stalled = Instant::now();
+    let probe = tokio::time::timeout(Duration::from_secs(1), rig.storage.account_keys()).await;
+    assert!(probe.is_err(), "the database still answers while paused: {probe:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     store.mark_not_live(moved).await.expect("mark_not_live");
     store.mark_live(moved).await.expect("mark_live");

@@ -371,21 +371,28 @@ impl PostgresServer {
         self.kill_group();
     }
 
-    /// Stops the server and all its backends where they stand (SIGSTOP to
-    /// its process group), as a stalled machine would: connections stay
-    /// open, and nothing answers until [`resume`](Self::resume).
+    /// Stops the server and all its backends where they stand (SIGSTOP), as
+    /// a stalled machine would: connections stay open, and nothing answers
+    /// until [`resume`](Self::resume). The postmaster first, so it forks no
+    /// new backend meanwhile.
     pub fn pause(&self) {
-        self.signal_group(Signal::SIGSTOP);
+        self.signal_all(Signal::SIGSTOP);
     }
 
     /// Lets a [`pause`](Self::pause)d server run on (SIGCONT).
     pub fn resume(&self) {
-        self.signal_group(Signal::SIGCONT);
+        self.signal_all(Signal::SIGCONT);
     }
 
-    fn signal_group(&self, signal: Signal) {
-        if let Some(child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = killpg(Pid::from_raw(child.id() as i32), signal);
+    /// Signals the postmaster and each of its children. Not its process
+    /// group: every Postgres child calls `setsid`, so each is a group of its own.
+    fn signal_all(&self, signal: Signal) {
+        let Some(pid) = self.child.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.id() as i32) else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(pid), signal);
+        for child in children_of(pid) {
+            let _ = kill(Pid::from_raw(child), signal);
         }
     }
 
@@ -503,4 +510,20 @@ mod tests {
         assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:<password>@h/db");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
     }
+}
+
+/// The pids whose parent is `parent` (from `/proc/*/stat`).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after its last ')'.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    .is_some_and(|ppid| ppid == parent)
+            })
+        })
+        .collect()
 }
