@@ -479,6 +479,22 @@ fn postgres_bin_dir() -> Result<PathBuf> {
     })
 }
 
+/// The pids whose parent is `parent` (from `/proc/*/stat`).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after its last ')'.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    .is_some_and(|ppid| ppid == parent)
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,20 +526,4 @@ mod tests {
         assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:<password>@h/db");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
     }
-}
-
-/// The pids whose parent is `parent` (from `/proc/*/stat`).
-fn children_of(parent: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            // `pid (comm) state ppid ...`; comm may hold spaces, so split after its last ')'.
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
-                    .is_some_and(|ppid| ppid == parent)
-            })
-        })
-        .collect()
 }
