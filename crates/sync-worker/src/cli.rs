@@ -18,7 +18,9 @@ use leasehold_core::{LeaseKey, LeaseStore, TokioClock, WorkerId};
 
 use crate::imap::{ImapSettings, ImapSource, LoginError};
 use crate::secret::SecretKey;
-use crate::storage::{ConnectionSettings, Credentials, Email, NewAccount, Security, Storage, DEFAULT_DATABASE_URL};
+use crate::storage::{
+    ConnectionSettings, Credentials, Email, NewAccount, Security, Storage, SyncState, DEFAULT_DATABASE_URL,
+};
 use crate::{reconcile, wiring, Config, Coordinator, Deps};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
@@ -324,12 +326,15 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 bail!("no account {id} (see `sync-worker account list`)")
             };
             let folders = storage.folder_counts(&id).await?;
-            let (mut tier, mut owner) = (None, a.owner.clone());
+            let (mut tier, mut owner, mut holder) = (None, a.owner.clone(), None);
+            let key = LeaseKey::new(&id)?;
             if let Some(store) = shared_store(&config).await? {
-                let key = LeaseKey::new(&id)?;
                 tier = store.tier(&key).await?.map(|t| t.to_string());
-                owner = store.holder(&key).await?.map(|l| l.owner.to_string());
+                holder = store.holder(&key).await?;
+                owner = holder.as_ref().map(|l| l.owner.to_string());
             }
+            let stored = storage.fence_token(&key).await?.unwrap_or(leasehold_core::FencingToken(0));
+            let state = SyncState::of(holder.as_ref(), stored, a.last_sync_at, a.last_error.as_deref()).to_string();
             if json {
                 let v = serde_json::json!({
                     "id": a.id,
@@ -337,6 +342,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                     "owner": owner,
                     "last_sync_at": a.last_sync_at,
                     "last_error": a.last_error,
+                    "state": state,
                     "folders": folders,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -344,6 +350,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 println!("account {}: {}@{}:{} of {}", a.id, a.username, a.host, a.port, a.user);
                 println!("tier: {}", tier.as_deref().unwrap_or("unknown (no shared lease store)"));
                 println!("owner: {}", owner.as_deref().unwrap_or("none"));
+                println!("state: {state}");
                 println!("last sync: {}", a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()));
                 println!("last error: {}", a.last_error.as_deref().unwrap_or("none"));
                 for f in folders {

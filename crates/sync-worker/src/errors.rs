@@ -93,6 +93,16 @@ pub enum SourceError {
         /// The highest token storage has seen.
         current: FencingToken,
     },
+    /// The account's stored IMAP password does not decrypt with this
+    /// `SECRET_KEY`. Retrying soon will not help: the key must change.
+    #[error("account {account}: its stored IMAP password does not decrypt with this SECRET_KEY")]
+    Secret {
+        /// The account.
+        account: LeaseKey,
+        /// Why.
+        #[source]
+        source: crate::secret::SecretError,
+    },
     /// A write was refused because the lease's deadline had passed (no
     /// renew in time): nothing of it was committed.
     #[error("account {account}: the lease (fencing token {token}) ran out before the write could commit; rolled back")]
@@ -105,10 +115,11 @@ pub enum SourceError {
 }
 
 impl SourceError {
-    /// Whether retrying soon is pointless (a refused login): the runner then
+    /// Whether retrying soon is pointless (a refused login, a password that
+    /// does not decrypt): the runner then
     /// waits a whole poll interval instead of backing off from one second.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, SourceError::Auth { .. })
+        matches!(self, SourceError::Auth { .. } | SourceError::Secret { .. })
     }
 }
 

@@ -338,8 +338,15 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                             retry.map_or(ctx.settings.retry_base, |(_, b)| b)
                         };
                         let backoff = jitter(backoff, 0.2);
-                        tracing::warn!(%account, %scope, error = %error_chain(&e), retry_in = ?backoff, "periodic poll failed");
-                        ctx.status.lock().last_error = Some(error_chain(&e));
+                        let text = error_chain(&e);
+                        // Logged when it changes: the same failure again is no news.
+                        let repeated = ctx.status.lock().last_error.as_deref() == Some(text.as_str());
+                        if repeated {
+                            tracing::debug!(%account, %scope, error = %text, retry_in = ?backoff, "periodic poll failed again");
+                        } else {
+                            tracing::warn!(%account, %scope, error = %text, retry_in = ?backoff, "periodic poll failed");
+                        }
+                        ctx.status.lock().last_error = Some(text);
                         let next = (backoff * 2).min(ctx.settings.interval(tier));
                         retry = Some((Instant::now() + backoff, next));
                     }

@@ -145,6 +145,7 @@ both_databases!(
     uidvalidity_change_leaves_no_stale_rows,
     stale_owner_writes_nothing,
     the_token_takes_effect_at_claim_time,
+    a_secret_key_that_does_not_decrypt_sets_last_error,
     killed_server_process_recovers_without_loss_or_duplicates,
     interrupted_initial_sync_resumes_without_duplicates,
     mail_between_fetch_and_idle_is_not_missed,
@@ -352,6 +353,29 @@ async fn the_token_takes_effect_at_claim_time(pg: bool, tag: &str) {
         assert_eq!(audit.writes_under(account, 1).expect("writes"), 2, "the old owner's first poll");
         assert_eq!(audit.stale_writes().expect("stale"), Vec::<String>::new());
     }
+}
+
+/// A valid `SECRET_KEY` that is not the one the passwords were sealed with:
+/// the account's `last_error` says so, no login is tried, and the runner
+/// treats it as permanent (a whole interval between attempts, not a storm).
+async fn a_secret_key_that_does_not_decrypt_sets_last_error(pg: bool, tag: &str) {
+    let w = world(pg, tag, PASSWORD).await;
+    let url = match &w._db {
+        Db::Postgres(db) => db.url().to_string(),
+        Db::Sqlite(dir) => format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display()),
+    };
+    let other = Storage::open(&url, SecretKey::generate()).await.expect("open with another key");
+    let source = ImapSource::new(other, ImapSettings::default());
+    source.take_over(&w.fence(1)).await.expect("claim");
+    match source.connect(&w.fence(1)).await {
+        Err(e @ SourceError::Secret { .. }) => assert!(e.is_permanent(), "{e}"),
+        Err(other) => panic!("expected a SECRET_KEY error, got {other:?}"),
+        Ok(_) => panic!("connected with a password that does not decrypt"),
+    }
+    let e = w.last_error().await.expect("last_error set");
+    assert!(e.contains("does not decrypt with this SECRET_KEY"), "{e}");
+    let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
+    assert!(!log.contains("Login: user=<alice>"), "a login was tried:\n{}", w.dovecot.log_tail());
 }
 
 async fn killed_server_process_recovers_without_loss_or_duplicates(pg: bool, tag: &str) {

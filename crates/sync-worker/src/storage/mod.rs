@@ -35,6 +35,7 @@ use sqlx::AnyPool;
 pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
 pub use api::{FolderInfo, MessageDetail, MessageKey, MessageSummary, SessionRecord};
 pub use connection::ConnectionSettings;
+pub use fence::SyncState;
 pub use mail::{FencedTx, FolderState, MessageRow};
 
 use crate::config::redact_url;
