@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use leasehold_core::{FencingToken, LeaseKey, WorkerId};
+use sync_worker::deadline::LeaseDeadline;
 use sync_worker::storage::{Email, NewAccount, Security, Storage};
 use sync_worker::testing::{mail_gen, Dovecot, TestDb};
 use sync_worker::Fence;
@@ -63,7 +64,12 @@ impl World {
 }
 
 pub fn fence(account: &LeaseKey) -> Fence {
-    Fence { account: account.clone(), worker: WorkerId::new("bench").expect("id"), token: FencingToken(1) }
+    Fence {
+        account: account.clone(),
+        worker: WorkerId::new("bench").expect("id"),
+        token: FencingToken(1),
+        deadline: LeaseDeadline::unbounded(),
+    }
 }
 
 fn status_kib(field: &str) -> u64 {

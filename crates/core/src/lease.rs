@@ -125,6 +125,12 @@ impl UserActiveSubscription {
 ///   only while the exact lease given is still the current one, and answer
 ///   `false` otherwise (taken over, expired, dropped). A caller whose renew
 ///   answers `false` has lost the key and must stop working on it at once.
+/// * [`LeaseStore::raise_token`] is the repair for a store that lost its
+///   counters (a Redis restarted without its data, or flushed): downstream
+///   storage still holds the tokens it has seen, and a caller that finds one
+///   at or above its own raises the key's counter past it, so its next claim
+///   is above every token ever stored. It never lowers a counter and leaves
+///   the current lease, if any, as it is.
 /// * [`LeaseStore::mark_not_live`] removes the key from the live set and drops
 ///   its lease and tier: the owner's next renew answers `false`.
 /// * The **tier** of a key is `Warm` after a claim unless one is already set;
@@ -209,6 +215,13 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Deletes `lease`. `true` iff it was still current (and is now free).
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError>;
+
+    /// Raises the token counter of `key` so that every later claim of it
+    /// returns a token strictly greater than `past` (and than every token
+    /// returned before). A counter already at or above `past` is left as it
+    /// is; the current lease, if any, is untouched. Used after the store lost
+    /// its counters, when storage reports a token the store no longer knows.
+    async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError>;
 
     /// The current holder of `key`, if any.
     async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError>;

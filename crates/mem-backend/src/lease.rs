@@ -102,6 +102,13 @@ impl LeaseStore for MemoryStore {
         Ok(true)
     }
 
+    async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {
+        let mut state = self.inner.leases.lock();
+        let counter = state.fences.entry(key.clone()).or_insert(0);
+        *counter = (*counter).max(past.0);
+        Ok(())
+    }
+
     async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         let now = self.now_ms();
         let state = self.inner.leases.lock();

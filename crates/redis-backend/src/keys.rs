@@ -47,7 +47,10 @@
 //! leased again: one small string per key that was ever claimed (about 60
 //! bytes with its name), which grows with the number of distinct keys, not
 //! with claims. To retire a key for good, delete its counter together with
-//! the token storage keeps for it (never one without the other). Everything
+//! the token storage keeps for it (never one without the other). A Redis that
+//! lost its counters anyway (restarted without its data, or flushed) is
+//! repaired key by key with `raise_token` (`lua/lease_raise_token.lua`), by
+//! the owner that finds storage holding a token above its own. Everything
 //! else expires: leases and registrations by their TTL, run keys by the run's
 //! inactivity TTL, timings after 30 days.
 

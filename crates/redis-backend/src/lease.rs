@@ -109,6 +109,16 @@ impl LeaseStore for RedisStore {
         Ok(reply::int("release", &value).map_err(|e| lease_reply_err("release", lease.key.as_str(), e))? == 1)
     }
 
+    async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {
+        let call = Call::new([self.lease_keys().fence(key)]).arg(past.0);
+        let value = self
+            .eval(&scripts::LEASE_RAISE_TOKEN, &call)
+            .await
+            .map_err(|e| lease_err("raise_token", key.as_str(), e))?;
+        reply::uint::<u64>("raise_token", &value).map_err(|e| lease_reply_err("raise_token", key.as_str(), e))?;
+        Ok(())
+    }
+
     async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.lease_keys().lease(key));

@@ -31,6 +31,9 @@ pub(crate) static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(incl
 pub(crate) static PENDING: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/pending.lua")));
 /// Lease claims.
 pub(crate) static LEASE_CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lease_claim.lua")));
+/// Raising a fence counter past a stored token.
+pub(crate) static LEASE_RAISE_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lease_raise_token.lua")));
 /// Lease renewal.
 pub(crate) static LEASE_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lease_renew.lua")));
 /// Lease release.

@@ -83,6 +83,7 @@ impl RedisStore {
             &*scripts::LEASE_CLAIM,
             &*scripts::LEASE_RENEW,
             &*scripts::LEASE_RELEASE,
+            &*scripts::LEASE_RAISE_TOKEN,
             &*scripts::LEASE_NOT_LIVE,
             &*scripts::WORKER_REGISTER,
             &*scripts::WORKER_LIVE,

@@ -20,10 +20,10 @@ use leasehold_core::{LeaseKey, LeaseStore, WorkerId};
 
 use crate::api::ApiSettings;
 use crate::app::serve::{self, Parts};
-use crate::app::{open_storage, start_worker, wiring};
+use crate::app::{open_storage, open_worker_storage, start_worker, wiring};
 use crate::config::Config;
 use crate::imap::{ImapSettings, ImapSource, LoginError};
-use crate::storage::{Credentials, Email, NewAccount, Security};
+use crate::storage::{Credentials, Email, NewAccount, Security, SyncState};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
 #[derive(Parser, Debug)]
@@ -140,7 +140,7 @@ fn worker_id(flag: Option<&str>, config: &Config) -> anyhow::Result<WorkerId> {
 
 /// `worker`: the sync engine alone.
 async fn worker(worker: WorkerId, config: Config) -> anyhow::Result<()> {
-    let storage = open_storage().await?;
+    let storage = open_worker_storage(&worker, &config).await?;
     let backend = wiring::connect(&config).await.context("could not connect the backend")?;
     let mut running = start_worker(worker, &storage, &backend, &config).await.context("could not start the worker")?;
     if let Some(ended) = until_signal(running.finished()).await? {
@@ -155,7 +155,10 @@ async fn worker(worker: WorkerId, config: Config) -> anyhow::Result<()> {
 /// `serve` (with a worker) and `api` (without).
 async fn api(worker: Option<WorkerId>, config: Config) -> anyhow::Result<()> {
     let settings = ApiSettings::from_env(&config).context("invalid configuration")?;
-    let storage = open_storage().await?;
+    let storage = match &worker {
+        Some(worker) => open_worker_storage(worker, &config).await?,
+        None => open_storage().await?,
+    };
     let backend = wiring::connect(&config).await.context("could not connect the backend")?;
     tracing::info!(backend = %backend.name(), database = ?storage.kind(), "starting the API");
     let parts = Parts { storage: storage.clone(), backend, config, settings };
@@ -261,12 +264,15 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 bail!("no account {id} (see `sync-worker account list`)")
             };
             let folders = storage.folder_counts(&id).await?;
-            let (mut tier, mut owner) = (None, a.owner.clone());
+            let (mut tier, mut owner, mut holder) = (None, a.owner.clone(), None);
+            let key = LeaseKey::new(&id)?;
             if let Some(store) = shared_store(&config).await? {
-                let key = LeaseKey::new(&id)?;
                 tier = store.tier(&key).await?.map(|t| t.to_string());
-                owner = store.holder(&key).await?.map(|l| l.owner.to_string());
+                holder = store.holder(&key).await?;
+                owner = holder.as_ref().map(|l| l.owner.to_string());
             }
+            let stored = storage.fence_token(&key).await?.unwrap_or(leasehold_core::FencingToken(0));
+            let state = SyncState::of(holder.as_ref(), stored, a.last_sync_at, a.last_error.as_deref()).to_string();
             if json {
                 let v = serde_json::json!({
                     "id": a.id,
@@ -274,6 +280,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                     "owner": owner,
                     "last_sync_at": a.last_sync_at,
                     "last_error": a.last_error,
+                    "state": state,
                     "folders": folders,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -281,6 +288,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 println!("account {}: {}@{}:{} of {}", a.id, a.username, a.host, a.port, a.user);
                 println!("tier: {}", tier.as_deref().unwrap_or("unknown (no shared lease store)"));
                 println!("owner: {}", owner.as_deref().unwrap_or("none"));
+                println!("state: {state}");
                 println!("last sync: {}", a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()));
                 println!("last error: {}", a.last_error.as_deref().unwrap_or("none"));
                 for f in folders {

@@ -85,8 +85,10 @@ pub enum SourceError {
         #[source]
         source: crate::storage::StorageError,
     },
-    /// Storage rejected a write because a newer owner (higher fencing token) has written.
-    #[error("account {account}: write with fencing token {token} rejected: a newer owner holds token {current}; this worker has lost the account")]
+    /// Storage rejected a claim or a write: it holds a fencing token at or
+    /// above this one (a newer owner claimed the account, or the lease store
+    /// lost its counters and handed out a token storage has already seen).
+    #[error("account {account}: fenced: this worker holds fencing token {token}, storage holds token {current}")]
     Fenced {
         /// The account.
         account: LeaseKey,
@@ -95,13 +97,33 @@ pub enum SourceError {
         /// The highest token storage has seen.
         current: FencingToken,
     },
+    /// The account's stored IMAP password does not decrypt with this
+    /// `SECRET_KEY`. Retrying soon will not help: the key must change.
+    #[error("account {account}: its stored IMAP password does not decrypt with this SECRET_KEY")]
+    Secret {
+        /// The account.
+        account: LeaseKey,
+        /// Why.
+        #[source]
+        source: crate::secret::SecretError,
+    },
+    /// A write was refused because the lease's deadline had passed (no
+    /// renew in time): nothing of it was committed.
+    #[error("account {account}: the lease (fencing token {token}) ran out before the write could commit; rolled back")]
+    LeaseExpired {
+        /// The account.
+        account: LeaseKey,
+        /// The lease's token.
+        token: FencingToken,
+    },
 }
 
 impl SourceError {
-    /// Whether retrying soon is pointless (a refused login): the runner then
+    /// Whether retrying soon is pointless (a refused login, a password that
+    /// does not decrypt): the runner then
     /// waits a whole poll interval instead of backing off from one second.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, SourceError::Auth { .. })
+        matches!(self, SourceError::Auth { .. } | SourceError::Secret { .. })
     }
 }
 

@@ -12,6 +12,7 @@
 //! * [`coordinator`]: which accounts a worker owns and how hot each is; their runners.
 //! * [`imap`]: the IMAP engine, the real [`MailSource`].
 //! * [`storage`]: SQLite or Postgres: accounts, mail, sessions, views; fenced writes.
+//! * [`deadline`]: the lease deadline the runner and the storage both check before a commit.
 //! * [`directory`]: the port for account -> user ([`AccountDirectory`]).
 //! * [`events`]: the port through which the engine's writes reach the WebSockets.
 //! * [`source`]: the port the runner drives ([`MailSource`], [`Fence`]).
@@ -42,6 +43,7 @@ pub mod imap;
 pub mod storage;
 
 // The ports they plug into.
+pub mod deadline;
 pub mod directory;
 pub mod events;
 pub mod source;

@@ -7,12 +7,14 @@ use std::fmt;
 use async_trait::async_trait;
 use leasehold_core::{FencingToken, Lease, LeaseKey, WorkerId};
 
+use crate::deadline::LeaseDeadline;
 use crate::errors::SourceError;
 
-/// Who may write for an account: the lease a runner holds. Every connection is
-/// opened with one, and every write it makes carries the token, so storage can
-/// reject a stale owner's late writes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Who may write for an account, and until when: the lease a runner holds.
+/// Every connection is opened with one, and every write it makes carries the
+/// token, so storage can reject a stale owner's late writes; and no write
+/// transaction begins or commits once the deadline has passed.
+#[derive(Debug, Clone)]
 pub struct Fence {
     /// The account.
     pub account: LeaseKey,
@@ -20,11 +22,19 @@ pub struct Fence {
     pub worker: WorkerId,
     /// The lease's fencing token.
     pub token: FencingToken,
+    /// The lease's local deadline (the runner's, moved on each renew).
+    pub deadline: LeaseDeadline,
 }
 
 impl From<&Lease> for Fence {
+    /// The lease's fence, without a deadline yet (a runner sets its own).
     fn from(lease: &Lease) -> Self {
-        Self { account: lease.key.clone(), worker: lease.owner.clone(), token: lease.token }
+        Self {
+            account: lease.key.clone(),
+            worker: lease.owner.clone(),
+            token: lease.token,
+            deadline: LeaseDeadline::unbounded(),
+        }
     }
 }
 
@@ -61,6 +71,13 @@ pub struct PollReport {
 /// A source of mail for accounts: the IMAP engine behind a trait.
 #[async_trait]
 pub trait MailSource: Send + Sync + 'static {
+    /// Records `fence` as the account's owner in storage, before the owner
+    /// syncs anything: from then on every write under an older token is
+    /// rejected. Storage holding a token at or above `fence.token` is
+    /// [`SourceError::Fenced`] (with both tokens). A runner calls this once
+    /// per claim, before its first [`MailSource::connect`].
+    async fn take_over(&self, fence: &Fence) -> Result<(), SourceError>;
+
     /// Opens a connection to the account's server; every write made through
     /// it carries `fence`.
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError>;

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
 use sqlx::Row;
 use sync_worker::both_databases;
+use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
+use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
-use sync_worker::testing::{mail_gen, Dovecot, TestDb};
+use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, TestDb};
 use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
 
 const USER: &str = "alice";
@@ -53,6 +55,7 @@ impl World {
             account: self.account.clone(),
             worker: WorkerId::new(format!("w{token}")).unwrap(),
             token: FencingToken(token),
+            deadline: LeaseDeadline::unbounded(),
         }
     }
 
@@ -104,6 +107,8 @@ both_databases!(
     expunges_are_reflected_including_500_at_once,
     uidvalidity_change_leaves_no_stale_rows,
     stale_owner_writes_nothing,
+    the_token_takes_effect_at_claim_time,
+    a_secret_key_that_does_not_decrypt_sets_last_error,
     killed_server_process_recovers_without_loss_or_duplicates,
     interrupted_initial_sync_resumes_without_duplicates,
     mail_between_fetch_and_idle_is_not_missed,
@@ -262,6 +267,72 @@ async fn stale_owner_writes_nothing(db: TestDb) {
     }
     new.poll(Scope::Inbox).await.expect("the owner goes on");
     assert_eq!(w.rows("INBOX").await.len(), 5);
+}
+
+/// A new owner's token takes effect when it claims, before it has written
+/// any mail: the old owner's next write is rejected. On Postgres the audit
+/// trigger's record shows no row written under the old token after the new
+/// one was recorded.
+async fn the_token_takes_effect_at_claim_time(db: TestDb) {
+    let w = world(db, PASSWORD).await;
+    let audit = w._db.postgres_db().map(|db| FenceAudit::install(db).expect("install the audit trigger"));
+    let source = w.source();
+    w.append("INBOX", 2, 7);
+    source.take_over(&w.fence(1)).await.expect("the first owner records its claim");
+    let mut old = w.connect(1).await;
+    old.poll(Scope::Inbox).await.expect("old owner's poll");
+    // The new owner claims and records its token; it writes no mail.
+    source.take_over(&w.fence(2)).await.expect("the new owner records its claim");
+    w.append("INBOX", 3, 8);
+    let before = w.rows("INBOX").await;
+    match old.poll(Scope::Inbox).await {
+        Err(SourceError::Fenced { token, current, .. }) => {
+            assert_eq!((token, current), (FencingToken(1), FencingToken(2)));
+        }
+        other => panic!("the old owner's poll was not fenced: {other:?}"),
+    }
+    assert_eq!(w.rows("INBOX").await, before, "the old owner changed rows");
+    // Storage itself: the claim-time check is strict (an equal token is a
+    // duplicate claim), the write check is not (an owner's own later writes).
+    for (token, what) in [(1, "an older token"), (2, "the stored token")] {
+        match w.storage.record_claim(&w.fence(token)).await {
+            Err(StorageError::Fenced { token: t, current, .. }) => {
+                assert_eq!((t, current), (FencingToken(token), FencingToken(2)), "{what}")
+            }
+            other => panic!("a claim with {what} was recorded: {other:?}"),
+        }
+    }
+    assert!(matches!(w.storage.write(&w.fence(1)).await, Err(StorageError::Fenced { .. })));
+    let tx = w.storage.write(&w.fence(2)).await.expect("the owner's own write passes");
+    tx.commit().await.expect("commit");
+    w.storage.record_claim(&w.fence(3)).await.expect("a newer claim is recorded");
+    assert_eq!(w.storage.stored_token(&w.fence(3)).await.expect("read"), Some(FencingToken(3)));
+    if let Some(audit) = audit {
+        let account = w.account.as_str();
+        assert_eq!(audit.claims(account).expect("claims"), [1, 2, 3]);
+        assert_eq!(audit.writes_under(account, 1).expect("writes"), 2, "the old owner's first poll");
+        assert_eq!(audit.stale_writes().expect("stale"), Vec::<String>::new());
+    }
+}
+
+/// A valid `SECRET_KEY` that is not the one the passwords were sealed with:
+/// the account's `last_error` says so, no login is tried, and the runner
+/// treats it as permanent (a whole interval between attempts, not a storm).
+async fn a_secret_key_that_does_not_decrypt_sets_last_error(db: TestDb) {
+    let w = world(db, PASSWORD).await;
+    let url = w._db.url().to_string();
+    let other = Storage::open(&url, SecretKey::generate()).await.expect("open with another key");
+    let source = ImapSource::new(other, ImapSettings::default());
+    source.take_over(&w.fence(1)).await.expect("claim");
+    match source.connect(&w.fence(1)).await {
+        Err(e @ SourceError::Secret { .. }) => assert!(e.is_permanent(), "{e}"),
+        Err(other) => panic!("expected a SECRET_KEY error, got {other:?}"),
+        Ok(_) => panic!("connected with a password that does not decrypt"),
+    }
+    let e = w.last_error().await.expect("last_error set");
+    assert!(e.contains("does not decrypt with this SECRET_KEY"), "{e}");
+    let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
+    assert!(!log.contains("Login: user=<alice>"), "a login was tried:\n{}", w.dovecot.log_tail());
 }
 
 async fn killed_server_process_recovers_without_loss_or_duplicates(db: TestDb) {

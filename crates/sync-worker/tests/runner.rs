@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
-use sync_worker::{Activity, Fence, MailSource, RunnerHandle, RunnerSettings, Scope, ScriptedSource};
+use sync_worker::deadline::LeaseDeadline;
+use sync_worker::{
+    Activity, Fence, MailSource, RunnerExit, RunnerHandle, RunnerSettings, Scope, ScriptedSource, SourceError,
+};
 use tokio::time::{sleep_until, Instant};
 
 const S: Duration = Duration::from_secs(1);
@@ -20,6 +23,7 @@ fn fence(token: u64) -> Fence {
         account: LeaseKey::new("acct").expect("key"),
         worker: WorkerId::new("w").expect("worker"),
         token: FencingToken(token),
+        deadline: LeaseDeadline::unbounded(),
     }
 }
 
@@ -177,4 +181,41 @@ async fn graceful_stop_lets_the_poll_in_progress_finish() {
     r.abort().await;
     tokio::time::sleep(10 * S).await;
     assert!(polls(&source).is_empty(), "abort ends the poll in progress");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_records_its_claim_before_it_connects_and_a_fenced_take_over_connects_nowhere() {
+    let source = ScriptedSource::new();
+    // Storage already holds token 5 (a newer owner's, or one a lease store
+    // that lost its counters no longer knows).
+    source.take_over(&fence(5)).await.expect("token 5 recorded");
+    for held in [3, 5] {
+        let mut r = RunnerHandle::spawn(Arc::new(source.clone()), fence(held), Tier::Hot, far(), settings());
+        tokio::time::sleep(10 * S).await;
+        assert_eq!(
+            r.exit(),
+            Some(RunnerExit::Fenced { held: FencingToken(held), stored: FencingToken(5) }),
+            "token {held} against a stored 5 (equal is a duplicate, not the same owner)"
+        );
+        let e = r.status().last_error.expect("last_error says why");
+        assert!(e.contains(&format!("holds fencing token {held}")) && e.contains("storage holds token 5"), "{e}");
+    }
+    assert!(source.log().is_empty(), "a fenced take-over connects to nothing: {:?}", source.log());
+    // A runner above the stored token records it before anything else: from
+    // then on the older owner is fenced, though the new one has written nothing.
+    let mut idle = settings();
+    idle.poll_warm = 1000 * S;
+    source.set_poll_delay(500 * S);
+    let new = RunnerHandle::spawn(Arc::new(source.clone()), fence(6), Tier::Warm, far(), idle);
+    tokio::time::sleep(S).await;
+    assert!(polls(&source).is_empty(), "the new owner has not written yet");
+    source.set_poll_delay(Duration::ZERO);
+    let mut old = source.connect(&fence(5)).await.expect("connect");
+    match old.poll(Scope::All).await {
+        Err(SourceError::Fenced { token, current, .. }) => {
+            assert_eq!((token, current), (FencingToken(5), FencingToken(6)))
+        }
+        other => panic!("the old owner's write was not fenced: {other:?}"),
+    }
+    new.abort().await;
 }

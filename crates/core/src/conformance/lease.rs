@@ -330,3 +330,29 @@ pub async fn lease_keys_are_independent(fx: Fixture) {
     assert!(fx.leases.renew(&c, MINUTE).await.unwrap());
     assert!(!fx.leases.renew(&b, MINUTE).await.unwrap());
 }
+
+/// `raise_token` puts the next claim's token above the given one, never
+/// lowers the counter, leaves the current lease as it is, and touches no
+/// other key.
+pub async fn raise_token_puts_the_next_claim_above_it(fx: Fixture) {
+    let k = key("acct-1");
+    // A key never claimed: the first claim lands above the raised token.
+    fx.leases.raise_token(&k, FencingToken(41)).await.unwrap();
+    let l1 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(l1.token > FencingToken(41), "{:?} after raise_token(41)", l1.token);
+    // Raising while held changes nothing about the lease.
+    fx.leases.raise_token(&k, FencingToken(l1.token.0 + 100)).await.unwrap();
+    assert_eq!(fx.leases.holder(&k).await.unwrap(), Some(l1.clone()));
+    assert!(fx.leases.renew(&l1, MINUTE).await.unwrap());
+    assert!(fx.leases.release(&l1).await.unwrap());
+    let l2 = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
+    assert!(l2.token > FencingToken(l1.token.0 + 100), "{:?} after raising past {}", l2.token, l1.token.0 + 100);
+    // Raising below the counter never lowers it.
+    assert!(fx.leases.release(&l2).await.unwrap());
+    fx.leases.raise_token(&k, FencingToken(1)).await.unwrap();
+    let l3 = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(l3.token > l2.token, "{:?} must exceed {:?} after a lower raise", l3.token, l2.token);
+    // Other keys keep their own counters.
+    let other = fx.leases.claim(&key("acct-2"), &worker("w1"), MINUTE).await.unwrap().unwrap();
+    assert!(other.token < FencingToken(41), "an unrelated key's token {:?} was raised", other.token);
+}

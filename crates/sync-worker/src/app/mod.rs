@@ -22,7 +22,7 @@ use crate::coordinator::{Coordinator, CoordinatorHandle, Deps};
 use crate::errors::SyncError;
 use crate::imap::{ImapSettings, ImapSource};
 use crate::secret::{SecretError, SecretKey};
-use crate::storage::{Storage, StorageError, DEFAULT_DATABASE_URL};
+use crate::storage::{ConnectionSettings, Storage, StorageError, DEFAULT_DATABASE_URL};
 use wiring::Backend;
 
 /// Why the storage could not be opened.
@@ -40,11 +40,21 @@ pub enum OpenError {
 /// and `SECRET_KEY` / `SECRET_KEY_FILE` (absent: the file `sync-worker.key`,
 /// generated with mode 0600) name.
 pub async fn open_storage() -> Result<Storage, OpenError> {
+    open_storage_with(&ConnectionSettings::default()).await
+}
+
+/// [`open_storage`] for worker `worker`: its Postgres connections carry its id
+/// and time out a stalled transaction well within the lease TTL.
+pub async fn open_worker_storage(worker: &WorkerId, config: &Config) -> Result<Storage, OpenError> {
+    open_storage_with(&ConnectionSettings::for_worker(worker, config.lease_ttl)).await
+}
+
+async fn open_storage_with(connection: &ConnectionSettings) -> Result<Storage, OpenError> {
     let key_file = std::env::var_os("SECRET_KEY_FILE").map_or_else(|| PathBuf::from("sync-worker.key"), PathBuf::from);
     let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
     let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
     let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
-    Ok(Storage::open(url, secret).await?)
+    Ok(Storage::open_with(url, secret, connection).await?)
 }
 
 /// A running worker: its coordinator and the reconciler of the live set.

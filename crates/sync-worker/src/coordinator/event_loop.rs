@@ -2,17 +2,19 @@
 //! tier evaluations and `user.active` events (see the [module docs](super)).
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
-use tokio::sync::watch;
+use leasehold_core::{FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
+use super::fenced::FenceBackoff;
 use super::handle::{CoordinatorStats, Shared, SharedEntry};
-use super::runner::{RunnerHandle, RunnerSettings};
+use super::lookups::{self, Lookup};
+use super::runner::{RunnerExit, RunnerHandle, RunnerSettings};
 use super::tiers::{TierInputs, TierPolicy};
 use super::Deps;
 use crate::config::Config;
@@ -54,6 +56,12 @@ pub(super) struct Coord {
     sweep_cursor: usize,
     retry_claim_at: Option<Instant>,
     events: Option<Arc<dyn EventSink>>,
+    fence_backoff: FenceBackoff,
+    /// Answers of lookups done off the loop (see [`lookups`]).
+    lookups_tx: mpsc::UnboundedSender<Lookup>,
+    lookups_rx: Option<mpsc::UnboundedReceiver<Lookup>>,
+    /// Whether a tier evaluation's inputs are being gathered.
+    tier_eval_running: bool,
 }
 
 fn tier_rank(t: Tier) -> u8 {
@@ -73,6 +81,7 @@ impl Coord {
         shared: Arc<Shared>,
         events: Option<Arc<dyn EventSink>>,
     ) -> Self {
+        let (lookups_tx, lookups_rx) = mpsc::unbounded_channel();
         Coord {
             worker,
             settings: RunnerSettings::from(&config),
@@ -90,6 +99,10 @@ impl Coord {
             sweep_cursor: 0,
             retry_claim_at: None,
             events,
+            fence_backoff: FenceBackoff::default(),
+            lookups_tx,
+            lookups_rx: Some(lookups_rx),
+            tier_eval_running: false,
         }
     }
 
@@ -128,6 +141,12 @@ impl Coord {
         sub: UserActiveSubscription,
     ) -> Result<(), SyncError> {
         let mut sub = Some(sub);
+        // `run` consumes the coordinator, so the receiver is always there.
+        let mut lookups_rx = self.lookups_rx.take().unwrap_or_else(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.lookups_tx = tx;
+            rx
+        });
         let every = self.config.renew_interval();
         let mut next_tick = Instant::now();
         let mut next_eval = Instant::now() + self.config.tier_eval_interval;
@@ -154,9 +173,10 @@ impl Coord {
                 }
                 _ = sleep_until(next_eval) => {
                     let started = Instant::now();
-                    self.evaluate_tiers().await;
+                    self.evaluate_tiers();
                     next_eval = started + self.config.tier_eval_interval;
                 }
+                Some(lookup) = lookups_rx.recv() => self.on_lookup(lookup).await,
             }
         }
         self.shutdown().await
@@ -269,25 +289,51 @@ impl Coord {
                 self.stats(|s| s.lost += 1);
             }
         }
-        // A runner that ended by itself (a panic) while its lease is still held: restart it.
+        // A runner that ended by itself while its lease is still held: fenced
+        // (storage holds a token at or above its own), or a panic (restart it).
         let dead: Vec<LeaseKey> =
             self.owned.iter().filter(|(_, o)| o.runner.is_finished()).map(|(k, _)| k.clone()).collect();
         for key in dead {
+            let exit = self.owned.get_mut(&key).and_then(|o| o.runner.exit());
+            if let Some(RunnerExit::Fenced { held, stored }) = exit {
+                self.on_fenced(&key, held, stored).await;
+                continue;
+            }
             if let Some(o) = self.owned.get_mut(&key) {
-                tracing::error!(worker = %self.worker, account = %key, "runner ended unexpectedly; restarting it");
-                let tier = o.runner.tier();
-                o.runner = RunnerHandle::spawn(
-                    self.deps.source.clone(),
-                    Fence::from(&o.lease),
-                    tier,
-                    o.deadline,
-                    self.settings,
-                );
+                tracing::error!(worker = %self.worker, account = %key, ?exit, "runner ended unexpectedly; restarting it");
+                o.runner = o.runner.restart(self.deps.source.clone());
                 if let Some(e) = self.shared.owned.lock().get_mut(&key) {
                     e.status = o.runner.status_handle();
                 }
             }
         }
+    }
+
+    /// The runner of `key` was fenced although this worker still holds its
+    /// lease: storage holds `stored`, at or above the lease's `held`, so the
+    /// lease store's counter fell behind storage. Raise it past `stored`,
+    /// give the lease back and claim again (at once the first time).
+    async fn on_fenced(&mut self, key: &LeaseKey, held: FencingToken, stored: FencingToken) {
+        let Some(o) = self.remove(key) else { return };
+        self.stats(|s| s.lost += 1);
+        let wait = self.fence_backoff.strike(key, Instant::now(), self.config.renew_interval(), 8 * self.ttl.get());
+        let raised = self.deps.store.raise_token(key, stored).await;
+        // Harmless if it is gone: release is token-checked.
+        let _ = self.deps.store.release(&o.lease).await;
+        match raised {
+            Ok(()) => tracing::warn!(
+                worker = %self.worker, account = %key, %held, %stored, retry_in = ?wait,
+                "fenced: this worker holds the lease with token {held} but storage holds token {stored}: \
+                 the lease store's token counter fell behind storage (was Redis restarted empty or flushed?); \
+                 raised it past {stored}, claiming again"
+            ),
+            Err(e) => tracing::warn!(
+                worker = %self.worker, account = %key, %held, %stored, retry_in = ?wait, error = %e,
+                "fenced: this worker holds the lease with token {held} but storage holds token {stored}, \
+                 and raising the lease store's counter past it failed; claiming again later"
+            ),
+        }
+        self.announce([(o.user.as_ref(), key)]);
     }
 
     /// Stops and releases owned accounts that are no longer live (`live` is sorted).
@@ -320,8 +366,12 @@ impl Coord {
         }
         let idx = workers.iter().position(|w| w == &self.worker).unwrap_or(workers.len());
         let offset = idx * n / workers.len().max(idx + 1);
-        let mut candidates: Vec<&LeaseKey> =
-            live[offset..].iter().chain(&live[..offset]).filter(|k| !self.owned.contains_key(*k)).collect();
+        let now = Instant::now();
+        let mut candidates: Vec<&LeaseKey> = live[offset..]
+            .iter()
+            .chain(&live[..offset])
+            .filter(|k| !self.owned.contains_key(*k) && self.fence_backoff.allows(k, now))
+            .collect();
         if !eager && candidates.len() > BACKOFF_SWEEP_CAP {
             // A bounded sweep that moves on each time, so all keys get looked at.
             let start = self.sweep_cursor % candidates.len();
@@ -388,17 +438,13 @@ impl Coord {
             }
         })
         .await;
-        let users = match self.deps.directory.users_of(&keys).await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(worker = %self.worker, error = %e, "could not look up account users");
-                vec![None; keys.len()]
-            }
-        };
+        // Off the loop: a slow database must not delay the next renew. The
+        // users arrive as a `Lookup::Users`, and the claims are announced then.
+        lookups::users(self.deps.directory.clone(), keys, self.lookups_tx.clone());
         let n = leases.len() as u64;
         let mut shared = Vec::with_capacity(leases.len());
-        let mut claimed = Vec::with_capacity(leases.len());
-        for ((lease, tier), user) in leases.into_iter().zip(tiers).zip(users) {
+        for (lease, tier) in leases.into_iter().zip(tiers) {
+            let user: Option<UserId> = None;
             let key = lease.key.clone();
             let runner =
                 RunnerHandle::spawn(self.deps.source.clone(), Fence::from(&lease), tier, deadline, self.settings);
@@ -407,11 +453,9 @@ impl Coord {
                 key.clone(),
                 SharedEntry { token: lease.token, tier, user: user.clone(), status: runner.status_handle() },
             ));
-            claimed.push((user.clone(), key.clone()));
             self.owned.insert(key, Owned { lease, deadline, user, latest_mail_ms: None, runner });
         }
         self.shared.owned.lock().extend(shared);
-        self.announce(claimed.iter().map(|(u, k)| (u.as_ref(), k)));
         self.stats(|s| s.claimed += n);
     }
 
@@ -512,50 +556,74 @@ impl Coord {
         self.stats(|s| s.promoted_by_event += n);
     }
 
-    async fn evaluate_tiers(&mut self) {
+    /// Starts a tier evaluation: its inputs are gathered off the loop (see
+    /// [`lookups`]) and applied by [`Coord::apply_tier_inputs`] when they arrive.
+    fn evaluate_tiers(&mut self) {
         self.stats(|s| s.tier_evaluations += 1);
-        if self.owned.is_empty() {
+        if self.owned.is_empty() || self.tier_eval_running {
             return;
         }
         let mut keys: Vec<LeaseKey> = self.owned.keys().cloned().collect();
         keys.sort();
-        // Users may have been recorded after the claim: refresh them.
-        if let Ok(users) = self.deps.directory.users_of(&keys).await {
-            for (k, u) in keys.iter().zip(users) {
-                if let Some(o) = self.owned.get_mut(k) {
-                    if o.user != u {
-                        o.user = u.clone();
-                        if let Some(e) = self.shared.owned.lock().get_mut(k) {
-                            e.user = u;
-                        }
+        let known = keys.iter().map(|k| self.owned.get(k).and_then(|o| o.user.clone())).collect();
+        self.tier_eval_running = true;
+        lookups::tier_inputs(
+            self.deps.directory.clone(),
+            self.deps.store.clone(),
+            self.deps.source.clone(),
+            keys,
+            known,
+            self.lookups_tx.clone(),
+        );
+    }
+
+    async fn on_lookup(&mut self, lookup: Lookup) {
+        match lookup {
+            Lookup::Users(users) => {
+                let mut claimed = Vec::new();
+                for (k, u) in users {
+                    self.set_user(&k, u.clone());
+                    if self.owned.contains_key(&k) {
+                        claimed.push((u, k));
                     }
+                }
+                self.announce(claimed.iter().map(|(u, k)| (u.as_ref(), k)));
+            }
+            Lookup::TierInputs { keys, users, active, latest } => {
+                self.tier_eval_running = false;
+                self.apply_tier_inputs(keys, users, active, latest).await;
+            }
+        }
+    }
+
+    fn set_user(&mut self, key: &LeaseKey, user: Option<UserId>) {
+        if let Some(o) = self.owned.get_mut(key) {
+            if o.user != user {
+                o.user = user.clone();
+                if let Some(e) = self.shared.owned.lock().get_mut(key) {
+                    e.user = user;
                 }
             }
         }
-        let users: HashSet<UserId> = self.owned.values().filter_map(|o| o.user.clone()).collect();
-        let store = self.deps.store.clone();
-        let active: HashMap<UserId, bool> = each(users.into_iter().collect(), move |u: UserId| {
-            let store = store.clone();
-            async move {
-                let active = store.is_user_active(&u).await.unwrap_or_else(|e| {
-                    tracing::warn!(user = %u, error = %e, "could not read presence; taking it as absent");
-                    false
-                });
-                (u, active)
+    }
+
+    async fn apply_tier_inputs(
+        &mut self,
+        keys: Vec<LeaseKey>,
+        users: Option<Vec<Option<UserId>>>,
+        active: HashMap<UserId, bool>,
+        latest: Vec<Result<Option<u64>, String>>,
+    ) {
+        if let Some(users) = users {
+            for (k, u) in keys.iter().zip(users) {
+                self.set_user(k, u);
             }
-        })
-        .await
-        .into_iter()
-        .collect();
-        let source = self.deps.source.clone();
-        let latest: Vec<Result<Option<u64>, String>> = each(keys.clone(), move |k| {
-            let source = source.clone();
-            async move { source.latest_internal_date(&k).await.map_err(|e| e.to_string()) }
-        })
-        .await;
+        }
+        // Accounts given up while the inputs were gathered are left out.
+        let mut evaluated = Vec::with_capacity(keys.len());
         let mut inputs = Vec::with_capacity(keys.len());
-        for (k, l) in keys.iter().zip(latest) {
-            let Some(o) = self.owned.get_mut(k) else { continue };
+        for (k, l) in keys.into_iter().zip(latest) {
+            let Some(o) = self.owned.get_mut(&k) else { continue };
             match l {
                 Ok(l) => o.latest_mail_ms = l,
                 Err(e) => {
@@ -564,9 +632,10 @@ impl Coord {
             }
             let session = o.user.as_ref().is_some_and(|u| active.get(u).copied().unwrap_or(false));
             inputs.push(TierInputs { session, latest_mail_ms: o.latest_mail_ms });
+            evaluated.push(k);
         }
         let tiers = self.policy.assign(self.deps.clock.now_ms(), &inputs);
-        let changes: Vec<(LeaseKey, Tier)> = keys
+        let changes: Vec<(LeaseKey, Tier)> = evaluated
             .into_iter()
             .zip(tiers)
             .filter(|(k, t)| self.owned.get(k).is_some_and(|o| o.runner.tier() != *t))

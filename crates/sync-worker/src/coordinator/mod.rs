@@ -35,6 +35,14 @@
 //! * **`user.active` events**: the user's owned accounts are promoted to hot
 //!   at once.
 //!
+//! **A fenced runner** (storage holds a token at or above its lease's, see
+//! [`runner`]) is noticed at the next tick. If this worker still holds
+//! the lease, the lease store has lost its counters (Redis restarted empty,
+//! or flushed): the coordinator says so with both tokens, raises the key's
+//! counter past the stored token ([`LeaseStore::raise_token`]), releases the
+//! lease and claims again, at once the first time and with a growing backoff
+//! when the same key is fenced again soon (see `fenced.rs`).
+//!
 //! With [`PreparedCoordinator::with_events`], every claim, release, loss by
 //! deadline and tier change is announced as an
 //! [`AccountChanged`](crate::events::AccountChanged) (the API's
@@ -49,11 +57,20 @@
 //! take over at their next tick. [`CoordinatorHandle::kill`] drops everything
 //! without a word to the store, as a crash would.
 //!
+//! **The loop never waits on the database.** Which user owns a claimed
+//! account, and a tier evaluation's inputs (users, presence, newest mail),
+//! are looked up by tasks of their own whose answers the loop applies when
+//! they arrive (see `lookups.rs`): a slow or stopped database delays tier
+//! changes and `account.status` announcements, never a renew. Runners
+//! record their claims in storage themselves, off the loop too.
+//!
 //! The coordinator depends only on the core traits: it runs on any
 //! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
 
 mod event_loop;
+mod fenced;
 mod handle;
+mod lookups;
 pub mod reconcile;
 pub mod runner;
 mod task;

@@ -21,22 +21,31 @@
 //! (the coordinator moves it forward after each successful renew): it never
 //! starts a poll past it and ends at its first poll after it, even if the
 //! coordinator is stuck (the coordinator itself aborts the runner of a lease
-//! whose deadline passed at its next tick). A poll rejected by storage
-//! ([`SourceError::Fenced`]: a newer owner wrote) ends the runner at once.
-//! The coordinator stops it at once when a renew answers that the lease is
-//! lost.
+//! whose deadline passed at its next tick). Before anything else, a runner
+//! records its token as the account's current one
+//! ([`MailSource::take_over`]), so from then on every write of an older owner
+//! is rejected, whether or not this runner has written mail yet. A take-over
+//! or a poll rejected by storage ([`SourceError::Fenced`]: storage holds a
+//! token at or above this runner's) ends the runner at once with
+//! [`RunnerExit::Fenced`], which carries both tokens so the coordinator can
+//! tell a newer owner from a lease store that lost its counters. The
+//! coordinator stops it at once when a renew answers that the lease is lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+
 use leasehold_core::duration::jitter;
-use leasehold_core::Tier;
+use leasehold_core::{FencingToken, Tier};
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::task::AbortOnDrop;
 use crate::config::Config;
+use crate::deadline::LeaseDeadline;
 use crate::errors::{error_chain, SourceError};
 use crate::source::{Fence, MailSource, Scope};
 
@@ -91,25 +100,14 @@ pub enum RunnerExit {
     Stopped,
     /// Its lease deadline passed without a renew.
     LeaseExpired,
-    /// Storage rejected a write: a newer owner holds the account.
-    Fenced,
-}
-
-/// The lease deadline, moved forward by the coordinator after each renew.
-/// A plain shared cell, not a channel or a timer: extending it wakes nobody
-/// (thousands of idle runners would otherwise wake on every renew); a runner
-/// reads it before every poll and ends when it has passed.
-#[derive(Debug)]
-struct Deadline(Mutex<Instant>);
-
-impl Deadline {
-    fn get(&self) -> Instant {
-        *self.0.lock()
-    }
-
-    fn passed(&self) -> bool {
-        Instant::now() >= self.get()
-    }
+    /// Storage rejected the take-over or a write: it holds a token at or
+    /// above this runner's.
+    Fenced {
+        /// The token this runner held.
+        held: FencingToken,
+        /// The token storage holds.
+        stored: FencingToken,
+    },
 }
 
 struct Ctx {
@@ -117,9 +115,16 @@ struct Ctx {
     fence: Fence,
     settings: RunnerSettings,
     tier: watch::Receiver<Tier>,
-    deadline: Arc<Deadline>,
+    deadline: LeaseDeadline,
     stop: watch::Receiver<bool>,
     status: Arc<Mutex<RunnerStatus>>,
+    /// Whether this lease's token is recorded in storage: a runner restarted
+    /// under the same lease must not record it again (the strict claim-time
+    /// check would take its own token for a duplicate).
+    taken_over: Arc<AtomicBool>,
+    /// The INBOX watch reports here that it was fenced (held, stored).
+    fenced_tx: mpsc::Sender<(FencingToken, FencingToken)>,
+    fenced_rx: mpsc::Receiver<(FencingToken, FencingToken)>,
 }
 
 /// A running account: change its tier, move its lease deadline, stop it.
@@ -128,9 +133,11 @@ struct Ctx {
 pub struct RunnerHandle {
     fence: Fence,
     tier: watch::Sender<Tier>,
-    deadline: Arc<Deadline>,
+    deadline: LeaseDeadline,
     stop: watch::Sender<bool>,
     status: Arc<Mutex<RunnerStatus>>,
+    taken_over: Arc<AtomicBool>,
+    settings: RunnerSettings,
     task: AbortOnDrop<RunnerExit>,
 }
 
@@ -143,10 +150,25 @@ impl RunnerHandle {
         deadline: Instant,
         settings: RunnerSettings,
     ) -> Self {
-        let (tier_tx, tier_rx) = watch::channel(tier);
-        let deadline = Arc::new(Deadline(Mutex::new(deadline)));
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut fence = fence;
+        fence.deadline = LeaseDeadline::until(deadline);
+        let deadline = fence.deadline.clone();
         let status = Arc::new(Mutex::new(RunnerStatus::default()));
+        Self::start(source, fence, tier, deadline, status, Arc::new(AtomicBool::new(false)), settings)
+    }
+
+    fn start(
+        source: Arc<dyn MailSource>,
+        fence: Fence,
+        tier: Tier,
+        deadline: LeaseDeadline,
+        status: Arc<Mutex<RunnerStatus>>,
+        taken_over: Arc<AtomicBool>,
+        settings: RunnerSettings,
+    ) -> Self {
+        let (tier_tx, tier_rx) = watch::channel(tier);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (fenced_tx, fenced_rx) = mpsc::channel(1);
         let ctx = Ctx {
             source,
             fence: fence.clone(),
@@ -155,9 +177,36 @@ impl RunnerHandle {
             deadline: deadline.clone(),
             stop: stop_rx,
             status: status.clone(),
+            taken_over: taken_over.clone(),
+            fenced_tx,
+            fenced_rx,
         };
         let task = AbortOnDrop(tokio::spawn(run(ctx)));
-        Self { fence, tier: tier_tx, deadline, stop: stop_tx, status, task }
+        Self { fence, tier: tier_tx, deadline, stop: stop_tx, status, taken_over, settings, task }
+    }
+
+    /// A new runner for the same lease, tier, deadline and status, after this
+    /// one ended by itself (a panic). It does not record the lease's token
+    /// again if this one already had.
+    pub fn restart(&self, source: Arc<dyn MailSource>) -> Self {
+        Self::start(
+            source,
+            self.fence.clone(),
+            self.tier(),
+            self.deadline.clone(),
+            self.status.clone(),
+            self.taken_over.clone(),
+            self.settings,
+        )
+    }
+
+    /// How the runner ended, once it has: `None` while it runs or when it
+    /// panicked or was aborted.
+    pub fn exit(&mut self) -> Option<RunnerExit> {
+        if !self.task.0.is_finished() {
+            return None;
+        }
+        (&mut self.task.0).now_or_never().and_then(Result::ok)
     }
 
     /// The fence (account, worker, token) this runner writes under.
@@ -177,7 +226,7 @@ impl RunnerHandle {
 
     /// Moves the lease deadline (after a successful renew).
     pub fn extend(&self, deadline: Instant) {
-        *self.deadline.0.lock() = deadline;
+        self.deadline.extend(deadline);
     }
 
     /// A snapshot of what the runner last did.
@@ -218,6 +267,13 @@ impl RunnerHandle {
 async fn run(mut ctx: Ctx) -> RunnerExit {
     let account = ctx.fence.account.clone();
     tracing::debug!(%account, token = %ctx.fence.token, tier = %*ctx.tier.borrow(), "runner started");
+    if !ctx.taken_over.load(Ordering::Acquire) {
+        if let Err(exit) = take_over(&mut ctx).await {
+            tracing::debug!(%account, ?exit, "runner ended before its take-over");
+            return exit;
+        }
+        ctx.taken_over.store(true, Ordering::Release);
+    }
     // Start of the last successful periodic poll: the one schedule kept across tiers.
     let mut last_periodic: Option<Instant> = None;
     // After a failed periodic poll: when to retry, and the next backoff.
@@ -245,6 +301,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
             biased;
             r = ctx.stop.changed() => if r.is_err() { break RunnerExit::Stopped },
             r = ctx.tier.changed() => if r.is_err() { break RunnerExit::Stopped },
+            Some((held, stored)) = ctx.fenced_rx.recv() => break RunnerExit::Fenced { held, stored },
             _ = sleep_until(due) => {
                 if ctx.deadline.passed() {
                     break RunnerExit::LeaseExpired;
@@ -256,10 +313,12 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                         last_periodic = Some(started);
                         retry = None;
                     }
-                    Err(e @ SourceError::Fenced { .. }) => {
-                        tracing::warn!(%account, error = %e, "fenced off: a newer owner holds the account; stopping");
+                    Err(SourceError::LeaseExpired { .. }) => break RunnerExit::LeaseExpired,
+                    Err(e @ SourceError::Fenced { token, current, .. }) => {
+                        // Logged once, by the coordinator, which knows whether it still holds the lease.
+                        tracing::debug!(%account, error = %e, "fenced; stopping");
                         ctx.status.lock().last_error = Some(e.to_string());
-                        break RunnerExit::Fenced;
+                        break RunnerExit::Fenced { held: token, stored: current };
                     }
                     Err(e) => {
                         // A refused login will not heal in a second: wait a whole interval.
@@ -269,8 +328,15 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                             retry.map_or(ctx.settings.retry_base, |(_, b)| b)
                         };
                         let backoff = jitter(backoff, 0.2);
-                        tracing::warn!(%account, %scope, error = %error_chain(&e), retry_in = ?backoff, "periodic poll failed");
-                        ctx.status.lock().last_error = Some(error_chain(&e));
+                        let text = error_chain(&e);
+                        // Logged when it changes: the same failure again is no news.
+                        let repeated = ctx.status.lock().last_error.as_deref() == Some(text.as_str());
+                        if repeated {
+                            tracing::debug!(%account, %scope, error = %text, retry_in = ?backoff, "periodic poll failed again");
+                        } else {
+                            tracing::warn!(%account, %scope, error = %text, retry_in = ?backoff, "periodic poll failed");
+                        }
+                        ctx.status.lock().last_error = Some(text);
                         let next = (backoff * 2).min(ctx.settings.interval(tier));
                         retry = Some((Instant::now() + backoff, next));
                     }
@@ -281,6 +347,41 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
     drop(watch);
     tracing::debug!(%account, ?exit, "runner ended");
     exit
+}
+
+/// Records the lease's token in storage before anything is synced
+/// ([`MailSource::take_over`]). A storage failure (the database down) is
+/// retried with backoff until the runner is stopped or its lease runs out;
+/// a rejection ends the runner as [`RunnerExit::Fenced`].
+async fn take_over(ctx: &mut Ctx) -> Result<(), RunnerExit> {
+    let mut backoff = ctx.settings.retry_base;
+    loop {
+        if *ctx.stop.borrow_and_update() {
+            return Err(RunnerExit::Stopped);
+        }
+        if ctx.deadline.passed() {
+            return Err(RunnerExit::LeaseExpired);
+        }
+        let e = match ctx.source.take_over(&ctx.fence).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if let SourceError::Fenced { token, current, .. } = e {
+            // Logged once, by the coordinator, which knows whether it still holds the lease.
+            tracing::debug!(account = %ctx.fence.account, error = %e, "take-over fenced");
+            ctx.status.lock().last_error = Some(e.to_string());
+            return Err(RunnerExit::Fenced { held: token, stored: current });
+        }
+        let wait = jitter(backoff, 0.2);
+        tracing::warn!(account = %ctx.fence.account, error = %error_chain(&e), retry_in = ?wait, "could not record the claim in storage; nothing is synced until it is");
+        ctx.status.lock().last_error = Some(error_chain(&e));
+        tokio::select! {
+            biased;
+            r = ctx.stop.changed() => if r.is_err() { return Err(RunnerExit::Stopped) },
+            _ = tokio::time::sleep(wait) => {}
+        }
+        backoff = (backoff * 2).min(ctx.settings.poll_warm.max(ctx.settings.retry_base));
+    }
 }
 
 /// One transient poll: connect, poll `scope`, disconnect.
@@ -308,6 +409,7 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
     let deadline = ctx.deadline.clone();
     let status = ctx.status.clone();
     let settings = ctx.settings;
+    let fenced = ctx.fenced_tx.clone();
     AbortOnDrop(tokio::spawn(async move {
         let mut backoff = settings.retry_base;
         loop {
@@ -345,9 +447,11 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
                 }
                 Err(e) => e,
             };
-            if matches!(err, SourceError::Fenced { .. }) {
-                tracing::warn!(account = %fence.account, error = %err, "fenced off: a newer owner holds the account; watch stopped");
+            if let SourceError::Fenced { token, current, .. } = err {
+                tracing::debug!(account = %fence.account, error = %err, "fenced; watch stopped");
                 status.lock().last_error = Some(err.to_string());
+                // The runner ends with it, so the coordinator learns the tokens.
+                let _ = fenced.try_send((token, current));
                 return;
             }
             let wait = jitter(if err.is_permanent() { settings.poll_warm } else { backoff }, 0.2);

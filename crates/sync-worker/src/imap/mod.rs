@@ -121,12 +121,16 @@ pub struct ImapSource {
     storage: Storage,
     settings: ImapSettings,
     commands: Arc<CommandCounts>,
+    /// Whether a password that does not decrypt has been logged: once per
+    /// process is enough (it is one wrong SECRET_KEY, however many accounts
+    /// it affects, and each account's `last_error` says so).
+    secret_logged: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ImapSource {
     /// An engine writing into `storage`.
     pub fn new(storage: Storage, settings: ImapSettings) -> Self {
-        Self { storage, settings, commands: Arc::default() }
+        Self { storage, settings, commands: Arc::default(), secret_logged: Arc::default() }
     }
 
     /// The commands sent so far by every connection of this source.
@@ -185,15 +189,36 @@ pub enum LoginError {
 pub(crate) fn storage_error(account: &LeaseKey, e: StorageError) -> SourceError {
     match e {
         StorageError::Fenced { account, token, current } => SourceError::Fenced { account, token, current },
+        StorageError::LeaseExpired { account, token } => SourceError::LeaseExpired { account, token },
         source => SourceError::Storage { account: account.clone(), source },
     }
 }
 
 #[async_trait]
 impl MailSource for ImapSource {
+    async fn take_over(&self, fence: &Fence) -> Result<(), SourceError> {
+        self.storage.record_claim(fence).await.map_err(|e| storage_error(&fence.account, e))
+    }
+
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError> {
         let account = &fence.account;
-        let creds = self.storage.credentials(account).await.map_err(|e| storage_error(account, e))?;
+        let creds = match self.storage.credentials(account).await {
+            Ok(creds) => creds,
+            Err(StorageError::Secret(source)) => {
+                let failure = SourceError::Secret { account: account.clone(), source };
+                if !self.secret_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(
+                        error = %crate::errors::error_chain(&failure),
+                        "SECRET_KEY does not decrypt stored IMAP passwords: the accounts they belong to do not \
+                         sync until SECRET_KEY is the key that encrypted them (each one's last_error says so; \
+                         logged once)"
+                    );
+                }
+                self.record_failure(fence, &failure).await?;
+                return Err(failure);
+            }
+            Err(e) => return Err(storage_error(account, e)),
+        };
         let failure = match transport::open(&creds, self.settings.connect_timeout).await {
             Ok(session) => {
                 return session::Connection::start(

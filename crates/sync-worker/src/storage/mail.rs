@@ -124,6 +124,10 @@ impl Storage {
     /// returned transaction is committed.
     pub async fn write(&self, fence: &Fence) -> Result<FencedTx, StorageError> {
         let a = fence.account.as_str();
+        // Checked here, so between FETCH batches, and again before the commit.
+        if fence.deadline.passed() {
+            return Err(StorageError::LeaseExpired { account: fence.account.clone(), token: fence.token });
+        }
         let mut tx = self.pool.begin().await.map_err(query_err(format!("begin a write of {a}")))?;
         let token = fence.token.0 as i64;
         let advanced =
@@ -155,6 +159,7 @@ impl Storage {
         }
         Ok(FencedTx {
             tx,
+            fence: fence.clone(),
             account: a.to_string(),
             events: self.events.clone(),
             pending: Vec::new(),
@@ -165,10 +170,13 @@ impl Storage {
 
 /// A write transaction of one owned account whose fencing token has been
 /// checked and advanced. Dropping it without [`FencedTx::commit`] writes
-/// nothing.
+/// nothing; neither does a commit after the fence's lease deadline (it rolls
+/// back and answers [`StorageError::LeaseExpired`]).
 #[derive(Debug)]
 pub struct FencedTx {
     tx: Transaction<'static, Any>,
+    /// Whose write this is, and until when it may commit.
+    fence: Fence,
     account: String,
     events: Option<std::sync::Arc<dyn EventSink>>,
     /// What this transaction did to which message, announced after the commit.
@@ -385,6 +393,13 @@ impl FencedTx {
     /// Commits everything written through this transaction, then announces
     /// its messages to the storage's event sink, if it has one.
     pub async fn commit(mut self) -> Result<(), StorageError> {
+        if self.fence.deadline.passed() {
+            // Outlived its lease: a new owner may already be syncing.
+            let expired = StorageError::LeaseExpired { account: self.fence.account.clone(), token: self.fence.token };
+            let a = self.account;
+            self.tx.rollback().await.map_err(query_err(format!("roll back an expired write of {a}")))?;
+            return Err(expired);
+        }
         let a = self.account;
         let announce = match self.events.take() {
             Some(sink) if !self.pending.is_empty() || self.status_changed => {

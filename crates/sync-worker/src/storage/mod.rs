@@ -16,9 +16,12 @@
 //! [`StorageError::Fenced`]. Because the check is an `UPDATE` of the account
 //! row, it also takes that row's write lock (Postgres) or the database's
 //! (SQLite) for the whole transaction, so a newer owner cannot slip in
-//! between the check and the commit.
+//! between the check and the commit. A new owner's token takes effect even
+//! earlier, at claim time, before it syncs anything: see [`fence`].
 
 mod accounts;
+mod connection;
+pub mod fence;
 mod mail;
 mod sessions;
 mod views;
@@ -32,6 +35,8 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
 pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, Security, UserRecord};
+pub use connection::ConnectionSettings;
+pub use fence::SyncState;
 pub use mail::{FencedTx, FolderState, MessageRow};
 pub use sessions::SessionRecord;
 pub use views::{FolderInfo, MessageDetail, MessageKey, MessageSummary};
@@ -108,6 +113,15 @@ pub enum StorageError {
         /// The stored token.
         current: FencingToken,
     },
+    /// A write began or was about to commit after its lease's deadline:
+    /// it was rolled back (nothing of it is stored).
+    #[error("account {account}: the lease (fencing token {token}) ran out before the write could commit; rolled back")]
+    LeaseExpired {
+        /// The account.
+        account: LeaseKey,
+        /// The lease's token.
+        token: FencingToken,
+    },
     /// A stored password does not decrypt.
     #[error(transparent)]
     Secret(#[from] SecretError),
@@ -172,7 +186,18 @@ impl Storage {
     /// `postgres://...`) and runs the embedded migrations. `secret`
     /// encrypts and decrypts the IMAP passwords.
     pub async fn open(url: &str, secret: SecretKey) -> Result<Self, StorageError> {
+        Self::open_with(url, secret, &ConnectionSettings::default()).await
+    }
+
+    /// [`Storage::open`], with every Postgres connection set up as
+    /// `connection` says (a worker's name and transaction timeouts).
+    pub async fn open_with(
+        url: &str,
+        secret: SecretKey,
+        connection: &ConnectionSettings,
+    ) -> Result<Self, StorageError> {
         sqlx::any::install_default_drivers();
+        let pg_settings = std::sync::Arc::new(connection.postgres_settings());
         let shown = redact_url(url);
         let kind = if url.starts_with("sqlite:") {
             DbKind::Sqlite
@@ -188,7 +213,17 @@ impl Storage {
             AnyConnectOptions::from_str(url).map_err(|source| StorageError::Open { url: shown.clone(), source })?;
         let pool = AnyPoolOptions::new()
             .after_connect(move |conn, _| {
+                let pg_settings = pg_settings.clone();
                 Box::pin(async move {
+                    if kind == DbKind::Postgres {
+                        for (name, value) in pg_settings.iter() {
+                            sqlx::query("SELECT set_config($1, $2, false)")
+                                .bind(*name)
+                                .bind(value.as_str())
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                    }
                     if kind == DbKind::Sqlite {
                         // Pages read through a shared mapping, not a pread
                         // into each connection's own 2 MB cache: a list page

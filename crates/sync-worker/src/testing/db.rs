@@ -18,7 +18,7 @@ const SQLITE_FILE: &str = "sync.db";
 #[derive(Debug)]
 enum Keep {
     Sqlite(tempfile::TempDir),
-    Postgres(#[allow(dead_code, reason = "held only for its Drop, which drops the database")] Postgres),
+    Postgres(Postgres),
 }
 
 /// A database of one test's own, removed when this is dropped.
@@ -76,6 +76,14 @@ impl TestDb {
         match &self._keep {
             Keep::Sqlite(dir) => Some(dir.path().join(SQLITE_FILE)),
             Keep::Postgres(_) => None,
+        }
+    }
+
+    /// The Postgres database itself (for triggers and `psql`), `None` on SQLite.
+    pub fn postgres_db(&self) -> Option<&Postgres> {
+        match &self._keep {
+            Keep::Postgres(db) => Some(db),
+            Keep::Sqlite(_) => None,
         }
     }
 

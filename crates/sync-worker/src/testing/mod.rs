@@ -15,6 +15,8 @@
 //!   server (`TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432`),
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
 //!   server of a test's own, for tests that kill or restart it.
+//! * [`FenceAudit`]: a trigger on `messages` and `accounts` recording which
+//!   fencing token wrote each row, for tests that try to break fencing.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //! * [`sync_worker_command`]: the binary under test, in a clean environment.
 //!
@@ -30,6 +32,7 @@
 mod binary;
 mod db;
 mod dovecot;
+mod fence_audit;
 mod imap;
 mod imap_proxy;
 pub mod mail_gen;
@@ -47,6 +50,7 @@ use std::sync::{mpsc, Mutex, OnceLock};
 pub use binary::{sync_worker_command, TEST_SECRET_KEY};
 pub use db::TestDb;
 pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
+pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use memory_directory::MemoryDirectory;

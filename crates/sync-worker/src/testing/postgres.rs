@@ -358,6 +358,31 @@ impl PostgresServer {
         self.kill_group();
     }
 
+    /// Stops the server and all its backends where they stand (SIGSTOP), as
+    /// a stalled machine would: connections stay open, and nothing answers
+    /// until [`resume`](Self::resume). The postmaster first, so it forks no
+    /// new backend meanwhile.
+    pub fn pause(&self) {
+        self.signal_all(Signal::SIGSTOP);
+    }
+
+    /// Lets a [`pause`](Self::pause)d server run on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_all(Signal::SIGCONT);
+    }
+
+    /// Signals the postmaster and each of its children. Not its process
+    /// group: every Postgres child calls `setsid`, so each is a group of its own.
+    fn signal_all(&self, signal: Signal) {
+        let Some(pid) = self.child.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.id() as i32) else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(pid), signal);
+        for child in children_of(pid) {
+            let _ = kill(Pid::from_raw(child), signal);
+        }
+    }
+
     /// Starts the server again on the same port with the same data (after a
     /// [`kill`](Self::kill), Postgres recovers from its WAL first).
     pub fn restart(&self) -> Result<()> {
@@ -404,6 +429,8 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
+        // A paused server would not hear the shutdown signal.
+        self.resume();
         self.stop();
     }
 }
@@ -437,6 +464,22 @@ fn postgres_bin_dir() -> Result<PathBuf> {
         program: "initdb and postgres".into(),
         install: "install Debian's postgresql package (its binaries live in /usr/lib/postgresql/<version>/bin)",
     })
+}
+
+/// The pids whose parent is `parent` (from `/proc/*/stat`).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after its last ')'.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    .is_some_and(|ppid| ppid == parent)
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

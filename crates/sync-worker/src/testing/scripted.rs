@@ -229,6 +229,20 @@ impl ScriptedSource {
 
 #[async_trait]
 impl MailSource for ScriptedSource {
+    async fn take_over(&self, fence: &Fence) -> Result<(), SourceError> {
+        // As storage does: strictly above the highest token seen, or fenced.
+        let mut state = self.inner.state.lock();
+        match state.highest.get(&fence.account).copied() {
+            Some(current) if current >= fence.token => {
+                Err(SourceError::Fenced { account: fence.account.clone(), token: fence.token, current })
+            }
+            _ => {
+                state.highest.insert(fence.account.clone(), fence.token);
+                Ok(())
+            }
+        }
+    }
+
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError> {
         let mut state = self.inner.state.lock();
         let account = state.accounts.entry(fence.account.clone()).or_insert_with(Account::new);

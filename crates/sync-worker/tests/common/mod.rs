@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    Clock, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
+    Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription,
+    UserId, WorkerId,
 };
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, MemoryDirectory, ScriptedSource};
 use tokio::time::Instant;
@@ -284,6 +285,10 @@ impl LeaseStore for Faulty {
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
         self.check("release", &lease.key)?;
         self.inner.release(lease).await
+    }
+    async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {
+        self.check("raise_token", key)?;
+        self.inner.raise_token(key, past).await
     }
     async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         self.inner.holder(key).await

@@ -1,0 +1,94 @@
+//! Lookups the coordinator needs from the database, done off its loop.
+//!
+//! The loop renews leases; a lookup that waits on a slow or stopped database
+//! (which user owns an account, the newest mail date for tier evaluation)
+//! must never delay a renew, or a worker whose lease store is healthy would
+//! let its leases lapse. So each lookup runs as a task of its own and sends
+//! its answer back to the loop as a [`Lookup`]; the loop applies it when it
+//! arrives (a claimed account runs at once, its user filled in later; a tier
+//! evaluation takes effect when its inputs are in).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::stream::{self, StreamExt};
+use leasehold_core::{LeaseKey, LeaseStore, UserId};
+use tokio::sync::mpsc;
+
+use crate::directory::AccountDirectory;
+use crate::source::MailSource;
+
+/// Concurrent reads per lookup.
+const CONCURRENCY: usize = 64;
+
+/// An answer for the loop.
+#[derive(Debug)]
+pub(super) enum Lookup {
+    /// The users of freshly claimed accounts (`None`: unknown, or the lookup failed).
+    Users(Vec<(LeaseKey, Option<UserId>)>),
+    /// What a tier evaluation needs, per key, in order.
+    TierInputs {
+        /// The owned keys when the evaluation began.
+        keys: Vec<LeaseKey>,
+        /// Their users, freshly read; `None` when the directory failed (keep the known ones).
+        users: Option<Vec<Option<UserId>>>,
+        /// Whether each of the users has a current session.
+        active: HashMap<UserId, bool>,
+        /// The newest mail date of each key, or why it could not be read.
+        latest: Vec<Result<Option<u64>, String>>,
+    },
+}
+
+/// Looks up the users of `keys` and sends them to the loop.
+pub(super) fn users(directory: Arc<dyn AccountDirectory>, keys: Vec<LeaseKey>, tx: mpsc::UnboundedSender<Lookup>) {
+    tokio::spawn(async move {
+        let users = match directory.users_of(&keys).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, accounts = keys.len(), "could not look up account users");
+                vec![None; keys.len()]
+            }
+        };
+        let _ = tx.send(Lookup::Users(keys.into_iter().zip(users).collect()));
+    });
+}
+
+/// Gathers a tier evaluation's inputs for `keys` (whose users, as known so
+/// far, are `known`) and sends them to the loop.
+pub(super) fn tier_inputs(
+    directory: Arc<dyn AccountDirectory>,
+    store: Arc<dyn LeaseStore>,
+    source: Arc<dyn MailSource>,
+    keys: Vec<LeaseKey>,
+    known: Vec<Option<UserId>>,
+    tx: mpsc::UnboundedSender<Lookup>,
+) {
+    tokio::spawn(async move {
+        // Users may have been recorded after the claim: refresh them.
+        let users = directory.users_of(&keys).await.ok();
+        let all: HashSet<UserId> = users.as_ref().unwrap_or(&known).iter().flatten().cloned().collect();
+        let active: HashMap<UserId, bool> = stream::iter(all)
+            .map(|u| {
+                let store = store.clone();
+                async move {
+                    let active = store.is_user_active(&u).await.unwrap_or_else(|e| {
+                        tracing::warn!(user = %u, error = %e, "could not read presence; taking it as absent");
+                        false
+                    });
+                    (u, active)
+                }
+            })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let latest: Vec<Result<Option<u64>, String>> = stream::iter(keys.clone())
+            .map(|k| {
+                let source = source.clone();
+                async move { source.latest_internal_date(&k).await.map_err(|e| e.to_string()) }
+            })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let _ = tx.send(Lookup::TierInputs { keys, users, active, latest });
+    });
+}

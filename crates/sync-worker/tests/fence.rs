@@ -1,0 +1,468 @@
+//! Fencing under faults, end to end: coordinators with the real IMAP engine
+//! against a private Dovecot (through the harness's IMAP proxy), Postgres
+//! with the fence audit trigger, and Redis servers of the tests' own. Each
+//! test that injects a fault owns the server it breaks. The assertions are on
+//! what was stored (the audit record and the message rows), never on logs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_core::{FencingToken, LeaseKey, LeaseStore, TokioClock, WorkerId};
+use leasehold_redis::test_support::{unique_prefix, RedisServer};
+use leasehold_redis::{RedisConfig, RedisStore};
+use sqlx::Row;
+use sync_worker::coordinator::reconcile::{self, Reconciler};
+use sync_worker::deadline::LeaseDeadline;
+use sync_worker::imap::{ImapSettings, ImapSource};
+use sync_worker::secret::SecretKey;
+use sync_worker::storage::{
+    ConnectionSettings, Email, FencedTx, MessageRow, NewAccount, Security, Storage, StorageError,
+};
+use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres, PostgresServer};
+use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
+
+const PASSWORD: &str = "secret-pw";
+
+/// Accounts on one Dovecot (reached through a proxy that counts logins),
+/// stored in one Postgres database with the audit trigger, leased on one
+/// private Redis.
+struct Rig {
+    dovecot: Dovecot,
+    proxy: ImapProxy,
+    db: Postgres,
+    storage: Storage,
+    redis: RedisServer,
+    prefix: String,
+    /// (account, IMAP user)
+    accounts: Vec<(LeaseKey, String)>,
+}
+
+impl Rig {
+    async fn new(tag: &str, db: Postgres, n: usize, mails: u64) -> Rig {
+        let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
+        let proxy = ImapProxy::start(dovecot.port()).unwrap_or_else(|e| panic!("IMAP proxy: {e}"));
+        let storage = Storage::open(db.url(), SecretKey::generate()).await.unwrap_or_else(|e| panic!("open: {e:?}"));
+        FenceAudit::install(&db).expect("install the fence audit");
+        let redis = RedisServer::start().unwrap_or_else(|e| panic!("redis-server: {e}"));
+        let names: Vec<String> = (0..n).map(|i| format!("user{i}")).collect();
+        // One write: Dovecot notices a changed users file by its mtime, in seconds.
+        dovecot.add_users(names.iter().map(|u| (u.as_str(), PASSWORD))).expect("add users");
+        let mut accounts = Vec::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let msgs: Vec<Vec<u8>> = (0..mails).map(|m| mail_gen::message(i as u64, m).raw).collect();
+            dovecot.append_many(&name, "INBOX", msgs.iter().map(|m| m.as_slice())).expect("append");
+            let user = storage.add_user(&format!("{name}@example.org").parse::<Email>().unwrap()).await.expect("user");
+            let account = storage
+                .add_account(&NewAccount {
+                    user: user.id,
+                    host: dovecot.host().to_string(),
+                    port: proxy.port(),
+                    security: Security::Plain,
+                    username: name.clone(),
+                    password: PASSWORD.into(),
+                })
+                .await
+                .expect("account");
+            accounts.push((account, name));
+        }
+        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts }
+    }
+
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        let config = RedisConfig::new(self.redis.url()).with_prefix(self.prefix.clone());
+        Arc::new(RedisStore::connect_with(config).await.expect("connect to Redis"))
+    }
+
+    fn config(&self, ttl: Duration) -> Config {
+        Config {
+            lease_ttl: ttl,
+            // Polls only when an account is (re)claimed: every login the
+            // proxy sees after the initial sync is a claim's first poll.
+            poll_warm: Duration::from_secs(600),
+            reconcile_interval: Duration::from_millis(500),
+            ..Config::default()
+        }
+    }
+
+    /// A worker as `sync-worker worker` assembles it: a reconciler and a
+    /// coordinator on the real IMAP engine.
+    async fn worker(&self, name: &str, config: Config) -> (CoordinatorHandle, Reconciler) {
+        let store = self.store().await;
+        reconcile::reconcile(&self.storage, store.as_ref()).await.expect("reconcile");
+        let reconciler = reconcile::spawn(self.storage.clone(), store.clone(), config.reconcile_interval);
+        let deps = Deps {
+            store,
+            source: Arc::new(ImapSource::new(self.storage.clone(), ImapSettings::from(&config))),
+            directory: Arc::new(self.storage.clone()),
+            clock: Arc::new(TokioClock::new()),
+        };
+        let handle = Coordinator::start(WorkerId::new(name).unwrap(), config, deps).await.expect("coordinator");
+        (handle, reconciler)
+    }
+
+    /// Stored messages per account, in account order.
+    async fn counts(&self) -> Vec<i64> {
+        let mut out = Vec::new();
+        for (a, _) in &self.accounts {
+            let n: i64 = sqlx::query("SELECT COUNT(*) FROM messages WHERE account_id = $1")
+                .bind(a.as_str())
+                .fetch_one(self.storage.pool())
+                .await
+                .expect("count")
+                .get(0);
+            out.push(n);
+        }
+        out
+    }
+
+    /// INBOX counts on the server, in account order.
+    fn server_counts(&self) -> Vec<i64> {
+        self.accounts
+            .iter()
+            .map(|(_, u)| i64::from(self.dovecot.mailbox_status(u, "INBOX").expect("status").messages))
+            .collect()
+    }
+
+    /// Waits until the stored counts equal the server's; panics after `within`.
+    async fn wait_synced(&self, within: Duration, what: &str) {
+        let started = Instant::now();
+        loop {
+            let (stored, server) = (self.counts().await, self.server_counts());
+            if stored == server {
+                return;
+            }
+            assert!(
+                started.elapsed() < within,
+                "{what}: not synced within {within:?}: stored {stored:?}, server {server:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn append_one_each(&self, seed: u64) {
+        for (i, (_, user)) in self.accounts.iter().enumerate() {
+            let raw = mail_gen::message(1000 + seed, i as u64).raw;
+            self.dovecot.append_many(user, "INBOX", [raw.as_slice()]).expect("append");
+        }
+    }
+
+    fn assert_no_stale_write(&self) {
+        let stale = FenceAudit::of(&self.db).stale_writes().expect("read the audit");
+        assert!(stale.is_empty(), "rows written under a replaced token:\n{}", stale.join("\n"));
+    }
+}
+
+/// A Redis flushed mid-sync hands out tokens from 1 again, below the stored
+/// ones. Every account heals by itself (the owner finds storage above its
+/// token, raises the counter past it and claims again) within TTL + 5 s,
+/// without manual SQL, without a login loop, and without one row written
+/// under a replaced token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
+    let db = Postgres::fresh("emptied_redis").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("emptied_redis", db, 4, 60).await;
+    let ttl = Duration::from_secs(3);
+    // A deployment that has run a while: its tokens are far above where an
+    // emptied Redis starts counting again, so re-claiming until the counter
+    // climbs back would not heal in time; only raising it past storage does.
+    let store = rig.store().await;
+    for (a, _) in &rig.accounts {
+        store.raise_token(a, FencingToken(50)).await.expect("raise_token");
+    }
+    let (w1, _r1) = rig.worker("w1", rig.config(ttl)).await;
+    let (w2, _r2) = rig.worker("w2", rig.config(ttl)).await;
+    rig.wait_synced(Duration::from_secs(60), "initial sync").await;
+    let before: Vec<Vec<i64>> =
+        rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
+    let logins_before = rig.proxy.count("LOGIN");
+
+    assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
+    rig.append_one_each(1);
+    rig.wait_synced(ttl + Duration::from_secs(5), "after FLUSHALL").await;
+
+    let audit = FenceAudit::of(&rig.db);
+    for ((a, _), old) in rig.accounts.iter().zip(&before) {
+        let claims = audit.claims(a.as_str()).expect("claims");
+        assert!(claims.windows(2).all(|w| w[0] < w[1]), "{a}: recorded tokens must only grow: {claims:?}");
+        let old_top = *old.last().expect("a claim before the flush");
+        assert!(old_top > 50, "{a}: the first claims start above 50: {old:?}");
+        assert!(*claims.last().unwrap() > old_top, "{a}: no claim above {old_top} after the flush: {claims:?}");
+    }
+    rig.assert_no_stale_write();
+    // Counts equal the server's (checked above) and rows are unique by key.
+    let dupes: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE message_id IS NOT NULL GROUP BY account_id, folder, uidvalidity, message_id \
+         HAVING COUNT(*) > 1) d",
+    )
+    .fetch_one(rig.storage.pool())
+    .await
+    .expect("duplicates")
+    .get(0);
+    assert_eq!(dupes, 0, "a message stored twice");
+    // A fenced take-over logs in nowhere: one login per re-claimed account
+    // (twice at most, should a lease change hands while healing).
+    let logins = rig.proxy.count("LOGIN") - logins_before;
+    assert!(logins <= 2 * rig.accounts.len(), "{logins} logins to heal {} accounts", rig.accounts.len());
+    w1.shutdown().await.expect("shutdown");
+    w2.shutdown().await.expect("shutdown");
+}
+
+/// A storage of its own for worker `worker` on `db`, with one account (its id).
+async fn worker_storage(db: &Postgres, worker: &str, ttl: Duration) -> Storage {
+    let settings = ConnectionSettings::for_worker(&WorkerId::new(worker).unwrap(), ttl);
+    Storage::open_with(db.url(), SecretKey::generate(), &settings).await.unwrap_or_else(|e| panic!("open: {e:?}"))
+}
+
+async fn one_account(storage: &Storage) -> LeaseKey {
+    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
+    storage
+        .add_account(&NewAccount {
+            user: user.id,
+            host: "127.0.0.1".into(),
+            port: 1,
+            security: Security::Plain,
+            username: "alice".into(),
+            password: PASSWORD.into(),
+        })
+        .await
+        .expect("account")
+}
+
+fn fence_of(account: &LeaseKey, worker: &str, token: u64) -> Fence {
+    Fence {
+        account: account.clone(),
+        worker: WorkerId::new(worker).unwrap(),
+        token: FencingToken(token),
+        deadline: LeaseDeadline::unbounded(),
+    }
+}
+
+/// Writes one message into INBOX through `tx`.
+async fn put(tx: &mut FencedTx, uid: u32) -> Result<(), StorageError> {
+    tx.ensure_folder("INBOX", None).await?;
+    tx.insert_messages("INBOX", 1, &[a_message(uid)]).await
+}
+
+fn a_message(uid: u32) -> MessageRow {
+    MessageRow { uid, flags: String::new(), subject: Some(format!("message {uid}")), ..MessageRow::default() }
+}
+
+/// Sessions of `worker` (by `application_name`) in `db` whose state matches `state` (a LIKE pattern).
+fn sessions(db: &Postgres, worker: &str, state: &str) -> usize {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name = '{worker}' AND state LIKE '{state}'"
+    );
+    db.query_one(&sql).expect("pg_stat_activity").parse().expect("a count")
+}
+
+async fn until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A write task cancelled mid-transaction (between statements, or while a
+/// statement waits on a lock) leaves no connection `idle in transaction`:
+/// the rollback happens before the connection is used again (sqlx's
+/// guarantee, held to it here), and nothing of it commits. The lease TTL is
+/// long, so the server's own idle timeout cannot be what cleans up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_leaves_no_connection_in_a_transaction() {
+    let db = Postgres::fresh("cancelled_write").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let storage = worker_storage(&db, "w-cancel", Duration::from_secs(120)).await;
+    let account = one_account(&storage).await;
+    let fence = fence_of(&account, "w-cancel", 1);
+    storage.record_claim(&fence).await.expect("claim");
+    let row = sqlx::query(
+        "SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout'), \
+         current_setting('lock_timeout')",
+    )
+    .fetch_one(storage.pool())
+    .await
+    .expect("settings");
+    let got: (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(got, ("w-cancel".into(), "40s".into(), "1min".into()));
+
+    // Cancelled between statements.
+    let (open_tx, opened) = tokio::sync::oneshot::channel();
+    let (s, f) = (storage.clone(), fence.clone());
+    let task = tokio::spawn(async move {
+        let mut tx = s.write(&f).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        let _ = open_tx.send(());
+        std::future::pending::<()>().await;
+        drop(tx);
+    });
+    opened.await.expect("the write began");
+    assert_eq!(sessions(&db, "w-cancel", "idle in transaction%"), 1, "the probe sees the open transaction");
+    task.abort();
+    let _ = task.await;
+    until(Duration::from_secs(5), "rollback of a write cancelled between statements", || {
+        sessions(&db, "w-cancel", "idle in transaction%") == 0
+    })
+    .await;
+
+    // Cancelled while its first statement waits on the account row's lock.
+    let blocker = worker_storage(&db, "w-blocker", Duration::from_secs(120)).await;
+    let mut lock = blocker.pool().begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE")
+        .bind(account.as_str())
+        .execute(&mut *lock)
+        .await
+        .expect("lock the account row");
+    let (s, f) = (storage.clone(), fence.clone());
+    let task = tokio::spawn(async move {
+        let _ = s.write(&f).await;
+    });
+    until(Duration::from_secs(5), "the write waits on the lock", || sessions(&db, "w-cancel", "active") == 1).await;
+    task.abort();
+    let _ = task.await;
+    lock.rollback().await.expect("release the lock");
+    until(Duration::from_secs(5), "rollback of a write cancelled mid-statement", || {
+        sessions(&db, "w-cancel", "idle in transaction%") == 0
+    })
+    .await;
+
+    // The pool's connections are clean: nothing of either write committed,
+    // and new writes work on every connection.
+    for uid in 10..14 {
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, uid).await.expect("insert");
+        tx.commit().await.expect("commit");
+    }
+    let uids: Vec<i64> = sqlx::query("SELECT uid FROM messages ORDER BY uid")
+        .fetch_all(storage.pool())
+        .await
+        .expect("uids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(uids, [10, 11, 12, 13], "only the committed writes are stored");
+}
+
+/// An owner stalled inside a write transaction (as SIGSTOP would leave it)
+/// loses that transaction to `idle_in_transaction_session_timeout`: the new
+/// owner's claim goes through within TTL + the timeout + 2 s, and nothing of
+/// the old transaction commits (the audit shows no row under the old token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_write_transaction_dies_and_never_holds_up_the_new_owner() {
+    let db = Postgres::fresh("stalled_write").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let ttl = Duration::from_secs(3);
+    let old = worker_storage(&db, "w-old", ttl).await;
+    FenceAudit::install(&db).expect("audit");
+    let account = one_account(&old).await;
+    old.record_claim(&fence_of(&account, "w-old", 1)).await.expect("old claim");
+    let mut stalled = old.write(&fence_of(&account, "w-old", 1)).await.expect("write");
+    put(&mut stalled, 1).await.expect("insert");
+    // The old owner now stalls with its transaction open; the new owner claims.
+    let new = worker_storage(&db, "w-new", ttl).await;
+    let started = Instant::now();
+    new.record_claim(&fence_of(&account, "w-new", 2)).await.expect("the new owner's claim");
+    assert!(started.elapsed() < ttl + ttl / 3 + Duration::from_secs(2), "claim took {:?}", started.elapsed());
+    let mut tx = new.write(&fence_of(&account, "w-new", 2)).await.expect("the new owner writes");
+    put(&mut tx, 2).await.expect("insert");
+    tx.commit().await.expect("commit");
+    // The old owner resumes: its transaction is gone.
+    assert!(put(&mut stalled, 3).await.is_err() || stalled.commit().await.is_err());
+    let uids: Vec<i64> = sqlx::query("SELECT uid FROM messages ORDER BY uid")
+        .fetch_all(new.pool())
+        .await
+        .expect("uids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(uids, [2], "nothing of the stalled transaction committed");
+    let audit = FenceAudit::of(&db);
+    assert_eq!(audit.writes_under(account.as_str(), 1).expect("audit"), 0);
+    assert_eq!(audit.stale_writes().expect("audit"), Vec::<String>::new());
+}
+
+/// No write after the deadline, on both databases: a write that begins past
+/// its lease's deadline is refused, one that outlives it is rolled back at
+/// its commit, and nothing of either lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_outlives_its_lease_is_rolled_back() {
+    let pg = Postgres::fresh("outlived_lease").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = format!("sqlite://{}?mode=rwc", dir.path().join("sync.db").display());
+    for url in [pg.url().to_string(), sqlite] {
+        let storage = Storage::open(&url, SecretKey::generate()).await.unwrap_or_else(|e| panic!("open {url}: {e:?}"));
+        let account = one_account(&storage).await;
+        let mut fence = fence_of(&account, "w1", 1);
+        storage.record_claim(&fence).await.expect("claim");
+        // A deadline already past: the write does not begin.
+        fence.deadline = LeaseDeadline::until(tokio::time::Instant::now() - Duration::from_millis(1));
+        match storage.write(&fence).await {
+            Err(StorageError::LeaseExpired { token, .. }) => assert_eq!(token, FencingToken(1), "{url}"),
+            other => panic!("{url}: a write began past its deadline: {other:?}"),
+        }
+        // A deadline that passes while the transaction is open: rolled back at commit.
+        fence.deadline = LeaseDeadline::until(tokio::time::Instant::now() + Duration::from_secs(3600));
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        fence.deadline.extend(tokio::time::Instant::now() - Duration::from_millis(1));
+        assert!(
+            matches!(tx.commit().await, Err(StorageError::LeaseExpired { .. })),
+            "{url}: committed past its deadline"
+        );
+        let n: i64 =
+            sqlx::query("SELECT COUNT(*) FROM messages").fetch_one(storage.pool()).await.expect("count").get(0);
+        assert_eq!(n, 0, "{url}: a write past its deadline landed");
+        // Within its deadline the same write commits.
+        fence.deadline.extend(tokio::time::Instant::now() + Duration::from_secs(3600));
+        let mut tx = storage.write(&fence).await.expect("write");
+        put(&mut tx, 1).await.expect("insert");
+        tx.commit().await.expect("commit within the deadline");
+        storage.close().await;
+    }
+}
+
+/// The lease loop never waits on the database: with the database stalled
+/// (SIGSTOP on a private Postgres) for 10 s, a worker on a healthy Redis
+/// keeps every lease it holds (same tokens) and takes up an account that is
+/// handed to it meanwhile, though tier evaluations and the new claim's user
+/// lookup wait on the stalled database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_database_costs_no_lease() {
+    let server = PostgresServer::start().unwrap_or_else(|e| panic!("private Postgres: {e}"));
+    let db = server.fresh_database("stalled_db").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("stalled_db", db, 6, 5).await;
+    let ttl = Duration::from_secs(3);
+    let config = Config { tier_eval_interval: Duration::from_secs(1), ..rig.config(ttl) };
+    let (w1, _r1) = rig.worker("w1", config).await;
+    rig.wait_synced(Duration::from_secs(60), "initial sync").await;
+    let store = rig.store().await;
+    let mut held = Vec::new();
+    for (a, _) in &rig.accounts {
+        held.push(store.holder(a).await.expect("holder").expect("held by w1"));
+    }
+    // One account leaves and comes back during the stall: its re-claim's
+    // user lookup waits on the database.
+    let (moved, _) = &rig.accounts[0];
+
+    server.pause();
+    let stalled = Instant::now();
+    let probe = tokio::time::timeout(Duration::from_secs(1), rig.storage.account_keys()).await;
+    assert!(probe.is_err(), "the database still answers while paused: {probe:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    store.mark_not_live(moved).await.expect("mark_not_live");
+    store.mark_live(moved).await.expect("mark_live");
+    while stalled.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for lease in &held[1..] {
+            let now = store.holder(&lease.key).await.expect("holder");
+            assert_eq!(now.as_ref(), Some(lease), "{}: lease lost {:?} into the stall", lease.key, stalled.elapsed());
+        }
+    }
+    let retaken = store.holder(moved).await.expect("holder").expect("the moved account is held");
+    assert_eq!(retaken.owner, held[0].owner, "the moved account was claimed again during the stall");
+    server.resume();
+    // And the stall cost nothing once over: new mail still syncs.
+    rig.append_one_each(2);
+    rig.wait_synced(Duration::from_secs(30), "after the stall").await;
+    rig.assert_no_stale_write();
+    w1.shutdown().await.expect("shutdown");
+}
