@@ -18,6 +18,7 @@ use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus
 use tokio::time::Instant;
 
 use crate::errors::HopperError;
+use crate::verdicts::outside::OutsideError;
 
 /// Events read per page.
 const EVENT_PAGE: usize = 1000;
@@ -107,6 +108,9 @@ pub struct RunReport {
     pub stale_rejected: u64,
     /// Worker errors recorded.
     pub worker_errors: Vec<String>,
+    /// Errors the tool reported outside any test, each once, in the order
+    /// first recorded: each fails the build.
+    pub outside_errors: Vec<OutsideError>,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -143,7 +147,13 @@ impl RunReport {
             index.insert(spec.id.clone(), i);
             reports.push(UnitReport::new(spec.id, spec.kind));
         }
-        let mut report = RunReport { run: run.clone(), units: reports, stale_rejected: 0, worker_errors: Vec::new() };
+        let mut report = RunReport {
+            run: run.clone(),
+            units: reports,
+            stale_rejected: 0,
+            worker_errors: Vec::new(),
+            outside_errors: Vec::new(),
+        };
         let mut after = None;
         loop {
             let page = queue.events(run, after, EVENT_PAGE).await?;
@@ -222,6 +232,12 @@ impl RunReport {
                 }
             }
             Event::StaleRejected { .. } => self.stale_rejected += 1,
+            Event::WorkerError { message, .. } if OutsideError::from_event_message(&message).is_some() => {
+                let error = OutsideError::from_event_message(&message);
+                if let Some(error) = error.filter(|e| !self.outside_errors.contains(e)) {
+                    self.outside_errors.push(error);
+                }
+            }
             Event::WorkerError { worker_id, unit_id, message, .. } => {
                 let unit = unit_id.map(|u| format!(" ({u})")).unwrap_or_default();
                 self.worker_errors.push(format!("{worker_id}{unit}: {message}"));
@@ -245,9 +261,23 @@ impl RunReport {
         self.units.iter().filter(|u| u.is_flaky())
     }
 
-    /// Whether every unit finished and passed (flaky units pass).
+    /// Whether every unit finished and passed (flaky units pass), and the
+    /// tool reported no error outside a test.
     pub fn passed(&self) -> bool {
-        self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+        self.outside_errors.is_empty()
+            && self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+    }
+
+    /// The errors outside any test by group, groups in the order first seen.
+    fn outside_by_group(&self) -> Vec<(&str, Vec<&OutsideError>)> {
+        let mut groups: Vec<(&str, Vec<&OutsideError>)> = Vec::new();
+        for error in &self.outside_errors {
+            match groups.iter_mut().find(|(g, _)| *g == error.group) {
+                Some((_, errors)) => errors.push(error),
+                None => groups.push((error.group.as_str(), vec![error])),
+            }
+        }
+        groups
     }
 
     /// The `n` slowest units (final attempt duration).
@@ -330,6 +360,15 @@ impl RunReport {
             let _ =
                 writeln!(out, "\nUNFINISHED units ({}): {}", unfinished.len(), crate::errors::name_units(&unfinished));
         }
+        if !self.outside_errors.is_empty() {
+            let _ = writeln!(out, "\nERRORS outside tests ({}):", self.outside_errors.len());
+            for error in &self.outside_errors {
+                let _ = writeln!(out, "  ERROR {} ({} error: {})", error.group, error.phase, error.message);
+                for line in tail_lines(&error.output, TAIL_LINES) {
+                    let _ = writeln!(out, "    | {line}");
+                }
+            }
+        }
         let slow = self.slowest(slowest);
         if !slow.is_empty() {
             let _ = writeln!(out, "\nSLOWEST units:");
@@ -355,9 +394,13 @@ impl RunReport {
             let _ = writeln!(out, "worker error: {error}");
         }
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
+        let outside = match self.outside_errors.len() {
+            0 => String::new(),
+            n => format!(", {n} error(s) outside tests"),
+        };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),
@@ -412,6 +455,20 @@ impl RunReport {
             let mut case = TestCase::new(unit.unit.as_str(), status);
             case.set_classname(if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() });
             case.set_time(Duration::from_millis(unit.duration_ms));
+            suite.add_test_case(case);
+        }
+        // One case per group that failed outside its tests, named for the group.
+        for (group, errors) in self.outside_by_group() {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+            let message: Vec<String> = errors.iter().map(|e| format!("{} error: {}", e.phase, e.message)).collect();
+            let phases: Vec<&str> = errors.iter().map(|e| e.phase.as_str()).collect();
+            status.set_message(message.join("; ")).set_type(phases.join(", "));
+            let output: Vec<&str> = errors.iter().map(|e| e.output.as_str()).filter(|o| !o.is_empty()).collect();
+            if !output.is_empty() {
+                status.set_description(output.join("\n"));
+            }
+            let mut case = TestCase::new(group, status);
+            case.set_classname(group);
             suite.add_test_case(case);
         }
         let mut report = Report::new("hopper");
@@ -568,6 +625,7 @@ mod tests {
             units: names.iter().map(|n| UnitReport::new(UnitId::new(*n).unwrap(), "file".into())).collect(),
             stale_rejected: 0,
             worker_errors: vec![],
+            outside_errors: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -636,6 +694,50 @@ mod tests {
         // Calls end at 90, 180 and 270 s; then 60 s of real silence. Counting the
         // waits as silence would have given up at 180 s.
         assert!(started.elapsed() >= Duration::from_secs(320), "gave up after {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn an_error_outside_tests_fails_the_build_once_and_is_its_groups_junit_error() {
+        let names = ["ok"];
+        let index: HashMap<UnitId, usize> = [(UnitId::new("ok").unwrap(), 0)].into_iter().collect();
+        let mut report = RunReport {
+            run: RunId::new("b1").unwrap(),
+            units: names.iter().map(|n| UnitReport::new(UnitId::new(*n).unwrap(), "test".into())).collect(),
+            stale_rejected: 0,
+            worker_errors: vec![],
+            outside_errors: vec![],
+        };
+        report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
+        assert!(report.passed());
+        let error = OutsideError {
+            group: "tests/test_a.py".into(),
+            phase: "teardown".into(),
+            message: "RuntimeError: boom".into(),
+            output: "Traceback\n".into(),
+        };
+        let event = |message: String| Event::WorkerError {
+            worker_id: WorkerId::new("w1").unwrap(),
+            unit_id: None,
+            message,
+            at_ms: 1,
+        };
+        // Recorded twice (a replaced agent reports it again): counted once.
+        report.apply(&index, event(error.to_event_message()));
+        report.apply(&index, event(error.to_event_message()));
+        report.apply(&index, event("disk full".into()));
+        assert!(!report.passed());
+        assert_eq!(report.exit_code(), crate::errors::exit::FAILED);
+        assert_eq!(report.outside_errors, vec![error]);
+        assert_eq!(report.worker_errors, vec!["w1: disk full"]);
+        let text = report.render(5);
+        assert!(text.contains("ERROR tests/test_a.py (teardown error: RuntimeError: boom)"), "{text}");
+        assert!(
+            text.contains("FAILED: 1 units, 1 passed (0 flaky), 0 failed, 0 unfinished, 1 error(s) outside tests"),
+            "{text}"
+        );
+        let xml = report.junit().to_string().unwrap();
+        assert!(xml.contains("<testcase name=\"tests/test_a.py\" classname=\"tests/test_a.py\">"), "{xml}");
+        assert!(xml.contains("<error message=\"teardown error: RuntimeError: boom\" type=\"teardown\">"), "{xml}");
     }
 
     #[test]

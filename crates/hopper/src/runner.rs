@@ -91,6 +91,12 @@ pub trait BatchResults: Send + Sync {
         limits: &ProcessLimits,
         report: Option<&Path>,
     ) -> HashMap<UnitId, UnitResult>;
+
+    /// The errors outside any test the reports read since the last call
+    /// (see [`crate::verdicts::outside`]).
+    fn take_outside_errors(&self) -> Vec<crate::verdicts::outside::OutsideError> {
+        Vec::new()
+    }
 }
 
 /// Every unit of the invocation gets the invocation's own verdict: exit 0
@@ -496,6 +502,8 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     }
 
     let verdicts = config.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let outside = config.results.take_outside_errors();
+    crate::verdicts::outside::record(&*shared.queue, run, worker, &outside).await?;
     let share = result.duration / deliveries.len().max(1) as u32;
     let output = result.output.text(MAX_SUMMARY_LEN / 2);
     for (i, delivery) in deliveries.iter().enumerate() {

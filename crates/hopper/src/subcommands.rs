@@ -235,7 +235,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     let heartbeat_every = (options.reclaim_timeout / 3).max(Duration::from_millis(10));
     let config = WorkerConfig {
         run: run_id.clone(),
-        worker: worker_id,
+        worker: worker_id.clone(),
         command,
         slots: options.slots,
         batch_size: options.batch_size,
@@ -258,6 +258,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     let tail = config.limits.tail_bytes;
     let mut spare = None;
     let mut sharding = None;
+    let mut outside_errors = Vec::new();
     let (units, nextest) = match &options.source {
         UnitSource::Discover(DiscoverKind::Pytest) if execution == Execution::Pytest => {
             // The agents' collections are the discovery, each of a share of
@@ -273,6 +274,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         }
         UnitSource::Discover(kind) => {
             let discovered = discover(*kind, &options.command, &plugins).await?;
+            outside_errors = discovered.outside_errors;
             (discovered.units, discovered.nextest)
         }
         other => (collect_units(other).await?, None),
@@ -323,6 +325,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     };
     let worker = Worker::new(Arc::clone(&queue), config, observer, shutdown)?;
     worker.join(units, options.budgets, options.run_ttl).await?;
+    crate::verdicts::outside::record(&*queue, &run_id, &worker_id, &outside_errors).await?;
     let outcome = worker.run().await;
     let timings = worker.summary().timings;
     if let Err(error) = backend.timings.record(&timings).await {

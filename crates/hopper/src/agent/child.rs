@@ -16,6 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::protocol::Request;
 use super::shards::Sharding;
 use crate::process::OutputTail;
+use crate::verdicts::outside::OutsideError;
 
 /// Agents already started and ready (the ones whose collection was the
 /// discovery), each handed to the slot it was started for.
@@ -102,6 +103,9 @@ pub struct AgentChild {
     /// The reaper and a second signal know the group, so an agent never
     /// outlives its worker (even a SIGKILLed one).
     _group: Option<crate::unit_groups::GroupGuard>,
+    /// Errors outside any test it reported before `ready` (collection
+    /// errors), until its slot takes them.
+    early_errors: Vec<OutsideError>,
 }
 
 impl AgentChild {
@@ -140,7 +144,15 @@ impl AgentChild {
                 sink.lock().push(&buf[..n]);
             }
         });
-        Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr, _group: group })
+        Ok(Self {
+            child,
+            pgid,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            stderr,
+            _group: group,
+            early_errors: Vec::new(),
+        })
     }
 
     /// Reads until the agent's `ready`; returns how many tests it says it collected.
@@ -151,17 +163,33 @@ impl AgentChild {
                 Ok(Some(line)) => match Reply::parse(&line) {
                     Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
                     Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
+                    Ok(reply @ Reply::Error { .. }) => self.early_errors.extend(reply.outside_error()),
                     Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
                     Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
                 },
                 Ok(None) | Err(_) => {
                     let tail = self.stderr_tail(4096);
-                    let last_line =
+                    let mut last_line =
                         tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                    // The errors it reported say which file failed and why, with the traceback.
+                    for error in &self.early_errors {
+                        last_line.push_str(&format!(
+                            "\n{} error in {}: {}\n{}",
+                            error.phase,
+                            error.group,
+                            error.message,
+                            error.output.trim_end()
+                        ));
+                    }
                     return Err(NotReady::Died { last_line });
                 }
             }
         }
+    }
+
+    /// The errors outside any test the agent reported before `ready`, once.
+    pub fn take_early_errors(&mut self) -> Vec<OutsideError> {
+        std::mem::take(&mut self.early_errors)
     }
 
     /// Sends one request.

@@ -3,6 +3,7 @@
 //! (the protocol is `docs/agent-protocol.md`).
 
 pub mod child;
+pub(crate) mod outside_errors;
 pub mod plugins;
 pub mod protocol;
 pub mod shards;

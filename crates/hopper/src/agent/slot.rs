@@ -13,6 +13,7 @@ use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use super::outside_errors::OutsideErrors;
 use super::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use super::shards::{Collected, STEAL_AFTER};
 use super::AgentError;
@@ -124,9 +125,9 @@ impl Slot {
                     Some(p) if p.is_complete() => {
                         shared.wake.notify_waiters();
                         // An agent started for this slot that never got a test ends the same way.
-                        if let Some(mut agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
-                            let _ = agent.send(&Request::Exit).await;
-                            agent.finish(config.limits.kill_grace, false).await;
+                        if let Some(agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
+                            let (timeout, grace) = (config.limits.timeout, config.limits.kill_grace);
+                            self.outside().exit_awaiting_teardown(agent, timeout, grace).await?;
                         }
                         return Ok(());
                     }
@@ -250,7 +251,8 @@ impl Slot {
     async fn start_agent(&mut self) -> Result<(), HopperError> {
         // A fresh agent has collected its shard only.
         self.collected.extra_files.clear();
-        if let Some(agent) = self.command.spare.take(self.slot) {
+        if let Some(mut agent) = self.command.spare.take(self.slot) {
+            self.outside().record_early(&mut agent).await?;
             self.agent = Some(agent);
             return Ok(());
         }
@@ -277,6 +279,7 @@ impl Slot {
                     }
                 }
                 tracing::debug!(slot = self.slot, "a fresh agent is ready");
+                self.outside().record_early(&mut agent).await?;
                 self.agent = Some(agent);
                 Ok(())
             }
@@ -338,6 +341,7 @@ impl Slot {
                     }
                 }
             }
+            Ok(reply @ Reply::Error { .. }) => self.outside().record(&Vec::from_iter(reply.outside_error())).await?,
             Ok(Reply::Ready { .. }) => tracing::warn!("agent said ready twice; ignored"),
             Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
         }
@@ -406,6 +410,12 @@ impl Slot {
             self.buffer.push_front(delivery);
         }
         running
+    }
+
+    /// Where this slot's errors outside any test go.
+    fn outside(&self) -> OutsideErrors<'_> {
+        let shared = &*self.shared;
+        OutsideErrors { queue: &*shared.queue, run: &shared.config.run, worker: &shared.config.worker }
     }
 
     fn untrack(&self, delivery: &Delivery) {

@@ -98,15 +98,20 @@ pub struct Discovered {
     pub units: Vec<UnitSpec>,
     /// nextest only: the binary, cwd and environment of every unit.
     pub nextest: Option<nextest::NextestTests>,
+    /// Errors outside any test the listing met (pytest's files that did not
+    /// collect, with `--continue-on-collection-errors`): each fails the build.
+    pub outside_errors: Vec<crate::verdicts::outside::OutsideError>,
 }
 
 /// Lists the tests of `kind` with the user's `command` (empty: the tool's
 /// default program) and checks them against the tool's own count.
 pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins) -> Result<Discovered, UnitsError> {
     let source_name = format!("--discover {kind}");
+    let mut outside_errors = Vec::new();
     let (shown, listing, nextest) = match kind {
         DiscoverKind::Pytest => {
-            let (shown, listing) = pytest::list(command, plugins).await?;
+            let (shown, listing, errors) = pytest::list(command, plugins).await?;
+            outside_errors = errors;
             (shown, listing, None)
         }
         DiscoverKind::Nextest => {
@@ -123,7 +128,7 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
         }
     };
     let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
-    Ok(Discovered { units, nextest })
+    Ok(Discovered { units, nextest, outside_errors })
 }
 
 /// The units of a listing, or the error that says what would be lost: ids

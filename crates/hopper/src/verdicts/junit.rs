@@ -3,7 +3,13 @@
 
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
+use super::outside::OutsideError;
 use super::{CaseStatus, ReportedCase};
+
+/// How pytest's JUnit words an error in a test's teardown.
+const PYTEST_TEARDOWN: &str = "failed on teardown with ";
+/// How pytest's JUnit words a file that did not collect.
+const PYTEST_COLLECTION: &str = "collection failure";
 
 /// Parses a JUnit XML report into its test cases, in report order.
 ///
@@ -52,10 +58,40 @@ pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeErr
                 }
                 output.push_str(stream.as_str());
             }
-            cases.push(ReportedCase { ids, status, duration: case.time, message, output });
+            let mut reported = ReportedCase { ids, status, duration: case.time, message, output, outside: None };
+            pytest_outside_error(&mut reported, &case);
+            cases.push(reported);
         }
     }
     Ok(cases)
+}
+
+/// pytest's JUnit gives an error outside a test as a case: a teardown
+/// error on the test that ran last before it (whatever fixture's it was),
+/// a collection error as a case named for the module with no class. Such
+/// an error is kept apart from the test (whose own call passed: a failed
+/// call would be a second element), attached to the file.
+fn pytest_outside_error(reported: &mut ReportedCase, case: &quick_junit::TestCase) {
+    let TestCaseStatus::NonSuccess { kind: NonSuccessKind::Error, message: Some(message), description, .. } =
+        &case.status
+    else {
+        return;
+    };
+    let output = description.as_ref().map(|d| d.as_str().to_owned()).unwrap_or_default();
+    if let Some(what) = message.as_str().strip_prefix(PYTEST_TEARDOWN) {
+        let what = what.trim().trim_matches('"').to_owned();
+        reported.status = CaseStatus::Passed;
+        reported.message = None;
+        // The file is the unit's: filled in when the case is matched.
+        reported.outside = Some(OutsideError { group: String::new(), phase: "teardown".into(), message: what, output });
+    } else if message.as_str() == PYTEST_COLLECTION && case.classname.as_ref().is_none_or(|c| c.is_empty()) {
+        // `tests.test_a` is the module of `tests/test_a.py`; no unit is this case.
+        let file = format!("{}.py", case.name.as_str().replace('.', "/"));
+        let last = output.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or(PYTEST_COLLECTION);
+        let what = last.strip_prefix("E ").map(str::trim).unwrap_or(last).to_owned();
+        reported.ids.clear();
+        reported.outside = Some(OutsideError { group: file, phase: "collection".into(), message: what, output });
+    }
 }
 
 fn wrap_bare_suite(xml: &str) -> Option<String> {
@@ -100,6 +136,24 @@ E       AssertionError: one is not two</failure></testcase><testcase classname="
         assert_eq!(cases[0].status, CaseStatus::Failed);
         assert_eq!(cases[0].message.as_deref(), Some("boom"));
         assert_eq!(cases[0].output, "printed");
+    }
+
+    #[test]
+    fn pytest_errors_outside_tests_are_kept_apart_from_the_tests() {
+        let xml = r#"<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest" errors="2" failures="0" skipped="0" tests="3"><testcase classname="" name="tests.test_broken" time="0.000"><error message="collection failure">ImportError while importing test module
+E   ModuleNotFoundError: No module named 'nope'</error></testcase><testcase classname="test_mod" name="test_a" time="0.000" /><testcase classname="test_mod" name="test_b" time="0.000"><error message="failed on teardown with &quot;RuntimeError: module teardown boom&quot;">E       RuntimeError: module teardown boom</error></testcase></testsuite></testsuites>"#;
+        let cases = parse(xml).unwrap();
+        assert!(cases[0].ids.is_empty(), "a collection error is no unit's case");
+        let collection = cases[0].outside.as_ref().unwrap();
+        assert_eq!((collection.group.as_str(), collection.phase.as_str()), ("tests/test_broken.py", "collection"));
+        assert_eq!(collection.message, "ModuleNotFoundError: No module named 'nope'");
+        assert_eq!(cases[2].status, CaseStatus::Passed, "the test itself passed");
+        let teardown = cases[2].outside.as_ref().unwrap();
+        assert_eq!((teardown.group.as_str(), teardown.message.as_str()), ("", "RuntimeError: module teardown boom"));
+        let units = [leasehold_core::UnitId::new("test_mod.py::test_b").unwrap()];
+        let errors = super::super::outside_errors(&units, &cases);
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[1].group, "test_mod.py", "the file of the unit the case belongs to");
     }
 
     #[test]

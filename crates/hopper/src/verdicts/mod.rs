@@ -16,6 +16,7 @@
 pub mod junit;
 pub mod libtest;
 pub mod matching;
+pub mod outside;
 pub mod rspec;
 
 use std::collections::HashMap;
@@ -32,6 +33,7 @@ use crate::process::{ProcessLimits, ProcessResult, Termination};
 use crate::runner::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
 use crate::units::DiscoverKind;
 use matching::CaseIndex;
+use outside::OutsideError;
 
 /// The placeholder replaced by the path the tool writes its report to.
 pub const REPORT_PLACEHOLDER: &str = "{report}";
@@ -238,6 +240,12 @@ pub struct ReportedCase {
     pub message: Option<String>,
     /// Its failure text and captured output (may be empty).
     pub output: String,
+    /// An error outside any test that the report gives with this case
+    /// (pytest's JUnit puts a module fixture's teardown error on the test
+    /// that ran last), or as a case of its own (a collection error, RSpec's
+    /// errors outside of examples: such a case has no ids). An empty group
+    /// means the file of the unit the case belongs to.
+    pub outside: Option<OutsideError>,
 }
 
 /// Why a report could not be read.
@@ -344,12 +352,41 @@ fn tail(text: &str, max: usize) -> String {
     text[start..].to_owned()
 }
 
+/// The errors outside any test among `cases`, each with its group: a case
+/// that names none gets the file of the first of `units` it belongs to.
+pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideError> {
+    let index = CaseIndex::new(cases.iter().map(|c| c.ids.clone()));
+    let mut owner: HashMap<usize, &UnitId> = HashMap::new();
+    for unit in units {
+        for case in index.cases_of(unit) {
+            owner.entry(case).or_insert(unit);
+        }
+    }
+    let mut errors: Vec<OutsideError> = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let Some(error) = &case.outside else { continue };
+        let mut error = error.clone();
+        if error.group.is_empty() {
+            error.group = match owner.get(&i) {
+                Some(unit) => crate::agent::shards::file_of(unit.as_str()).to_owned(),
+                None => case.ids.first().cloned().unwrap_or_else(|| "session".into()),
+            };
+        }
+        if !errors.contains(&error) {
+            errors.push(error);
+        }
+    }
+    errors
+}
+
 /// Reads each invocation's report from a fresh path in a private directory.
 #[derive(Debug)]
 pub struct ToolReports {
     format: ResultsFormat,
     dir: tempfile::TempDir,
     next: AtomicU64,
+    /// Errors outside any test read from reports, until the worker takes them.
+    outside: parking_lot::Mutex<Vec<OutsideError>>,
 }
 
 impl ToolReports {
@@ -357,7 +394,7 @@ impl ToolReports {
     /// (removed when this is dropped).
     pub fn new(format: ResultsFormat) -> Result<Self, VerdictsError> {
         let dir = tempfile::Builder::new().prefix("hopper-reports-").tempdir().map_err(VerdictsError::TempDir)?;
-        Ok(Self { format, dir, next: AtomicU64::new(0) })
+        Ok(Self { format, dir, next: AtomicU64::new(0), outside: Default::default() })
     }
 
     /// The verdict of a unit the report does not mention.
@@ -374,6 +411,10 @@ impl ToolReports {
 }
 
 impl BatchResults for ToolReports {
+    fn take_outside_errors(&self) -> Vec<OutsideError> {
+        std::mem::take(&mut *self.outside.lock())
+    }
+
     fn report_path(&self) -> Option<PathBuf> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         Some(self.dir.path().join(format!("report-{n}.{}", self.format.extension())))
@@ -398,6 +439,7 @@ impl BatchResults for ToolReports {
         }
         match read {
             Ok(cases) => {
+                self.outside.lock().extend(outside_errors(units, &cases));
                 let missing = self.missing(&result.termination, limits, &format!("not in the {} report", self.format));
                 verdicts_from_cases(units, &cases, &missing)
             }
@@ -455,6 +497,7 @@ mod tests {
             duration: Some(Duration::from_millis(ms)),
             message: (status == CaseStatus::Failed).then(|| "assert 1 == 2".to_owned()),
             output: if status == CaseStatus::Failed { "E  assert 1 == 2".into() } else { String::new() },
+            outside: None,
         }
     }
 

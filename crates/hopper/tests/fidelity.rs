@@ -1,0 +1,285 @@
+//! Fidelity: hopper's verdict equals the tool's own, per test id and in the
+//! build's exit code, on suites that fail outside any test.
+//!
+//! Each test runs the plain tool (the venv's pytest, Debian's rspec) on a
+//! small awkward suite, then hopper on the same suite in several modes
+//! (agents with one and two slots, batches), and compares: every test's
+//! outcome, every error outside a test (its message, and the file or group
+//! it is attached to, never a test), and the exit code. A missing pytest or
+//! rspec fails these tests; it never skips them.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use common::{hopper, junit_cases, texts, venv_python};
+use quick_junit::TestCaseStatus;
+
+/// What one run said: each test's outcome, the errors outside tests as
+/// (group, message), and the exit code.
+#[derive(Debug)]
+struct Verdict {
+    tests: BTreeMap<String, &'static str>,
+    outside: BTreeSet<(String, String)>,
+    exit: Option<i32>,
+}
+
+/// Files of a pytest suite whose errors are outside its tests: teardown of
+/// module, class (unittest's `tearDownClass`) and session fixtures, a
+/// module fixture whose setup fails (an error of each test that needs it),
+/// and a file that does not import.
+const PYTEST_SUITE: &[(&str, &str)] = &[
+    (
+        "conftest.py",
+        "import pytest\n\n@pytest.fixture(scope='session')\ndef sess():\n    yield 1\n    raise RuntimeError('session teardown boom')\n",
+    ),
+    (
+        "test_mod.py",
+        "import pytest\n\n@pytest.fixture(scope='module')\ndef mod():\n    yield 1\n    raise RuntimeError('module teardown boom')\n\n\
+         def test_a(mod):\n    pass\n\ndef test_b(mod):\n    pass\n",
+    ),
+    (
+        "test_cls.py",
+        "import unittest\n\nclass TestU(unittest.TestCase):\n    @classmethod\n    def tearDownClass(cls):\n        \
+         raise RuntimeError('tearDownClass boom')\n\n    def test_one(self):\n        pass\n\n    def test_two(self):\n        pass\n",
+    ),
+    ("test_sess.py", "def test_uses_session(sess):\n    pass\n\ndef test_plain():\n    pass\n"),
+    (
+        "test_setup.py",
+        "import pytest\n\n@pytest.fixture(scope='module')\ndef broken():\n    raise RuntimeError('module setup boom')\n\n\
+         def test_needs_it(broken):\n    pass\n\ndef test_also(broken):\n    pass\n",
+    ),
+    ("test_zlater.py", "def test_after_all_the_others():\n    pass\n"),
+    ("test_broken.py", "import nope_not_a_module\n\ndef test_never():\n    pass\n"),
+];
+
+fn write_suite(dir: &Path, files: &[(&str, &str)]) {
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// Plain pytest's verdict, from its `-rA` summary: a test listed PASSED or
+/// FAILED has that outcome; ERROR for a test with no other line is its own
+/// (setup) error; ERROR for a test that also PASSED is a teardown error
+/// outside it (its group is checked separately); ERROR for a file is a
+/// collection error of that file.
+fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>) {
+    let output = Command::new(venv_python())
+        .args(["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"])
+        // The summary lines are cut to the terminal width otherwise.
+        .env("COLUMNS", "500")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let summary = stdout.split("short test summary info").nth(1).unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
+    let mut tests = BTreeMap::new();
+    let mut errors = Vec::new();
+    for line in summary.lines() {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let (id, message) = rest.split_once(" - ").unwrap_or((rest, ""));
+        match word {
+            "PASSED" => drop(tests.insert(id.to_owned(), "passed")),
+            "FAILED" => drop(tests.insert(id.to_owned(), "failed")),
+            "ERROR" => errors.push((id.to_owned(), message.to_owned())),
+            _ => {}
+        }
+    }
+    let mut outside = BTreeSet::new();
+    // Which test pytest hung each teardown error on: hopper's group must be that test's file.
+    let mut hung_on = BTreeMap::new();
+    for (id, message) in errors {
+        if !id.contains("::") {
+            outside.insert((id, "collection".to_owned()));
+        } else if let std::collections::btree_map::Entry::Vacant(setup_error) = tests.entry(id.clone()) {
+            setup_error.insert("failed");
+        } else {
+            hung_on.insert(message.clone(), id);
+            outside.insert((String::new(), message));
+        }
+    }
+    (Verdict { tests, outside, exit: output.status.code() }, hung_on)
+}
+
+/// hopper's verdict: the tests' outcomes from its JUnit, the errors
+/// outside tests from its report's `ERROR group (phase error: message)`
+/// lines (a collection error as (file, "collection")). Every group must be
+/// a JUnit case of its own that is no test.
+fn hopper_verdict(dir: &Path, mode: &[&str], tool: &str, command: &[&str]) -> (Verdict, String) {
+    let junit = dir.join(format!("hopper-{}.xml", mode.join("_")));
+    let output = hopper(dir)
+        .args(["run", "--no-timings", "--max-requeues", "0", "--discover", tool])
+        .args(mode)
+        .arg("--junit")
+        .arg(&junit)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("hopper {mode:?}:\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let mut outside = BTreeSet::new();
+    let mut groups = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("  ERROR ") else { continue };
+        let (group, what) = rest.split_once(" (").unwrap_or_else(|| panic!("{line}\n{shown}"));
+        let what = what.strip_suffix(')').unwrap_or(what);
+        let (phase, message) = what.split_once(" error: ").unwrap_or_else(|| panic!("{line}\n{shown}"));
+        groups.insert(message.to_owned(), group.to_owned());
+        if phase == "collection" {
+            outside.insert((group.to_owned(), "collection".to_owned()));
+        } else {
+            outside.insert((String::new(), message.to_owned()));
+        }
+    }
+    let mut tests = BTreeMap::new();
+    for (name, status) in junit_cases(&junit) {
+        if groups.values().any(|g| *g == name) {
+            assert!(
+                matches!(status, TestCaseStatus::NonSuccess { kind: quick_junit::NonSuccessKind::Error, .. }),
+                "the group {name} is a JUnit <error>: {status:?}\n{shown}"
+            );
+            continue;
+        }
+        let outcome = match status {
+            TestCaseStatus::Success { .. } => "passed",
+            TestCaseStatus::NonSuccess { .. } => "failed",
+            TestCaseStatus::Skipped { .. } => "skipped",
+        };
+        tests.insert(name, outcome);
+    }
+    // A test that failed and passed on a retry would hide an error put on the wrong test.
+    assert!(!stdout.contains("FLAKY"), "{shown}");
+    let verdict = Verdict { tests, outside, exit: output.status.code() };
+    for group in groups.values() {
+        assert!(!verdict.tests.contains_key(group), "an error outside tests was attached to the test {group}\n{shown}");
+    }
+    let groups = groups.into_iter().map(|(m, g)| format!("{m}\t{g}")).collect::<Vec<_>>().join("\n");
+    (verdict, format!("{groups}\n{shown}"))
+}
+
+fn assert_same(plain: &Verdict, ours: &Verdict, shown: &str) {
+    assert_eq!(plain.tests, ours.tests, "per-test outcomes differ\n{shown}");
+    assert_eq!(plain.outside, ours.outside, "errors outside tests differ\n{shown}");
+    assert_eq!(plain.exit, ours.exit, "exit codes differ\n{shown}");
+}
+
+/// The group hopper gave the error `message` (from [`hopper_verdict`]'s listing).
+fn group_of<'a>(shown: &'a str, message: &str) -> &'a str {
+    shown
+        .lines()
+        .find_map(|l| l.strip_prefix(message).and_then(|r| r.strip_prefix('\t')))
+        .unwrap_or_else(|| panic!("no group for {message:?}\n{shown}"))
+}
+
+#[test]
+fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_SUITE);
+    let keep_going = ["--continue-on-collection-errors"];
+    let (plain, hung_on) = plain_pytest(dir.path(), &keep_going);
+    assert_eq!(plain.exit, Some(1), "{plain:?}");
+    assert_eq!(plain.outside.len(), 4, "three teardown errors and a collection error: {plain:?}");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", keep_going[0]];
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "20"]] {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+        // Each teardown error is its node's: the module's file, the class
+        // (a batch knows only its file), or the session.
+        assert_eq!(group_of(&shown, "RuntimeError: module teardown boom"), "test_mod.py", "{shown}");
+        let class = group_of(&shown, "RuntimeError: tearDownClass boom");
+        assert!(class == "test_cls.py::TestU" || class == "test_cls.py", "{class}\n{shown}");
+        let session = group_of(&shown, "RuntimeError: session teardown boom");
+        let last = &hung_on["RuntimeError: session teardown boom"];
+        assert!(session == "session" || last.starts_with(&format!("{session}::")), "{session}\n{shown}");
+    }
+}
+
+#[test]
+fn a_collection_error_without_keep_going_names_the_file_and_its_traceback() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), &[("test_ok.py", "def test_ok():\n    pass\n"), PYTEST_SUITE[6]]);
+    let plain = Command::new(&python).args(["-m", "pytest", "-q"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(2), "pytest stops on a collection error");
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["--batch-size", "5"]] {
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest"])
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_ne!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(stderr.contains("collection error in test_broken.py"), "{mode:?}: {stderr}");
+        assert!(stderr.contains("No module named 'nope_not_a_module'"), "{mode:?}: {stderr}");
+        assert!(stderr.contains("test_broken.py:1: in <module>"), "the traceback: {mode:?}: {stderr}");
+    }
+}
+
+const RSPEC_SUITE: &[(&str, &str)] = &[
+    (
+        "spec/ctx_spec.rb",
+        "RSpec.describe 'after context' do\n  after(:context) { raise 'after context boom' }\n  \
+         it('passes one') { expect(1).to eq(1) }\n  it('passes two') { expect(2).to eq(2) }\nend\n\n\
+         RSpec.describe 'before context' do\n  before(:context) { raise 'before context boom' }\n  \
+         it('never runs') { expect(1).to eq(1) }\nend\n",
+    ),
+    ("spec/plain_spec.rb", "RSpec.describe 'plain' do\n  it('works') { expect(true).to be(true) }\nend\n"),
+];
+
+/// Plain rspec's verdict from its JSON: each example's status; the errors
+/// outside examples only as a count (as `("", n)`), since RSpec names no group.
+fn plain_rspec(dir: &Path) -> Verdict {
+    let out = dir.join("plain.json");
+    let output = Command::new("rspec")
+        .args(["--format", "progress", "--format", "json", "--out"])
+        .arg(&out)
+        .current_dir(dir)
+        .output()
+        .expect("rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let tests = doc["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let outcome = match e["status"].as_str() {
+                Some("passed") => "passed",
+                Some("pending") => "skipped",
+                _ => "failed",
+            };
+            (e["id"].as_str().unwrap().to_owned(), outcome)
+        })
+        .collect();
+    let count = doc["summary"]["errors_outside_of_examples_count"].as_u64().unwrap();
+    Verdict { tests, outside: BTreeSet::from([(String::new(), count.to_string())]), exit: output.status.code() }
+}
+
+#[test]
+fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), RSPEC_SUITE);
+    let plain = plain_rspec(dir.path());
+    assert_eq!(plain.exit, Some(1), "{plain:?}");
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "10"]] {
+        let (mut ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
+        let groups: Vec<&str> = shown.lines().filter_map(|l| l.split_once('\t').map(|(_, g)| g)).collect();
+        // The group (agents) or its file (batches): never an example.
+        assert!(
+            groups.iter().all(|g| *g == "./spec/ctx_spec.rb[1]" || *g == "./spec/ctx_spec.rb"),
+            "{groups:?}\n{shown}"
+        );
+        ours.outside = BTreeSet::from([(String::new(), ours.outside.len().to_string())]);
+        assert_same(&plain, &ours, &shown);
+    }
+}
