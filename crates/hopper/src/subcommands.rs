@@ -15,7 +15,7 @@ use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::agent::tools;
 use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
-use crate::discover::{checked_units, discover, pytest, DiscoverKind};
+use crate::discover::{cargo_exact, checked_units, discover, pytest, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::html::write_html;
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
@@ -259,6 +259,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     let mut spare = None;
     let mut sharding = None;
     let mut outside_errors = Vec::new();
+    let mut cargo_targets = None;
     let (units, nextest) = match &options.source {
         UnitSource::Discover(DiscoverKind::Pytest) if execution == Execution::Pytest => {
             // The agents' collections are the discovery, each of a share of
@@ -275,6 +276,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         UnitSource::Discover(kind) => {
             let discovered = discover(*kind, &options.command, &plugins).await?;
             outside_errors = discovered.outside_errors;
+            cargo_targets = discovered.cargo_targets;
             (discovered.units, discovered.nextest)
         }
         other => (collect_units(other).await?, None),
@@ -292,6 +294,18 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         Execution::Nextest => None,
     }
     .map(Arc::new);
+    // cargo-test units one at a time: the exact test in its binary, and
+    // libtest's own count must say it ran.
+    let one_by_exit_code = config.batch_size == 1 && options.results.is_none_or(|r| r == ResultsFormat::ExitCode);
+    if options.source == UnitSource::Discover(DiscoverKind::CargoTest)
+        && execution == Execution::PerProcess
+        && one_by_exit_code
+        && cargo_exact::is_cargo_test(config.command.parts())
+    {
+        let targets = cargo_targets.take().unwrap_or_default();
+        config.launcher = Some(Arc::new(cargo_exact::CargoExact::new(config.command.clone(), targets)));
+        config.results = Arc::new(cargo_exact::CountedResults);
+    }
     if execution == Execution::Nextest {
         let tests = nextest.unwrap_or_default();
         config.launcher = Some(Arc::new(NextestLauncher::new(tests, run_id.as_str())));

@@ -283,3 +283,97 @@ fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
         assert_same(&plain, &ours, &shown);
     }
 }
+
+/// A crate whose `tests::parse` passes while `tests::parse_fails` (a name
+/// that `tests::parse` is a prefix of) fails, with a failing doctest, an
+/// ignored test and an integration test.
+const CARGO_SUITE: &[(&str, &str)] = &[
+    ("Cargo.toml", "[package]\nname = \"exact-demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n# Not part of any workspace above.\n[workspace]\n"),
+    (
+        "src/lib.rs",
+        "//! A crate whose doctest fails.\n\n/// Adds one.\n///\n/// ```\n/// assert_eq!(exact_demo::add_one(1), 3, \"a failing doctest\");\n/// ```\n\
+         pub fn add_one(x: u32) -> u32 {\n    x + 1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn parse() {\n        assert_eq!(super::add_one(1), 2);\n    }\n\n\
+         \x20   #[test]\n    fn parse_fails() {\n        assert_eq!(super::add_one(1), 5, \"parse_fails fails\");\n    }\n\n\
+         \x20   #[test]\n    #[ignore = \"too slow\"]\n    fn slow() {}\n}\n",
+    ),
+    ("tests/it.rs", "#[test]\nfn integration() {\n    assert_eq!(exact_demo::add_one(2), 3);\n}\n"),
+];
+
+/// Plain `cargo test --no-fail-fast`'s outcome of every test, from its
+/// `test NAME ... ok|FAILED|ignored` lines.
+fn plain_cargo_test(dir: &Path) -> Verdict {
+    let output = Command::new("cargo")
+        .args(["test", "--no-fail-fast"])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (stdout, _) = texts(&output);
+    let mut tests = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((name, result)) = line.strip_prefix("test ").and_then(|l| l.rsplit_once(" ... ")) else { continue };
+        let outcome = match result {
+            "ok" => "passed",
+            "FAILED" => "failed",
+            r if r.starts_with("ignored") => "skipped",
+            other => panic!("{other}: {stdout}"),
+        };
+        tests.insert(name.to_owned(), outcome);
+    }
+    Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() }
+}
+
+#[test]
+fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    let mut plain = plain_cargo_test(dir.path());
+    assert_eq!(plain.tests.len(), 5, "{plain:?}");
+    assert_eq!(plain.tests["src/lib.rs - add_one (line 5)"], "failed", "{plain:?}");
+    assert_eq!(plain.exit, Some(101));
+    // hopper's red is 1, cargo's 101: the verdict is what must agree.
+    plain.exit = Some(1);
+    for mode in [&["-j", "1"][..], &["-j", "2"]] {
+        let junit = dir.path().join("cargo.xml");
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .args(["--", "cargo", "test", "-q", "{unit}"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let tests = junit_cases(&junit)
+            .into_iter()
+            .map(|(name, status)| {
+                let outcome = match status {
+                    TestCaseStatus::Success { .. } => "passed",
+                    TestCaseStatus::NonSuccess { .. } => "failed",
+                    TestCaseStatus::Skipped { .. } => "skipped",
+                };
+                (name, outcome)
+            })
+            .collect();
+        let ours = Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() };
+        assert_same(&plain, &ours, &shown);
+    }
+}
+
+#[test]
+fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    // `{unit}-gone` names no test: each command runs zero tests and exits 0.
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "-j", "2", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test"])
+        .args(["--", "cargo", "test", "-q", "{unit}-gone"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("5 units, 0 passed (0 flaky), 5 failed"), "{stdout}");
+    assert!(stdout.contains("FAIL tests::parse (ran no test"), "{stdout}");
+}

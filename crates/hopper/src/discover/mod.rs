@@ -12,12 +12,13 @@
 //!   that says what was lost, and nothing runs.
 //! * Programs are started with argv elements, never through a shell.
 
+pub mod cargo_exact;
 pub mod libtest;
 pub mod nextest;
 pub mod pytest;
 pub mod rspec;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -101,6 +102,9 @@ pub struct Discovered {
     /// Errors outside any test the listing met (pytest's files that did not
     /// collect, with `--continue-on-collection-errors`): each fails the build.
     pub outside_errors: Vec<crate::verdicts::outside::OutsideError>,
+    /// cargo-test only: each test's target (see [`cargo_exact`]), when
+    /// cargo's output named them.
+    pub cargo_targets: Option<HashMap<String, cargo_exact::CargoTarget>>,
 }
 
 /// Lists the tests of `kind` with the user's `command` (empty: the tool's
@@ -108,6 +112,7 @@ pub struct Discovered {
 pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins) -> Result<Discovered, UnitsError> {
     let source_name = format!("--discover {kind}");
     let mut outside_errors = Vec::new();
+    let mut cargo_targets = None;
     let (shown, listing, nextest) = match kind {
         DiscoverKind::Pytest => {
             let (shown, listing, errors) = pytest::list(command, plugins).await?;
@@ -119,7 +124,8 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
             (shown, listing, Some(tests))
         }
         DiscoverKind::CargoTest => {
-            let (shown, listing) = libtest::list(command).await?;
+            let (shown, listing, targets) = libtest::list(command).await?;
+            cargo_targets = targets;
             (shown, listing, None)
         }
         DiscoverKind::Rspec => {
@@ -128,7 +134,7 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
         }
     };
     let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
-    Ok(Discovered { units, nextest, outside_errors })
+    Ok(Discovered { units, nextest, outside_errors, cargo_targets })
 }
 
 /// The units of a listing, or the error that says what would be lost: ids
