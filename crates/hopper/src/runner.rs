@@ -506,8 +506,14 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
     crate::verdicts::outside::record(&*shared.queue, run, worker, &outside).await?;
     let share = result.duration / deliveries.len().max(1) as u32;
     let output = result.output.text(MAX_SUMMARY_LEN / 2);
+    let mut alone = Vec::new();
+    let rerun_alone = crate::verdicts::solo::rerun_alone(&units, &verdicts);
     for (i, delivery) in deliveries.iter().enumerate() {
         if lost[i] {
+            continue;
+        }
+        if rerun_alone.contains(&delivery.unit) {
+            alone.push(delivery.clone());
             continue;
         }
         let unit_result = verdicts.get(&delivery.unit).cloned().unwrap_or_else(|| {
@@ -538,6 +544,37 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         }
     }
     shared.wake.notify_waiters();
+    run_alone(shared, alone).await
+}
+
+/// Runs each of `deliveries` (units a crashed batch left without result)
+/// in an invocation of its own, heartbeating those still waiting (see
+/// [`crate::verdicts::solo`]).
+async fn run_alone(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+    let (run, worker) = (&shared.config.run, &shared.config.worker);
+    let mut waiting: std::collections::VecDeque<Delivery> = deliveries.into();
+    while let Some(delivery) = waiting.pop_front() {
+        if shared.stop.is_cancelled() {
+            waiting.push_front(delivery);
+            hand_back(shared, waiting.make_contiguous(), Duration::ZERO).await;
+            return Ok(());
+        }
+        let rest: Vec<Delivery> = waiting.iter().cloned().collect();
+        let beat_rest = async {
+            let mut beat = tokio::time::interval(shared.config.heartbeat_every);
+            beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                beat.tick().await;
+                if let Err(error) = shared.queue.heartbeat_batch(run, worker, &rest).await {
+                    tracing::debug!(units = rest.len(), %error, "heartbeat failed; will try again");
+                }
+            }
+        };
+        tokio::select! {
+            done = Box::pin(run_batch(shared, vec![delivery])) => done?,
+            () = beat_rest => {}
+        }
+    }
     Ok(())
 }
 

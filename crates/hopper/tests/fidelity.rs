@@ -377,3 +377,50 @@ fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
     assert!(stdout.contains("5 units, 0 passed (0 flaky), 5 failed"), "{stdout}");
     assert!(stdout.contains("FAIL tests::parse (ran no test"), "{stdout}");
 }
+
+#[test]
+fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(
+        dir.path(),
+        &[(
+            "test_sub.py",
+            "def test_sub(subtests):\n    for i in range(3):\n        with subtests.test(msg='case', i=i):\n            \
+             assert i == 0, f'i is {i}'\n\ndef test_ok():\n    pass\n",
+        )],
+    );
+    let (plain, _) = plain_pytest(dir.path(), &[]);
+    assert_eq!(plain.tests.get("test_sub.py::test_sub"), Some(&"failed"), "{plain:?}");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let (ours, shown) = hopper_verdict(dir.path(), &["-j", "1", "--batch-size", "10"], "pytest", &command);
+    assert_same(&plain, &ours, &shown);
+    assert!(shown.contains("i is 1") && shown.contains("i is 2"), "every subtest's message: {shown}");
+}
+
+#[test]
+fn a_test_that_crashes_its_batch_fails_alone() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    let mut source = String::from("import os\n\n");
+    for i in 0..6 {
+        source.push_str(&format!("def test_{i}():\n    pass\n\n"));
+    }
+    source.push_str("def test_crash():\n    os._exit(3)\n\ndef test_z_after():\n    pass\n");
+    write_suite(dir.path(), &[("test_many.py", source.as_str())]);
+    let junit = dir.path().join("crash.xml");
+    let output = hopper(dir.path())
+        .args(["run", "-j", "1", "--batch-size", "10", "--max-requeues", "1", "--no-timings", "--discover", "pytest"])
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let cases = junit_cases(&junit);
+    let failed: Vec<&String> =
+        cases.iter().filter(|(_, s)| !matches!(s, TestCaseStatus::Success { .. })).map(|(n, _)| n).collect();
+    assert_eq!(failed, vec!["test_many.py::test_crash"], "{stdout}");
+    assert!(stdout.contains("8 units, 7 passed (0 flaky), 1 failed"), "no test that passes is flaky: {stdout}");
+}

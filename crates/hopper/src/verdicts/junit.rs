@@ -15,11 +15,19 @@ const PYTEST_COLLECTION: &str = "collection failure";
 ///
 /// A report whose root is a single `<testsuite>` (rspec_junit_formatter,
 /// Maven's surefire) is read as if it were wrapped in `<testsuites>`.
+///
+/// A case with several status elements (pytest 9's subtests, a failed call
+/// with a teardown error) is read as one failed case with all its messages
+/// (see [`super::junit_merge`]).
 pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeError> {
-    let report = match Report::deserialize_from_str(xml) {
+    let mut taken = Vec::new();
+    let report = match deserialize(xml) {
         Ok(report) => report,
-        Err(error) => match wrap_bare_suite(xml) {
-            Some(wrapped) => Report::deserialize_from_str(&wrapped).map_err(|_| error)?,
+        Err(error) => match super::junit_merge::merge_statuses(xml) {
+            Some((merged, teardowns)) => {
+                taken = teardowns;
+                deserialize(&merged).map_err(|_| error)?
+            }
             None => return Err(error),
         },
     };
@@ -60,6 +68,15 @@ pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeErr
             }
             let mut reported = ReportedCase { ids, status, duration: case.time, message, output, outside: None };
             pytest_outside_error(&mut reported, &case);
+            if let Some(teardown) = taken.iter().find(|t| t.case == cases.len()) {
+                let what = teardown.message.strip_prefix(PYTEST_TEARDOWN).unwrap_or(&teardown.message);
+                reported.outside = Some(OutsideError {
+                    group: String::new(),
+                    phase: "teardown".into(),
+                    message: what.trim().trim_matches('"').to_owned(),
+                    output: teardown.text.clone(),
+                });
+            }
             cases.push(reported);
         }
     }
@@ -91,6 +108,16 @@ fn pytest_outside_error(reported: &mut ReportedCase, case: &quick_junit::TestCas
         let what = last.strip_prefix("E ").map(str::trim).unwrap_or(last).to_owned();
         reported.ids.clear();
         reported.outside = Some(OutsideError { group: file, phase: "collection".into(), message: what, output });
+    }
+}
+
+fn deserialize(xml: &str) -> Result<Report, quick_junit::DeserializeError> {
+    match Report::deserialize_from_str(xml) {
+        Ok(report) => Ok(report),
+        Err(error) => match wrap_bare_suite(xml) {
+            Some(wrapped) => Report::deserialize_from_str(&wrapped).map_err(|_| error),
+            None => Err(error),
+        },
     }
 }
 
@@ -154,6 +181,18 @@ E   ModuleNotFoundError: No module named 'nope'</error></testcase><testcase clas
         let errors = super::super::outside_errors(&units, &cases);
         assert_eq!(errors.len(), 2);
         assert_eq!(errors[1].group, "test_mod.py", "the file of the unit the case belongs to");
+    }
+
+    #[test]
+    fn pytest_subtests_are_one_failed_case_with_every_message() {
+        let xml = r#"<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest" errors="0" failures="3" skipped="0" tests="5"><testcase classname="test_sub" name="test_sub" time="0.037"><failure message="AssertionError: i is 1&#10;assert 1 == 0">E               AssertionError: i is 1</failure><failure message="AssertionError: i is 2&#10;assert 2 == 0">E               AssertionError: i is 2</failure><failure message="contains 2 failed subtests">contains 2 failed subtests</failure></testcase><testcase classname="test_sub" name="test_ok" time="0.000" /></testsuite></testsuites>"#;
+        let cases = parse(xml).unwrap();
+        assert_eq!(cases.len(), 2);
+        assert_eq!(cases[0].status, CaseStatus::Failed);
+        let message = cases[0].message.as_deref().unwrap();
+        assert!(message.contains("i is 1") && message.contains("i is 2"), "{message}");
+        assert!(cases[0].output.contains("AssertionError: i is 2"), "{}", cases[0].output);
+        assert_eq!(cases[1].status, CaseStatus::Passed);
     }
 
     #[test]

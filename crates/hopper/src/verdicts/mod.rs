@@ -14,10 +14,12 @@
 //! (`--junitxml={report}`, `--format progress --format json --out {report}`).
 
 pub mod junit;
+pub mod junit_merge;
 pub mod libtest;
 pub mod matching;
 pub mod outside;
 pub mod rspec;
+pub mod solo;
 
 use std::collections::HashMap;
 use std::fmt;
