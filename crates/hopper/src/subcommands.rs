@@ -15,7 +15,7 @@ use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::agent::tools;
 use crate::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
-use crate::discover::{cargo_exact, checked_units, discover, pytest, DiscoverKind};
+use crate::discover::{cargo_exact, checked_units, discover, paths, pytest, DiscoverKind};
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::html::write_html;
 use crate::identity::{resolve_build, resolve_worker, EnvLookup};
@@ -210,6 +210,22 @@ impl Execution {
     }
 }
 
+/// `command` for running units: a discovered tool's own path arguments
+/// dropped (the units name their tests; see [`paths`]), said once.
+fn without_tool_paths(command: Vec<String>, tool: Option<DiscoverKind>) -> Vec<String> {
+    let (Some(tool), Ok(cwd)) = (tool, std::env::current_dir()) else { return command };
+    let (kept, dropped) = paths::drop_paths(&command, tool, &cwd);
+    if dropped.is_empty() {
+        return command;
+    }
+    eprintln!(
+        "hopper: {} is only for discovery: each unit's command names its tests, so it runs without {}",
+        dropped.join(" "),
+        if dropped.len() == 1 { "it" } else { "them" }
+    );
+    kept
+}
+
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
 /// the report; returns the exit code.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
@@ -223,7 +239,7 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     // Agents report per test themselves; batches read the tool's report.
     let (command, results) = if execution == Execution::PerProcess {
         let plan = ResultsPlan::resolve(options.results, options.batch_size, tool, options.command.clone())?;
-        (CommandTemplate::new(plan.command.clone())?, plan.results()?)
+        (CommandTemplate::new(without_tool_paths(plan.command.clone(), tool))?, plan.results()?)
     } else {
         let exit_code: Arc<dyn BatchResults> = Arc::new(ExitCodeResults);
         (execution.template(&options.command)?, exit_code)

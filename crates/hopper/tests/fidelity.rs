@@ -72,7 +72,7 @@ fn write_suite(dir: &Path, files: &[(&str, &str)]) {
 /// collection error of that file.
 fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>) {
     let output = Command::new(venv_python())
-        .args(["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"])
+        .args(["-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider"])
         // The summary lines are cut to the terminal width otherwise.
         .env("COLUMNS", "500")
         .args(args)
@@ -82,6 +82,12 @@ fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>
     let (stdout, stderr) = texts(&output);
     let summary = stdout.split("short test summary info").nth(1).unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
     let mut tests = BTreeMap::new();
+    // The summary names a skipped test by its file and line; the verbose lines by its id.
+    for line in stdout.split("short test summary info").next().unwrap_or_default().lines() {
+        if let Some((id, _)) = line.split_once(" SKIPPED").filter(|(id, _)| id.contains("::")) {
+            tests.insert(id.to_owned(), "skipped");
+        }
+    }
     let mut errors = Vec::new();
     for line in summary.lines() {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -89,6 +95,9 @@ fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>
         match word {
             "PASSED" => drop(tests.insert(id.to_owned(), "passed")),
             "FAILED" => drop(tests.insert(id.to_owned(), "failed")),
+            // An expected failure is a skip (as JUnit has it); an unexpected pass passes.
+            "XFAIL" => drop(tests.insert(id.to_owned(), "skipped")),
+            "XPASS" => drop(tests.insert(id.to_owned(), "passed")),
             "ERROR" => errors.push((id.to_owned(), message.to_owned())),
             _ => {}
         }
@@ -190,7 +199,7 @@ fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
     assert_eq!(plain.exit, Some(1), "{plain:?}");
     assert_eq!(plain.outside.len(), 4, "three teardown errors and a collection error: {plain:?}");
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", keep_going[0]];
-    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "20"]] {
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "20"], &["--per-process", "-j", "2"]] {
         let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
         assert_same(&plain, &ours, &shown);
         // Each teardown error is its node's: the module's file, the class
@@ -198,9 +207,11 @@ fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
         assert_eq!(group_of(&shown, "RuntimeError: module teardown boom"), "test_mod.py", "{shown}");
         let class = group_of(&shown, "RuntimeError: tearDownClass boom");
         assert!(class == "test_cls.py::TestU" || class == "test_cls.py", "{class}\n{shown}");
+        // The session's own (agents), or the file of the fixture (batches
+        // read where the traceback ends), never the test pytest hung it on.
         let session = group_of(&shown, "RuntimeError: session teardown boom");
-        let last = &hung_on["RuntimeError: session teardown boom"];
-        assert!(session == "session" || last.starts_with(&format!("{session}::")), "{session}\n{shown}");
+        assert!(session == "session" || session == "conftest.py", "{session}\n{shown}");
+        assert!(hung_on["RuntimeError: session teardown boom"].starts_with("test_zlater.py::"), "{hung_on:?}");
     }
 }
 
@@ -271,7 +282,7 @@ fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
     write_suite(dir.path(), RSPEC_SUITE);
     let plain = plain_rspec(dir.path());
     assert_eq!(plain.exit, Some(1), "{plain:?}");
-    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "10"]] {
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "10"], &["--per-process", "-j", "2"]] {
         let (mut ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
         let groups: Vec<&str> = shown.lines().filter_map(|l| l.split_once('\t').map(|(_, g)| g)).collect();
         // The group (agents) or its file (batches): never an example.
@@ -423,4 +434,38 @@ fn a_test_that_crashes_its_batch_fails_alone() {
         cases.iter().filter(|(_, s)| !matches!(s, TestCaseStatus::Success { .. })).map(|(n, _)| n).collect();
     assert_eq!(failed, vec!["test_many.py::test_crash"], "{stdout}");
     assert!(stdout.contains("8 units, 7 passed (0 flaky), 1 failed"), "no test that passes is flaky: {stdout}");
+}
+
+/// A suite under `tests/` with a pass, a failure, a skip, an xfail and an
+/// xpass, each test logging that it ran (to `ran.log` beside `tests/`).
+const PYTEST_OUTCOMES: &[(&str, &str)] = &[(
+    "tests/test_outcomes.py",
+    "import os\nimport pytest\n\ndef ran(name):\n    with open(os.path.join(os.path.dirname(__file__), '..', 'ran.log'), 'a') as log:\n        log.write(name + '\\n')\n\n\
+     def test_pass():\n    ran('pass')\n\ndef test_fail():\n    ran('fail')\n    assert False, 'deliberate'\n\n\
+     def test_skip():\n    ran('skip')\n    pytest.skip('not today')\n\n\
+     @pytest.mark.xfail(reason='known bug')\ndef test_xfail():\n    ran('xfail')\n    assert False\n\n\
+     @pytest.mark.xfail(reason='fixed already')\ndef test_xpass():\n    ran('xpass')\n",
+)];
+
+#[test]
+fn per_process_and_batches_judge_by_the_report_and_run_each_test_once() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_OUTCOMES);
+    let log = dir.path().join("ran.log");
+    let (plain, _) = plain_pytest(dir.path(), &["tests"]);
+    assert_eq!(plain.tests.len(), 5, "{plain:?}");
+    assert_eq!(plain.tests["tests/test_outcomes.py::test_xfail"], "skipped");
+    // The command's own `tests` would make every unit run the whole directory.
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
+    for mode in [&["--per-process", "-j", "2"][..], &["-j", "1", "--batch-size", "3"]] {
+        std::fs::remove_file(&log).unwrap();
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+        assert!(shown.contains("tests is only for discovery"), "said once: {shown}");
+        let ran = std::fs::read_to_string(&log).unwrap();
+        let mut ran: Vec<&str> = ran.lines().collect();
+        ran.sort_unstable();
+        assert_eq!(ran, ["fail", "pass", "skip", "xfail", "xpass"], "each test ran once\n{shown}");
+    }
 }

@@ -15,6 +15,7 @@
 pub mod cargo_exact;
 pub mod libtest;
 pub mod nextest;
+pub mod paths;
 pub mod pytest;
 pub mod rspec;
 

@@ -157,8 +157,11 @@ impl ResultsPlan {
     /// Resolves `--results` (`requested`) against the batch size, the
     /// discovered tool and the command.
     ///
-    /// Without `--results`, a batch of one reads the exit code and a larger
-    /// batch reads the tool's report (an error when the tool is unknown). A
+    /// Without `--results`, a larger batch reads the tool's report (an error
+    /// when the tool is unknown), and so does a discovered pytest or rspec
+    /// unit alone (`--per-process`): its exit code says nothing of skips,
+    /// xfail or pending tests, nor that it ran any. Another batch of one
+    /// reads the exit code. A
     /// report format with no `{report}` in the command gets the tool's own
     /// option (pytest, rspec), inserted before a lone `--` if there is one.
     pub fn resolve(
@@ -171,6 +174,7 @@ impl ResultsPlan {
         let format = match (requested, tool) {
             (Some(format), _) => format,
             (None, Some(tool)) if batch_size > 1 || has_placeholder => ResultsFormat::of_tool(tool),
+            (None, Some(tool @ (DiscoverKind::Pytest | DiscoverKind::Rspec))) => ResultsFormat::of_tool(tool),
             (None, None) if batch_size > 1 => return Err(VerdictsError::BatchNeedsResults { batch_size }),
             (None, _) => ResultsFormat::ExitCode,
         };
@@ -355,7 +359,10 @@ fn tail(text: &str, max: usize) -> String {
 }
 
 /// The errors outside any test among `cases`, each with its group: a case
-/// that names none gets the file of the first of `units` it belongs to.
+/// that names none gets the file where its traceback ends (pytest's last
+/// line, `conftest.py:6: RuntimeError`: the fixture's own file), or else the
+/// file of the first of `units` it belongs to. The test the report hung it
+/// on is only the one that ran last before the teardown.
 pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideError> {
     let index = CaseIndex::new(cases.iter().map(|c| c.ids.clone()));
     let mut owner: HashMap<usize, &UnitId> = HashMap::new();
@@ -369,9 +376,10 @@ pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideEr
         let Some(error) = &case.outside else { continue };
         let mut error = error.clone();
         if error.group.is_empty() {
-            error.group = match owner.get(&i) {
-                Some(unit) => crate::agent::shards::file_of(unit.as_str()).to_owned(),
-                None => case.ids.first().cloned().unwrap_or_else(|| "session".into()),
+            error.group = match (raised_in(&error.output), owner.get(&i)) {
+                (Some(file), _) => file.to_owned(),
+                (None, Some(unit)) => crate::agent::shards::file_of(unit.as_str()).to_owned(),
+                (None, None) => case.ids.first().cloned().unwrap_or_else(|| "session".into()),
             };
         }
         if !errors.contains(&error) {
@@ -379,6 +387,16 @@ pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideEr
         }
     }
     errors
+}
+
+/// The file of pytest's `path.py:LINE: ExceptionType`, the last line of a
+/// failure's text: where the exception was raised.
+fn raised_in(text: &str) -> Option<&str> {
+    let last = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let (file, rest) = last.split_once(':')?;
+    let (line, exception) = rest.split_once(": ")?;
+    let is_location = file.ends_with(".py") && line.parse::<u32>().is_ok() && !exception.contains(' ');
+    is_location.then_some(file)
 }
 
 /// Reads each invocation's report from a fresh path in a private directory.
