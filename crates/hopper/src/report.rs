@@ -18,12 +18,16 @@ use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus
 use tokio::time::Instant;
 
 use crate::errors::HopperError;
+use crate::verdicts::names;
 use crate::verdicts::outside::OutsideError;
 
 /// Events read per page.
 const EVENT_PAGE: usize = 1000;
 /// A queue call slower than this was an outage, not a slow answer.
 const QUEUE_PAUSE: Duration = Duration::from_secs(1);
+/// How long `hopper report` waits for a build that does not exist before it
+/// says so (and goes on waiting for it to start).
+const MISSING_NOTICE: Duration = Duration::from_secs(2);
 /// Lines of output shown per failure in the text report.
 const TAIL_LINES: usize = 30;
 
@@ -435,7 +439,9 @@ impl RunReport {
                 }
                 Some(Outcome::Skipped) => TestCaseStatus::skipped(),
                 Some(Outcome::Failed) => {
-                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    let last = unit.failed_attempts.last().map(|a| a.detail.as_str()).unwrap_or_default();
+                    let kind = if names::is_error(last) { NonSuccessKind::Error } else { NonSuccessKind::Failure };
+                    let mut status = TestCaseStatus::non_success(kind);
                     if let Some((last, earlier)) = unit.failed_attempts.split_last() {
                         status.set_message(last.detail.as_str()).set_type(last.reason.as_str());
                         if !last.output.is_empty() {
@@ -453,7 +459,8 @@ impl RunReport {
                 }
             };
             let mut case = TestCase::new(unit.unit.as_str(), status);
-            case.set_classname(if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() });
+            let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
+            case.set_classname(names::classname_of(unit.unit.as_str()).unwrap_or(kind));
             case.set_time(Duration::from_millis(unit.duration_ms));
             suite.add_test_case(case);
         }
@@ -524,6 +531,7 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
         Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
     };
     let mut seen_run = false;
+    let mut said_missing = false;
     loop {
         let asked = Instant::now();
         let progress = queue.progress(run).await?;
@@ -538,8 +546,18 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
             // flush, took it. Waiting longer cannot bring it back.
             None if seen_run => return Err(HopperError::StateLost { run: run.clone() }),
             None => {
-                if started.elapsed() >= options.appear_timeout.min(options.wait_timeout) {
+                let limit = options.appear_timeout.min(options.wait_timeout);
+                if started.elapsed() >= limit {
                     return Err(HopperError::RunNotFound { run: run.clone(), waited: started.elapsed() });
+                }
+                // A typo in --build would otherwise wait in silence: say it at once.
+                if !said_missing && started.elapsed() >= MISSING_NOTICE {
+                    said_missing = true;
+                    eprintln!(
+                        "hopper: build {run} does not exist (yet): no worker has started it; waiting up to {}s \
+                         (--start-timeout) for one to",
+                        limit.as_secs()
+                    );
                 }
                 last_sign_of_life = Instant::now();
             }

@@ -228,7 +228,36 @@ fn without_tool_paths(command: Vec<String>, tool: Option<DiscoverKind>) -> Vec<S
 
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
 /// the report; returns the exit code.
+///
+/// A discovered suite with no test selected exits as its tool would
+/// (pytest 5, nextest 4, rspec and cargo test 0), and says so.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
+    let tool = match &options.source {
+        UnitSource::Discover(kind) => Some(*kind),
+        _ => None,
+    };
+    match (run_worker(options, env, shutdown).await, tool) {
+        (Err(HopperError::Units(UnitsError::Empty { source_name })), Some(tool)) => {
+            let code = empty_selection_exit(tool);
+            eprintln!("hopper: {source_name} selected no test: nothing to run (exit {code}, as {tool} exits)");
+            Ok(code)
+        }
+        (result, _) => result,
+    }
+}
+
+/// The exit code each tool gives a run that selected no test.
+fn empty_selection_exit(tool: DiscoverKind) -> i32 {
+    match tool {
+        // pytest's ExitCode.NO_TESTS_COLLECTED.
+        DiscoverKind::Pytest => 5,
+        // nextest's NO_TESTS_RUN.
+        DiscoverKind::Nextest => 4,
+        DiscoverKind::Rspec | DiscoverKind::CargoTest => 0,
+    }
+}
+
+async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
     let execution =
         Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
@@ -325,6 +354,8 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     if execution == Execution::Nextest {
         let tests = nextest.unwrap_or_default();
         config.launcher = Some(Arc::new(NextestLauncher::new(tests, run_id.as_str())));
+        // The binary's own libtest count and panic message, as for cargo-test units.
+        config.results = Arc::new(cargo_exact::CountedResults);
         // One process per test, as nextest runs them.
         config.batch_size = 1;
     }

@@ -179,7 +179,8 @@ impl Project {
 /// verdict and the JUnit XML agree.
 /// `failure` starts the failed unit's message: the exit code where the
 /// command's exit code is the verdict, the tool's own message where hopper
-/// reads the tool's report (pytest per process).
+/// reads the tool's report (pytest per process) or output (a Rust test's
+/// panic message).
 fn assert_verdict(project: &Project, output: &Output, passed: &[&str], failed: &str, failure: &str) {
     let (stdout, stderr) = texts(output);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -231,7 +232,13 @@ fn require_nextest() {
 fn cargo_test_discovery_runs_each_test_by_its_name() {
     let project = Project::cargo();
     let output = project.run_discover("cargo-test", &["cargo", "test", "-q", "--lib", "--", "--exact", "{unit}"]);
-    assert_verdict(&project, &output, &["tests::passes", "tests::passes_too"], "tests::fails", "exit code 101;");
+    assert_verdict(
+        &project,
+        &output,
+        &["tests::passes", "tests::passes_too"],
+        "tests::fails",
+        "assertion `left == right` failed: deliberate failure",
+    );
     // `--list` runs nothing; each unit ran its one test (`tests::passes` did
     // not also run `tests::passes_too`).
     assert_eq!(project.ran(), vec!["fails", "passes", "passes_too"]);

@@ -369,6 +369,14 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
             .collect();
         let ours = Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() };
         assert_same(&plain, &ours, &shown);
+        // A Rust failure says its panic message, and its JUnit case names the module.
+        assert!(
+            stdout.contains("FAIL tests::parse_fails (assertion `left == right` failed: parse_fails fails"),
+            "{shown}"
+        );
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        assert!(xml.contains(r#"<testcase name="tests::parse_fails" classname="tests""#), "{xml}");
+        assert!(xml.contains(r#"name="src/lib.rs - add_one (line 5)" classname="src/lib.rs""#), "{xml}");
     }
 }
 
@@ -468,4 +476,74 @@ fn per_process_and_batches_judge_by_the_report_and_run_each_test_once() {
         ran.sort_unstable();
         assert_eq!(ran, ["fail", "pass", "skip", "xfail", "xpass"], "each test ran once\n{shown}");
     }
+}
+
+#[test]
+fn junit_names_the_file_and_setup_errors_are_errors() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_SUITE);
+    let junit = dir.path().join("names.xml");
+    let output = hopper(dir.path())
+        .args(["run", "-j", "1", "--no-timings", "--max-requeues", "0", "--discover", "pytest", "--junit"])
+        .arg(&junit)
+        .args([
+            "--",
+            python.as_str(),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+    let cases: BTreeMap<String, &quick_junit::TestCase> =
+        report.test_suites.iter().flat_map(|s| s.test_cases.iter()).map(|c| (c.name.to_string(), c)).collect();
+    let classname = |name: &str| cases[name].classname.as_ref().map(|c| c.to_string());
+    assert_eq!(classname("test_mod.py::test_a").as_deref(), Some("test_mod.py"), "{xml}");
+    assert_eq!(classname("test_cls.py::TestU::test_one").as_deref(), Some("test_cls.py::TestU"), "{xml}");
+    // A module fixture's setup error is an error of each test that needs it, as pytest has it.
+    assert!(
+        matches!(
+            cases["test_setup.py::test_needs_it"].status,
+            TestCaseStatus::NonSuccess { kind: quick_junit::NonSuccessKind::Error, .. }
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn an_empty_selection_exits_as_the_tool_would() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), &[("test_one.py", "def test_one():\n    pass\n")]);
+    let selection = ["-k", "nothing_matches"];
+    let plain =
+        Command::new(&python).args(["-m", "pytest", "-q"]).args(selection).current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(5));
+    for mode in [&["-j", "1"][..], &["--per-process"]] {
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest"])
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(selection)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), plain.status.code(), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stderr.contains("selected no test"), "{stderr}");
+    }
+    let specs = tempfile::tempdir().unwrap();
+    write_suite(specs.path(), &[("spec/none_spec.rb", "RSpec.describe 'nothing' do\nend\n")]);
+    let plain = Command::new("rspec").current_dir(specs.path()).output().unwrap();
+    let output =
+        hopper(specs.path()).args(["run", "--no-timings", "--discover", "rspec", "--", "rspec"]).output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), plain.status.code(), "{stdout}\n{stderr}");
+    assert_eq!(output.status.code(), Some(0));
 }

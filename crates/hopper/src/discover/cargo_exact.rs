@@ -199,9 +199,28 @@ pub fn counts(output: &str) -> Option<(u64, u64, u64)> {
     seen.then_some((passed, failed, ignored))
 }
 
-/// A cargo-test unit's verdict: the exit code's, checked against libtest's
-/// own count. A command that ran no test, or more than one, is an error; a
-/// test that libtest only ignored is skipped.
+/// The panic message of a failed Rust test in libtest's output: the line
+/// after `thread '...' panicked at FILE:LINE:COL:` (the message itself, as
+/// `assertion `left == right` failed: parse_fails fails`).
+pub fn panic_message(output: &str) -> Option<String> {
+    let mut lines = output.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim().strip_prefix("thread '") else { continue };
+        // Newer Rust names the thread's id too: `thread 'x' (9079) panicked at`.
+        let Some((_, at)) = rest.split_once(" panicked at ") else { continue };
+        // Before Rust 1.73 the message followed on the same line: `at 'msg', file:line:col`.
+        if let Some(old) = at.strip_prefix('\'').and_then(|m| m.rsplit_once("', ")) {
+            return Some(old.0.to_owned());
+        }
+        return lines.next().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
+    }
+    None
+}
+
+/// A Rust unit's verdict: the exit code's, checked against libtest's own
+/// count. A command that ran no test, or more than one, is an error; a test
+/// that libtest only ignored is skipped; a failure's message is its panic
+/// message.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CountedResults;
 
@@ -239,6 +258,11 @@ impl BatchResults for CountedResults {
                 } else {
                     UnitVerdict::Passed
                 }
+            }
+            (UnitVerdict::Failed { reason: "exit", detail }, _) => {
+                let output = result.output.text(usize::MAX);
+                let detail = panic_message(&output).map_or(detail.clone(), |m| format!("{m} ({detail})"));
+                UnitVerdict::Failed { reason: "exit", detail }
             }
             (verdict, _) => verdict,
         };
@@ -289,6 +313,19 @@ mod tests {
         assert!(is_cargo_test(&argv(&["/usr/bin/cargo", "test"])));
         assert!(!is_cargo_test(&argv(&["sh", "-c", "echo {unit}"])));
         assert!(!is_cargo_test(&argv(&["cargo", "nextest", "run", "--", "test"])));
+    }
+
+    #[test]
+    fn a_failures_message_is_its_panic_message() {
+        let out =
+            "running 1 test\n\nthread 'tests::parse_fails' panicked at src/lib.rs:21:9:\nassertion `left == right` \
+                   failed: parse_fails fails\n  left: 2\n right: 5\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(panic_message(out).as_deref(), Some("assertion `left == right` failed: parse_fails fails"));
+        let with_id = "thread 'tests::x' (9079) panicked at src/lib.rs:21:9:\nboom\n";
+        assert_eq!(panic_message(with_id).as_deref(), Some("boom"));
+        let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
+        assert_eq!(panic_message(old).as_deref(), Some("boom"));
+        assert_eq!(panic_message("test result: ok\n"), None);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod junit;
 pub mod junit_merge;
 pub mod libtest;
 pub mod matching;
+pub mod names;
 pub mod outside;
 pub mod rspec;
 pub mod solo;
