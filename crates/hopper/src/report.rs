@@ -115,6 +115,9 @@ pub struct RunReport {
     /// Errors the tool reported outside any test, each once, in the order
     /// first recorded: each fails the build.
     pub outside_errors: Vec<OutsideError>,
+    /// Files or groups skipped whole before any test (pytest's module-level
+    /// skips), each once, with their reasons.
+    pub outside_skips: Vec<OutsideError>,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -157,6 +160,7 @@ impl RunReport {
             stale_rejected: 0,
             worker_errors: Vec::new(),
             outside_errors: Vec::new(),
+            outside_skips: Vec::new(),
         };
         let mut after = None;
         loop {
@@ -237,9 +241,11 @@ impl RunReport {
             }
             Event::StaleRejected { .. } => self.stale_rejected += 1,
             Event::WorkerError { message, .. } if OutsideError::from_event_message(&message).is_some() => {
-                let error = OutsideError::from_event_message(&message);
-                if let Some(error) = error.filter(|e| !self.outside_errors.contains(e)) {
-                    self.outside_errors.push(error);
+                if let Some(error) = OutsideError::from_event_message(&message) {
+                    let kept = if error.is_skip() { &mut self.outside_skips } else { &mut self.outside_errors };
+                    if !kept.contains(&error) {
+                        kept.push(error);
+                    }
                 }
             }
             Event::WorkerError { worker_id, unit_id, message, .. } => {
@@ -314,6 +320,10 @@ impl RunReport {
             0 => String::new(),
             n => format!(", {n} skipped"),
         };
+        let skipped = match self.outside_skips.len() {
+            0 => skipped,
+            n => format!("{skipped}, {n} file(s) skipped"),
+        };
         let requeued = self.units.iter().filter(|u| u.requeues > 0).count();
         let requeues: u64 = self.units.iter().map(|u| u64::from(u.requeues)).sum();
         let reclaims: usize = self.units.iter().map(|u| u.reclaimed_from.len()).sum();
@@ -371,6 +381,12 @@ impl RunReport {
                 for line in tail_lines(&error.output, TAIL_LINES) {
                     let _ = writeln!(out, "    | {line}");
                 }
+            }
+        }
+        if !self.outside_skips.is_empty() {
+            let _ = writeln!(out, "\nSKIPPED before their tests ({}):", self.outside_skips.len());
+            for skip in &self.outside_skips {
+                let _ = writeln!(out, "  SKIPPED {} ({})", skip.group, skip.message);
             }
         }
         let slow = self.slowest(slowest);
@@ -462,6 +478,14 @@ impl RunReport {
             let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
             case.set_classname(names::classname_of(unit.unit.as_str()).unwrap_or(kind));
             case.set_time(Duration::from_millis(unit.duration_ms));
+            suite.add_test_case(case);
+        }
+        // A group skipped whole is a skipped case of its own, with its reason.
+        for skip in &self.outside_skips {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(skip.message.as_str()).set_type("skipped");
+            let mut case = TestCase::new(skip.group.as_str(), status);
+            case.set_classname(skip.group.as_str());
             suite.add_test_case(case);
         }
         // One case per group that failed outside its tests, named for the group.
@@ -644,6 +668,7 @@ mod tests {
             stale_rejected: 0,
             worker_errors: vec![],
             outside_errors: vec![],
+            outside_skips: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -724,6 +749,7 @@ mod tests {
             stale_rejected: 0,
             worker_errors: vec![],
             outside_errors: vec![],
+            outside_skips: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
         assert!(report.passed());

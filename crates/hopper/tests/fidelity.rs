@@ -547,3 +547,53 @@ fn an_empty_selection_exits_as_the_tool_would() {
     assert_eq!(output.status.code(), plain.status.code(), "{stdout}\n{stderr}");
     assert_eq!(output.status.code(), Some(0));
 }
+
+#[test]
+fn a_module_skipped_whole_is_kept_with_its_reason() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(
+        dir.path(),
+        &[
+            (
+                "test_imp.py",
+                "import pytest\n\npytest.importorskip('nope_not_installed')\n\ndef test_never():\n    pass\n",
+            ),
+            ("test_ok.py", "def test_ok():\n    pass\n"),
+        ],
+    );
+    let plain = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
+        .env("COLUMNS", "500")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, _) = texts(&plain);
+    assert!(stdout.contains("1 passed, 1 skipped"), "{stdout}");
+    // `SKIPPED [1] test_imp.py:3: could not import 'nope_not_installed': ...`
+    let reason = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SKIPPED [1] test_imp.py:3: "))
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_owned();
+    for mode in [&["-j", "2"][..], &["--per-process"], &["--batch-size", "5"]] {
+        let junit = dir.path().join("skip.xml");
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), plain.status.code(), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("SKIPPED test_imp.py ({reason})")), "{mode:?}\n{stdout}");
+        assert!(stdout.contains("1 file(s) skipped"), "{stdout}");
+        let cases = junit_cases(&junit);
+        assert!(
+            matches!(&cases["test_imp.py"], TestCaseStatus::Skipped { message, .. } if message.as_deref() == Some(reason.as_str())),
+            "{:?}",
+            cases.get("test_imp.py")
+        );
+    }
+}

@@ -163,7 +163,9 @@ impl AgentChild {
                 Ok(Some(line)) => match Reply::parse(&line) {
                     Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
                     Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
-                    Ok(reply @ Reply::Error { .. }) => self.early_errors.extend(reply.outside_error()),
+                    Ok(reply @ (Reply::Error { .. } | Reply::Skipped { .. })) => {
+                        self.early_errors.extend(reply.outside_error())
+                    }
                     Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
                     Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
                 },
@@ -172,7 +174,7 @@ impl AgentChild {
                     let mut last_line =
                         tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
                     // The errors it reported say which file failed and why, with the traceback.
-                    for error in &self.early_errors {
+                    for error in self.early_errors.iter().filter(|e| !e.is_skip()) {
                         last_line.push_str(&format!(
                             "\n{} error in {}: {}\n{}",
                             error.phase,

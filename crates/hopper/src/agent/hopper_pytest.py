@@ -101,6 +101,17 @@ def pytest_collectreport(report):
     # an error of the run. hopper hears of it here, with its traceback:
     # an agent before `ready` (or while a file is collected on request),
     # `--collect-only` in the node id file.
+    if report.skipped and isinstance(report.longrepr, tuple):
+        # A whole file skipped (a module-level `pytest.importorskip`): pytest
+        # counts it as one skip, of no test.
+        reason = str(report.longrepr[2])
+        reason = reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+        skip = {"event": "skipped", "group": report.nodeid or "session", "message": reason}
+        if MODE == "agent":
+            _send(skip)
+        else:
+            _collect_errors.append(dict(skip, phase="skipped"))
+        return
     if not report.failed:
         return
     error = _outside_error(report.nodeid or "session", "collection", report.longreprtext, report.longreprtext)

@@ -80,6 +80,14 @@ pub enum Reply {
         #[serde(default)]
         output: Option<String>,
     },
+    /// A whole file or group skipped before any of its tests (a module-level
+    /// `pytest.importorskip`): kept as a skip of `group`, with its reason.
+    Skipped {
+        /// The file or group.
+        group: String,
+        /// Why it was skipped.
+        message: String,
+    },
 }
 
 impl Request<'_> {
@@ -93,7 +101,8 @@ impl Request<'_> {
 }
 
 impl Reply {
-    /// The error outside any test this reply carries, if it is one.
+    /// The error outside any test (or the skip of a whole group) this reply
+    /// carries, if it is one.
     pub fn outside_error(&self) -> Option<crate::verdicts::outside::OutsideError> {
         match self {
             Reply::Error { group, phase, message, output } => Some(crate::verdicts::outside::OutsideError {
@@ -101,6 +110,12 @@ impl Reply {
                 phase: phase.clone(),
                 message: message.clone(),
                 output: output.clone().unwrap_or_default(),
+            }),
+            Reply::Skipped { group, message } => Some(crate::verdicts::outside::OutsideError {
+                group: group.clone(),
+                phase: crate::verdicts::outside::SKIPPED.into(),
+                message: message.clone(),
+                output: String::new(),
             }),
             _ => None,
         }

@@ -341,7 +341,9 @@ impl Slot {
                     }
                 }
             }
-            Ok(reply @ Reply::Error { .. }) => self.outside().record(&Vec::from_iter(reply.outside_error())).await?,
+            Ok(reply @ (Reply::Error { .. } | Reply::Skipped { .. })) => {
+                self.outside().record(&Vec::from_iter(reply.outside_error())).await?
+            }
             Ok(Reply::Ready { .. }) => tracing::warn!("agent said ready twice; ignored"),
             Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
         }

@@ -57,7 +57,7 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     }
     // The plugin wrote the files that did not collect, with their tracebacks.
     let errors = std::fs::read_to_string(&out).ok().map(|t| collection_errors(&t)).unwrap_or_default();
-    let kept_going = output.status.code() == Some(TESTS_FAILED) && !errors.is_empty();
+    let kept_going = output.status.code() == Some(TESTS_FAILED) && errors.iter().any(|e| !e.is_skip());
     if !output.status.success() && !kept_going {
         return Err(with_collection_errors(failed(shown, &output), &errors));
     }
@@ -80,7 +80,8 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     Ok((shown, Listing { ids, counted }, errors))
 }
 
-/// The collection errors in the plugin's node id file (none when it has none).
+/// The collection errors in the plugin's node id file, and the files skipped
+/// whole (phase `skipped`); none when it has none.
 pub fn collection_errors(text: &str) -> Vec<OutsideError> {
     #[derive(serde::Deserialize)]
     struct Errors {
@@ -95,7 +96,7 @@ pub fn collection_errors(text: &str) -> Vec<OutsideError> {
 fn with_collection_errors(error: UnitsError, errors: &[OutsideError]) -> UnitsError {
     match error {
         UnitsError::DiscoverFailed { command, status, mut detail } if !errors.is_empty() => {
-            for error in errors {
+            for error in errors.iter().filter(|e| !e.is_skip()) {
                 detail.push_str(&format!(
                     "\n{} error in {}: {}\n{}",
                     error.phase,

@@ -20,6 +20,11 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{QueueError, RunId, UnitQueue, WorkerId};
 use serde::{Deserialize, Serialize};
 
+/// The phase of an [`OutsideError`] that is a skip of its whole group (a
+/// module-level `pytest.importorskip`), not an error: kept, reported as
+/// skipped, and it does not fail the build.
+pub const SKIPPED: &str = "skipped";
+
 /// What starts the message of a `worker_error` event that carries an
 /// [`OutsideError`]; other worker errors are free text.
 pub const TAG: &str = "hopper-outside-error: ";
@@ -42,6 +47,11 @@ pub struct OutsideError {
 }
 
 impl OutsideError {
+    /// Whether this is the skip of a whole group, not an error (see [`SKIPPED`]).
+    pub fn is_skip(&self) -> bool {
+        self.phase == SKIPPED
+    }
+
     /// The `worker_error` message that carries this error: [`TAG`] and the
     /// error as JSON, its output cut (from the front) so the whole fits the
     /// queue's limit.
