@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::errors::HopperError;
 use crate::verdicts::names;
-use crate::verdicts::outside::OutsideError;
+use crate::verdicts::outside::{self, OutsideError};
 
 /// Events read per page.
 const EVENT_PAGE: usize = 1000;
@@ -118,6 +118,8 @@ pub struct RunReport {
     /// Files or groups skipped whole before any test (pytest's module-level
     /// skips), each once, with their reasons.
     pub outside_skips: Vec<OutsideError>,
+    /// Workers that said they ended (after their agents' final teardowns).
+    pub finished_workers: Vec<WorkerId>,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -161,6 +163,7 @@ impl RunReport {
             worker_errors: Vec::new(),
             outside_errors: Vec::new(),
             outside_skips: Vec::new(),
+            finished_workers: Vec::new(),
         };
         let mut after = None;
         loop {
@@ -240,6 +243,9 @@ impl RunReport {
                 }
             }
             Event::StaleRejected { .. } => self.stale_rejected += 1,
+            Event::WorkerError { worker_id, message, .. } if message == outside::WORKER_DONE => {
+                self.finished_workers.push(worker_id);
+            }
             Event::WorkerError { message, .. } if OutsideError::from_event_message(&message).is_some() => {
                 if let Some(error) = OutsideError::from_event_message(&message) {
                     let kept = if error.is_skip() { &mut self.outside_skips } else { &mut self.outside_errors };
@@ -525,6 +531,48 @@ fn tail_lines(text: &str, n: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
+/// After the last unit, how long the report waits at most for the workers
+/// to say they ended (their agents' final teardowns may still report errors).
+const FINAL_TEARDOWN_WAIT: Duration = Duration::from_secs(15);
+
+/// Waits, once every unit is finalized, until every worker of the run said
+/// it ended ([`outside::WORKER_DONE`]), so the errors of its agents' final
+/// teardown (session fixtures, `after(:suite)`) are in the report. A worker
+/// whose units were reclaimed is dead and is not waited for; the others at
+/// most `worker_timeout` or [`FINAL_TEARDOWN_WAIT`], whichever is shorter.
+async fn await_final_teardowns(
+    queue: &Arc<dyn UnitQueue>,
+    run: &RunId,
+    options: WaitOptions,
+) -> Result<(), HopperError> {
+    let started = Instant::now();
+    let limit = options.worker_timeout.min(FINAL_TEARDOWN_WAIT);
+    let mut said = false;
+    loop {
+        let workers = queue.workers(run).await?;
+        let Some(report) = RunReport::load(queue, run).await? else { return Ok(()) };
+        let dead: Vec<&WorkerId> = report.units.iter().flat_map(|u| u.reclaimed_from.iter().flatten()).collect();
+        let waiting: Vec<String> = workers
+            .iter()
+            .map(|w| &w.worker)
+            .filter(|w| !report.finished_workers.contains(w) && !dead.contains(w))
+            .map(|w| w.to_string())
+            .collect();
+        if waiting.is_empty() || started.elapsed() >= limit {
+            return Ok(());
+        }
+        if !said && started.elapsed() >= Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "hopper: every unit is finalized; waiting up to {}s for {} to end (final teardowns may report errors)",
+                limit.as_secs(),
+                waiting.join(", ")
+            );
+        }
+        tokio::time::sleep(options.poll).await;
+    }
+}
+
 /// How [`wait_for_end`] waits.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitOptions {
@@ -585,7 +633,7 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
                 }
                 last_sign_of_life = Instant::now();
             }
-            Some(progress) if progress.is_complete() => return Ok(()),
+            Some(progress) if progress.is_complete() => return await_final_teardowns(queue, run, options).await,
             Some(_) => {
                 seen_run = true;
                 for record in queue.workers(run).await? {
@@ -669,6 +717,7 @@ mod tests {
             worker_errors: vec![],
             outside_errors: vec![],
             outside_skips: vec![],
+            finished_workers: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -750,6 +799,7 @@ mod tests {
             worker_errors: vec![],
             outside_errors: vec![],
             outside_skips: vec![],
+            finished_workers: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
         assert!(report.passed());

@@ -388,6 +388,12 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     worker.join(units, options.budgets, options.run_ttl).await?;
     crate::verdicts::outside::record(&*queue, &run_id, &worker_id, &outside_errors).await?;
     let outcome = worker.run().await;
+    if backend.shared {
+        // After the agents' final teardowns: `hopper report` waits for this.
+        if let Err(error) = crate::verdicts::outside::record_done(&*queue, &run_id, &worker_id).await {
+            tracing::warn!(%error, "could not record that this worker ended");
+        }
+    }
     let timings = worker.summary().timings;
     if let Err(error) = backend.timings.record(&timings).await {
         tracing::warn!(%error, "could not save timings");

@@ -28,11 +28,21 @@ fn hopper_report_elsewhere_sees_the_errors_outside_tests() {
     .unwrap();
     std::fs::write(
         dir.path().join("conftest.py"),
-        "import pytest\n\n@pytest.fixture(scope='session', autouse=True)\ndef sess():\n    yield 1\n    raise RuntimeError('session teardown boom')\n",
+        "import time\nimport pytest\n\n@pytest.fixture(scope='session', autouse=True)\ndef sess():\n    yield 1\n    \
+         time.sleep(1.5)\n    raise RuntimeError('session teardown boom')\n",
     )
     .unwrap();
     let prefix = unique_prefix("hopper-fidelity");
     let build = format!("b-{prefix}");
+    // The report waits from the start, as on another machine: the session's
+    // teardown fails 1.5 s after the last test was finalized.
+    let report = hopper(dir.path())
+        .arg("report")
+        .args(queue_args(&prefix, &build))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let worker = hopper(dir.path())
         .arg("run")
         .args(queue_args(&prefix, &build))
@@ -46,7 +56,7 @@ fn hopper_report_elsewhere_sees_the_errors_outside_tests() {
         Some(0),
         "a worker of a shared queue leaves the verdict to the report:\n{stdout}\n{stderr}"
     );
-    let report = hopper(dir.path()).arg("report").args(queue_args(&prefix, &build)).output().unwrap();
+    let report = report.wait_with_output().unwrap();
     let (stdout, stderr) = texts(&report);
     assert_eq!(report.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("ERROR test_mod.py (teardown error: RuntimeError: module teardown boom)"), "{stdout}");

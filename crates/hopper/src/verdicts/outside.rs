@@ -81,6 +81,17 @@ impl OutsideError {
     }
 }
 
+/// The `worker_error` message a worker records when it ends, after its
+/// agents' final teardowns: `hopper report` waits for it from every worker
+/// (see [`crate::report::wait_for_end`]), so errors recorded after the last
+/// unit was finalized are in the report too.
+pub const WORKER_DONE: &str = "hopper-worker-done";
+
+/// Records that `worker` ended (see [`WORKER_DONE`]).
+pub async fn record_done(queue: &dyn UnitQueue, run: &RunId, worker: &WorkerId) -> Result<(), QueueError> {
+    queue.record_worker_error(run, worker, None, WORKER_DONE).await
+}
+
 /// Records `errors` in the run's event log, so that every report of the
 /// build (here or on another machine) sees them and fails the build.
 pub async fn record(
