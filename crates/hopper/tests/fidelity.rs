@@ -1,12 +1,15 @@
 //! Fidelity: hopper's verdict equals the tool's own, per test id and in the
 //! build's exit code, on suites that fail outside any test.
 //!
-//! Each test runs the plain tool (the venv's pytest, Debian's rspec) on a
-//! small awkward suite, then hopper on the same suite in several modes
-//! (agents with one and two slots, batches), and compares: every test's
-//! outcome, every error outside a test (its message, and the file or group
-//! it is attached to, never a test), and the exit code. A missing pytest or
-//! rspec fails these tests; it never skips them.
+//! Each test runs the plain tool (the venv's pytest, Debian's rspec, cargo
+//! test) on a small awkward suite, then hopper on the same suite in every
+//! mode of [`MODES`] (agents with one and two slots, batches, one process
+//! per test; on memory, and on a private Redis with `hopper report` giving
+//! the verdict), and compares: every test's outcome, every error outside a
+//! test (its message, and the file or group it is attached to, never a
+//! test), skip reasons, and the exit code. A difference fails the test. A
+//! missing pytest, rspec or redis-server fails these tests; it never skips
+//! them.
 
 mod common;
 
@@ -25,6 +28,21 @@ struct Verdict {
     outside: BTreeSet<(String, String)>,
     exit: Option<i32>,
 }
+
+/// The first word of a mode that runs on a private Redis (see [`hopper_verdict`]).
+const REDIS: &str = "redis";
+
+/// The modes every awkward suite runs in: agents with one and two slots,
+/// batches, one process per test, on memory and on a private Redis.
+const MODES: &[&[&str]] = &[
+    &["-j", "1"],
+    &["-j", "2"],
+    &["-j", "1", "--batch-size", "20"],
+    &["--per-process", "-j", "2"],
+    &[REDIS, "-j", "2"],
+    &[REDIS, "-j", "1", "--batch-size", "20"],
+    &[REDIS, "--per-process", "-j", "2"],
+];
 
 /// Files of a pytest suite whose errors are outside its tests: teardown of
 /// module, class (unittest's `tearDownClass`) and session fixtures, a
@@ -122,17 +140,40 @@ fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>
 /// outside tests from its report's `ERROR group (phase error: message)`
 /// lines (a collection error as (file, "collection")). Every group must be
 /// a JUnit case of its own that is no test.
+///
+/// A mode that starts with [`REDIS`] runs on a private Redis: one worker
+/// with the rest of the mode, then `hopper report`, whose output and exit
+/// code are the verdict (as CI on another machine has them).
 fn hopper_verdict(dir: &Path, mode: &[&str], tool: &str, command: &[&str]) -> (Verdict, String) {
     let junit = dir.join(format!("hopper-{}.xml", mode.join("_")));
-    let output = hopper(dir)
+    let (redis, run_mode) = match mode.split_first() {
+        Some((&REDIS, rest)) => (true, rest),
+        _ => (false, mode),
+    };
+    let prefix = leasehold_redis::test_support::unique_prefix("hopper-fidelity");
+    let queue: Vec<String> = if redis {
+        let url = leasehold_redis::test_support::redis_url();
+        ["--queue", &url, "--key-prefix", &prefix, "--build", "fidelity"].map(String::from).to_vec()
+    } else {
+        Vec::new()
+    };
+    let run = hopper(dir)
         .args(["run", "--no-timings", "--max-requeues", "0", "--discover", tool])
-        .args(mode)
+        .args(&queue)
+        .args(run_mode)
         .arg("--junit")
         .arg(&junit)
         .arg("--")
         .args(command)
         .output()
         .unwrap();
+    let output = if redis {
+        let (stdout, stderr) = texts(&run);
+        assert_eq!(run.status.code(), Some(0), "the worker:\n{stdout}\n{stderr}");
+        hopper(dir).arg("report").args(&queue).arg("--junit").arg(&junit).output().unwrap()
+    } else {
+        run
+    };
     let (stdout, stderr) = texts(&output);
     let shown = format!("hopper {mode:?}:\nstdout:\n{stdout}\nstderr:\n{stderr}");
     let mut outside = BTreeSet::new();
@@ -199,7 +240,7 @@ fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
     assert_eq!(plain.exit, Some(1), "{plain:?}");
     assert_eq!(plain.outside.len(), 4, "three teardown errors and a collection error: {plain:?}");
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", keep_going[0]];
-    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "20"], &["--per-process", "-j", "2"]] {
+    for mode in MODES {
         let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
         assert_same(&plain, &ours, &shown);
         // Each teardown error is its node's: the module's file, the class
@@ -282,7 +323,7 @@ fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
     write_suite(dir.path(), RSPEC_SUITE);
     let plain = plain_rspec(dir.path());
     assert_eq!(plain.exit, Some(1), "{plain:?}");
-    for mode in [&["-j", "1"][..], &["-j", "2"], &["-j", "1", "--batch-size", "10"], &["--per-process", "-j", "2"]] {
+    for mode in MODES {
         let (mut ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
         let groups: Vec<&str> = shown.lines().filter_map(|l| l.split_once('\t').map(|(_, g)| g)).collect();
         // The group (agents) or its file (batches): never an example.
@@ -452,29 +493,34 @@ const PYTEST_OUTCOMES: &[(&str, &str)] = &[(
      def test_pass():\n    ran('pass')\n\ndef test_fail():\n    ran('fail')\n    assert False, 'deliberate'\n\n\
      def test_skip():\n    ran('skip')\n    pytest.skip('not today')\n\n\
      @pytest.mark.xfail(reason='known bug')\ndef test_xfail():\n    ran('xfail')\n    assert False\n\n\
-     @pytest.mark.xfail(reason='fixed already')\ndef test_xpass():\n    ran('xpass')\n",
+     @pytest.mark.xfail(reason='fixed already')\ndef test_xpass():\n    ran('xpass')\n\n\
+     @pytest.mark.parametrize('v', ['a b', 'q\\'\"', '\u{e9}\u{2713}'])\ndef test_ids(v):\n    ran('ids ' + v)\n    assert v != 'a b'\n",
 )];
 
 #[test]
-fn per_process_and_batches_judge_by_the_report_and_run_each_test_once() {
+fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
     let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
     write_suite(dir.path(), PYTEST_OUTCOMES);
     let log = dir.path().join("ran.log");
     let (plain, _) = plain_pytest(dir.path(), &["tests"]);
-    assert_eq!(plain.tests.len(), 5, "{plain:?}");
+    assert_eq!(plain.tests.len(), 8, "{plain:?}");
     assert_eq!(plain.tests["tests/test_outcomes.py::test_xfail"], "skipped");
     // The command's own `tests` would make every unit run the whole directory.
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
-    for mode in [&["--per-process", "-j", "2"][..], &["-j", "1", "--batch-size", "3"]] {
-        std::fs::remove_file(&log).unwrap();
+    for mode in MODES {
+        let _ = std::fs::remove_file(&log);
         let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
         assert_same(&plain, &ours, &shown);
-        assert!(shown.contains("tests is only for discovery"), "said once: {shown}");
+        // Agents collect the command's paths themselves; batches and processes drop them, once.
+        let agents = !mode.iter().any(|m| *m == "--per-process" || *m == "--batch-size");
+        let said = if mode.first() == Some(&REDIS) { 0 } else { usize::from(!agents) };
+        assert_eq!(shown.matches("tests is only for discovery").count(), said, "{shown}");
         let ran = std::fs::read_to_string(&log).unwrap();
         let mut ran: Vec<&str> = ran.lines().collect();
         ran.sort_unstable();
-        assert_eq!(ran, ["fail", "pass", "skip", "xfail", "xpass"], "each test ran once\n{shown}");
+        let want = ["fail", "ids a b", "ids q'\"", "ids \u{e9}\u{2713}", "pass", "skip", "xfail", "xpass"];
+        assert_eq!(ran, want, "each test ran once\n{shown}");
     }
 }
 
