@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
-use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
+use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
 use tokio::time::Instant;
 
 use crate::errors::HopperError;
@@ -480,9 +480,11 @@ impl RunReport {
                     status
                 }
             };
-            let mut case = TestCase::new(unit.unit.as_str(), status);
+            let id = unit.unit.as_str();
+            let mut case = TestCase::new(names::own_name(id), status);
             let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
-            case.set_classname(names::classname_of(unit.unit.as_str()).unwrap_or(kind));
+            case.set_classname(names::classname_of(id).unwrap_or(kind));
+            case.add_property(Property::new(names::UNIT_PROPERTY, id));
             case.set_time(Duration::from_millis(unit.duration_ms));
             suite.add_test_case(case);
         }

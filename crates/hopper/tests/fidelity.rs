@@ -416,8 +416,9 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
             "{shown}"
         );
         let xml = std::fs::read_to_string(&junit).unwrap();
-        assert!(xml.contains(r#"<testcase name="tests::parse_fails" classname="tests""#), "{xml}");
-        assert!(xml.contains(r#"name="src/lib.rs - add_one (line 5)" classname="src/lib.rs""#), "{xml}");
+        assert!(xml.contains(r#"<testcase name="parse_fails" classname="tests""#), "{xml}");
+        assert!(xml.contains(r#"<testcase name="add_one (line 5)" classname="src/lib.rs""#), "{xml}");
+        assert!(xml.contains(r#"<property name="hopper.unit" value="tests::parse_fails"/>"#), "{xml}");
     }
 }
 
@@ -549,8 +550,9 @@ fn junit_names_the_file_and_setup_errors_are_errors() {
     let xml = std::fs::read_to_string(&junit).unwrap();
     let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
     let cases: BTreeMap<String, &quick_junit::TestCase> =
-        report.test_suites.iter().flat_map(|s| s.test_cases.iter()).map(|c| (c.name.to_string(), c)).collect();
+        report.test_suites.iter().flat_map(|s| s.test_cases.iter()).map(|c| (unit_of(c), c)).collect();
     let classname = |name: &str| cases[name].classname.as_ref().map(|c| c.to_string());
+    assert_eq!(cases["test_mod.py::test_a"].name.as_str(), "test_a", "the test's own name: {xml}");
     assert_eq!(classname("test_mod.py::test_a").as_deref(), Some("test_mod.py"), "{xml}");
     assert_eq!(classname("test_cls.py::TestU::test_one").as_deref(), Some("test_cls.py::TestU"), "{xml}");
     // A module fixture's setup error is an error of each test that needs it, as pytest has it.
@@ -561,6 +563,12 @@ fn junit_names_the_file_and_setup_errors_are_errors() {
         ),
         "{xml}"
     );
+}
+
+/// A JUnit case's unit id: hopper's `hopper.unit` property, else its name.
+fn unit_of(case: &quick_junit::TestCase) -> String {
+    let id = case.properties.iter().find(|p| p.name.as_str() == "hopper.unit").map(|p| p.value.to_string());
+    id.unwrap_or_else(|| case.name.to_string())
 }
 
 #[test]

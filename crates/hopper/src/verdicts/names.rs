@@ -24,6 +24,24 @@ pub fn classname_of(unit: &str) -> Option<&str> {
     head.rfind("::").map(|at| &unit[..at])
 }
 
+/// The property of every JUnit case that holds the unit's whole id (the
+/// case's `name` is the test's own name, its `classname` the rest).
+pub const UNIT_PROPERTY: &str = "hopper.unit";
+
+/// The test's own name in `unit`: what follows its [`classname_of`]
+/// (`test_m[x]`, `parse`, `add_one (line 5)`); the whole id when there is
+/// no classname, or when the rest names nothing by itself (RSpec's `[1:2]`).
+pub fn own_name(unit: &str) -> &str {
+    if let Some(rest) = unit.strip_prefix("binary_id(=") {
+        if let Some((_, test)) = rest.split_once(") & test(=") {
+            return test.strip_suffix(')').unwrap_or(test);
+        }
+    }
+    let Some(class) = classname_of(unit) else { return unit };
+    let rest = &unit[class.len()..];
+    rest.strip_prefix("::").or_else(|| rest.strip_prefix(" - ")).filter(|r| !r.is_empty()).unwrap_or(unit)
+}
+
 /// Whether a failure with `detail` is an error of the test's setup or
 /// teardown (JUnit `<error>`), not a failed assertion (`<failure>`).
 pub fn is_error(detail: &str) -> bool {
@@ -45,6 +63,12 @@ mod tests {
         assert_eq!(classname_of("binary_id(=demo::it) & test(=tests::x)"), Some("demo::it"));
         assert_eq!(classname_of("./spec/a_spec.rb[1:2]"), Some("./spec/a_spec.rb"));
         assert_eq!(classname_of("run.sh"), None);
+        assert_eq!(own_name("tests/test_a.py::TestK::test_m[a::b]"), "test_m[a::b]");
+        assert_eq!(own_name("tests::parse"), "parse");
+        assert_eq!(own_name("src/lib.rs - add_one (line 5)"), "add_one (line 5)");
+        assert_eq!(own_name("binary_id(=demo::it) & test(=tests::x)"), "tests::x");
+        assert_eq!(own_name("./spec/a_spec.rb[1:2]"), "./spec/a_spec.rb[1:2]");
+        assert_eq!(own_name("run.sh"), "run.sh");
         assert!(is_error("error in setup: RuntimeError: boom"));
         assert!(!is_error("AssertionError: error in setup"));
     }
