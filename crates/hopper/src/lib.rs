@@ -13,14 +13,17 @@
 //! `Arc<dyn UnitQueue>`:
 //!
 //! * [`units`]: unit lists from a file, globs, or the test tool's own listing;
-//! * [`discover`]: the test tool's own listing, checked against its own count;
+//! * [`discover`]: the test tool's own listing, checked against its own count
+//!   (and, for cargo-test, each unit run exactly: [`discover::cargo_exact`]);
 //! * [`agent`]: persistent test processes fed over a JSON-lines pipe;
 //! * [`launch`]: units started without a command template (Rust test binaries, directly);
 //! * [`template`]: the `{unit}` command template;
 //! * [`process`]: one invocation in its own process group, bounded output,
 //!   TERM-then-KILL on timeout or stop;
 //! * [`runner`]: the worker (slots, batches, heartbeats, fenced transitions);
-//! * [`verdicts`]: each unit's result in a batch, from the tool's own report;
+//! * [`verdicts`]: each unit's result in a batch, from the tool's own report,
+//!   and the errors the tool reports outside any test ([`verdicts::outside`]),
+//!   which fail the build whatever the mode;
 //! * [`outage`]: queue calls that ride out an outage for `--outage-grace`;
 //! * [`unit_groups`]: the unit process groups a second signal or the reaper kills;
 //! * [`report`] and [`status`]: what the queue knows, as text and JUnit XML;

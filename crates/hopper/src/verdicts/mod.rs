@@ -6,6 +6,13 @@
 //! tools), libtest JSON lines, or RSpec's JSON. A unit the report does not
 //! mention has no result: it is retried within the budgets, never passed.
 //!
+//! Besides the units' verdicts, a report can hold errors outside any test
+//! (a module fixture's teardown, a file that does not collect, RSpec's
+//! `after(:context)`): [`outside`] keeps them apart from the tests and
+//! records them, [`junit_merge`] reads cases with several status elements
+//! (subtests), [`solo`] reruns alone the units a crashed batch left without
+//! a result, and [`names`] gives the JUnit names.
+//!
 //! The report reaches the tool through the `{report}` placeholder: hopper
 //! replaces it, in any argument, with a fresh path per invocation in a private
 //! directory (also given as `HOPPER_REPORT`), reads the file when the
