@@ -16,6 +16,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{hopper, junit_cases, texts, venv_python};
 use quick_junit::TestCaseStatus;
@@ -650,4 +651,44 @@ fn a_module_skipped_whole_is_kept_with_its_reason() {
             cases.get("test_imp.py")
         );
     }
+}
+
+/// An agent whose child keeps its stdout open after it exited: the build
+/// ends when the agent does, and the errors it sent on the way out count.
+#[test]
+fn an_agents_final_errors_are_read_until_it_exits_even_if_a_child_holds_its_pipe() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = "import json, subprocess, sys\n\
+                 subprocess.Popen(['sleep', '30'])  # inherits stdout, and outlives us\n\
+                 print(json.dumps({'event': 'ready', 'protocol': 1}), flush=True)\n\
+                 for line in sys.stdin:\n    \
+                     req = json.loads(line)\n    \
+                     if req['op'] == 'exit':\n        \
+                         print(json.dumps({'event': 'error', 'group': 'suite', 'phase': 'teardown', 'message': 'final boom'}), flush=True)\n        \
+                         sys.exit(0)\n    \
+                     print(json.dumps({'event': 'started', 'seq': req['seq']}), flush=True)\n    \
+                     print(json.dumps({'event': 'result', 'seq': req['seq'], 'outcome': 'passed'}), flush=True)\n";
+    std::fs::write(dir.path().join("agent.py"), agent).unwrap();
+    std::fs::write(dir.path().join("units.txt"), "one\ntwo\n").unwrap();
+    let started = Instant::now();
+    let output = hopper(dir.path())
+        .args([
+            "run",
+            "-j",
+            "1",
+            "--no-timings",
+            "--units-from",
+            "units.txt",
+            "--agent",
+            "--",
+            python.as_str(),
+            "agent.py",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert!(started.elapsed() < Duration::from_secs(20), "waited for the child: {:?}", started.elapsed());
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("ERROR suite (teardown error: final boom)"), "{stdout}");
 }

@@ -18,6 +18,10 @@ use super::shards::Sharding;
 use crate::process::OutputTail;
 use crate::verdicts::outside::OutsideError;
 
+/// How long an exited agent's stdout is still read (see
+/// [`AgentChild::lines_until_exit`]).
+const AFTER_EXIT: Duration = Duration::from_millis(500);
+
 /// Agents already started and ready (the ones whose collection was the
 /// discovery), each handed to the slot it was started for.
 #[derive(Clone, Default)]
@@ -204,6 +208,29 @@ impl AgentChild {
     /// Cancel-safe.
     pub async fn next_line(&mut self) -> std::io::Result<Option<String>> {
         self.lines.next_line().await
+    }
+
+    /// The lines the agent writes until it exits, or closes its stdout, or
+    /// `wait` passes; and whether it ended in time. Once it exited, what is
+    /// still in the pipe is read for at most [`AFTER_EXIT`]: a process it
+    /// started may hold the pipe open long after it.
+    pub async fn lines_until_exit(&mut self, wait: Duration) -> (Vec<String>, bool) {
+        let mut lines = Vec::new();
+        let mut deadline = tokio::time::Instant::now() + wait;
+        let mut exited = false;
+        loop {
+            tokio::select! {
+                line = self.lines.next_line() => match line {
+                    Ok(Some(line)) => lines.push(line),
+                    Ok(None) | Err(_) => return (lines, true),
+                },
+                _ = self.child.wait(), if !exited => {
+                    exited = true;
+                    deadline = deadline.min(tokio::time::Instant::now() + AFTER_EXIT);
+                }
+                _ = tokio::time::sleep_until(deadline) => return (lines, exited),
+            }
+        }
     }
 
     /// The tail of the agent's stderr (the tool's own output) so far.

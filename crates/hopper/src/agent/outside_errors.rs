@@ -44,7 +44,7 @@ impl OutsideErrors<'_> {
     }
 
     /// Ends `agent` at the build's end: sends `exit`, then reads its replies
-    /// until it closes its stdout, for at most `wait` (the unit time limit,
+    /// until it exits or closes its stdout, for at most `wait` (the unit time limit,
     /// or [`TEARDOWN_WAIT`]), recording every error it reports on the way
     /// (its final teardown: session fixtures, the last module's, RSpec's
     /// `after(:suite)`). A teardown that does not end in time is an error
@@ -62,16 +62,14 @@ impl OutsideErrors<'_> {
             tracing::debug!(%error, "could not ask the agent to exit");
         }
         let mut errors = Vec::new();
-        let drained = tokio::time::timeout(wait, async {
-            while let Ok(Some(line)) = agent.next_line().await {
-                match Reply::parse(&line) {
-                    Ok(reply) => errors.extend(reply.outside_error()),
-                    Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
-                }
+        let (lines, in_time) = agent.lines_until_exit(wait).await;
+        for line in lines {
+            match Reply::parse(&line) {
+                Ok(reply) => errors.extend(reply.outside_error()),
+                Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
             }
-        })
-        .await;
-        if drained.is_err() {
+        }
+        if !in_time {
             errors.push(OutsideError {
                 group: SESSION_GROUP.into(),
                 phase: "teardown".into(),
@@ -79,7 +77,7 @@ impl OutsideErrors<'_> {
                 output: agent.stderr_tail(16 * 1024),
             });
         }
-        agent.finish(grace, drained.is_err()).await;
+        agent.finish(grace, !in_time).await;
         self.record(&errors).await
     }
 }
