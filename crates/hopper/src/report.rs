@@ -18,8 +18,8 @@ use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, Test
 use tokio::time::Instant;
 
 use crate::errors::HopperError;
-use crate::verdicts::names;
 use crate::verdicts::outside::{self, OutsideError};
+use crate::verdicts::{names, skips};
 
 /// Events read per page.
 const EVENT_PAGE: usize = 1000;
@@ -71,6 +71,8 @@ pub struct UnitReport {
     pub abandoned: u32,
     /// Finalized events seen (exactly 1 when the queue keeps its contract).
     pub finalized_events: u32,
+    /// Why it was skipped, when it was and the tool said.
+    pub skip_reason: Option<String>,
 }
 
 impl UnitReport {
@@ -87,6 +89,7 @@ impl UnitReport {
             requeues: 0,
             abandoned: 0,
             finalized_events: 0,
+            skip_reason: None,
         }
     }
 
@@ -212,6 +215,9 @@ impl RunReport {
                 unit.outcome = Some(outcome);
                 unit.duration_ms = duration_ms;
                 unit.finalized_by = Some(header.worker_id.clone());
+                if outcome == Outcome::Skipped {
+                    unit.skip_reason = skips::reason_of(errors.as_ref());
+                }
                 if outcome == Outcome::Failed {
                     let fallback = reason.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| "failed".into());
                     let mut attempt = attempt_from(
@@ -389,6 +395,22 @@ impl RunReport {
                 }
             }
         }
+        // Skips by reason, as pytest's `-rs` has them: a reason, and how many.
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
+        for reason in
+            self.units.iter().filter_map(|u| u.skip_reason.as_deref().filter(|_| u.outcome == Some(Outcome::Skipped)))
+        {
+            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((reason, 1)),
+            }
+        }
+        if !reasons.is_empty() {
+            let _ = writeln!(out, "\nSKIPPED, by reason:");
+            for (reason, n) in reasons {
+                let _ = writeln!(out, "  SKIPPED [{n}] {reason}");
+            }
+        }
         if !self.outside_skips.is_empty() {
             let _ = writeln!(out, "\nSKIPPED before their tests ({}):", self.outside_skips.len());
             for skip in &self.outside_skips {
@@ -459,7 +481,13 @@ impl RunReport {
                     status.add_reruns(unit.failed_attempts.iter().map(rerun));
                     status
                 }
-                Some(Outcome::Skipped) => TestCaseStatus::skipped(),
+                Some(Outcome::Skipped) => {
+                    let mut status = TestCaseStatus::skipped();
+                    if let Some(reason) = &unit.skip_reason {
+                        status.set_message(reason.as_str());
+                    }
+                    status
+                }
                 Some(Outcome::Failed) => {
                     let last = unit.failed_attempts.last().map(|a| a.detail.as_str()).unwrap_or_default();
                     let kind = if names::is_error(last) { NonSuccessKind::Error } else { NonSuccessKind::Failure };

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{
-    Ack, Budgets, Delivery, FinalizeRequest, InitOutcome, LivenessReply, Outcome, RequeueReply, RequeueRequest, RunId,
-    RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Ack, Budgets, Delivery, InitOutcome, LivenessReply, Outcome, RequeueReply, RequeueRequest, RunId, RunSpec, Ttl,
+    UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -63,7 +63,7 @@ pub struct UnitResult {
     /// unit gets an equal share of the invocation's).
     pub duration: Option<Duration>,
     /// The unit's own output (its failure), when the tool reports it
-    /// (otherwise the tail of the invocation's output).
+    /// (otherwise the tail of the invocation's output); for a skip, its reason.
     pub output: Option<String>,
 }
 
@@ -529,7 +529,9 @@ async fn run_batch(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
         match unit_result.verdict {
             verdict @ (UnitVerdict::Passed | UnitVerdict::Skipped) => {
                 let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
-                let request = FinalizeRequest::new(outcome, per_unit_ms);
+                // A skip's reason comes as its output (see `UnitResult::output`).
+                let reason = unit_result.output.as_deref().filter(|_| outcome == Outcome::Skipped);
+                let request = crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;

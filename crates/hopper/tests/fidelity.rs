@@ -420,6 +420,8 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
         assert!(xml.contains(r#"<testcase name="parse_fails" classname="tests""#), "{xml}");
         assert!(xml.contains(r#"<testcase name="add_one (line 5)" classname="src/lib.rs""#), "{xml}");
         assert!(xml.contains(r#"<property name="hopper.unit" value="tests::parse_fails"/>"#), "{xml}");
+        // `#[ignore = "too slow"]`: skipped, with libtest's reason.
+        assert!(xml.contains(r#"<skipped message="too slow"/>"#), "{xml}");
     }
 }
 
@@ -508,6 +510,15 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
     let (plain, _) = plain_pytest(dir.path(), &["tests"]);
     assert_eq!(plain.tests.len(), 8, "{plain:?}");
     assert_eq!(plain.tests["tests/test_outcomes.py::test_xfail"], "skipped");
+    let plain_out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-rsx", "-p", "no:cacheprovider", "tests"])
+        .current_dir(dir.path())
+        .env("COLUMNS", "500")
+        .output()
+        .unwrap();
+    let (plain_text, _) = texts(&plain_out);
+    assert!(plain_text.contains(": not today"), "{plain_text}");
+    assert!(plain_text.contains("XFAIL tests/test_outcomes.py::test_xfail - known bug"), "{plain_text}");
     // The command's own `tests` would make every unit run the whole directory.
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
     for mode in MODES {
@@ -523,6 +534,16 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
         ran.sort_unstable();
         let want = ["fail", "ids a b", "ids q'\"", "ids \u{e9}\u{2713}", "pass", "skip", "xfail", "xpass"];
         assert_eq!(ran, want, "each test ran once\n{shown}");
+        // The reasons pytest gives (`SKIPPED [1] ...: not today`, `XFAIL ... - known bug`).
+        let junit = dir.path().join(format!("hopper-{}.xml", mode.join("_")));
+        let cases = junit_cases(&junit);
+        let reason = |id: &str| match &cases[id] {
+            TestCaseStatus::Skipped { message, .. } => message.as_ref().map(|m| m.to_string()),
+            other => panic!("{id}: {other:?}"),
+        };
+        assert_eq!(reason("tests/test_outcomes.py::test_skip").as_deref(), Some("not today"), "{shown}");
+        assert_eq!(reason("tests/test_outcomes.py::test_xfail").as_deref(), Some("xfail: known bug"), "{shown}");
+        assert!(shown.contains("SKIPPED [1] not today"), "{shown}");
     }
 }
 
@@ -691,4 +712,49 @@ fn an_agents_final_errors_are_read_until_it_exits_even_if_a_child_holds_its_pipe
     assert!(started.elapsed() < Duration::from_secs(20), "waited for the child: {:?}", started.elapsed());
     assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("ERROR suite (teardown error: final boom)"), "{stdout}");
+}
+
+#[test]
+fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    let mut plain = plain_cargo_test(dir.path());
+    // nextest runs no doctests.
+    plain.tests.retain(|name, _| !name.contains(" - "));
+    plain.exit = Some(1);
+    for mode in [&["-j", "1"][..], &["-j", "2"]] {
+        let junit = dir.path().join("nextest.xml");
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "--discover", "nextest", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let xml = std::fs::read_to_string(&junit).unwrap_or_else(|_| panic!("{shown}"));
+        let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+        let tests = report
+            .test_suites
+            .iter()
+            .flat_map(|s| s.test_cases.iter())
+            .map(|case| {
+                let outcome = match case.status {
+                    TestCaseStatus::Success { .. } => "passed",
+                    TestCaseStatus::NonSuccess { .. } => "failed",
+                    TestCaseStatus::Skipped { .. } => "skipped",
+                };
+                (case.name.to_string(), outcome)
+            })
+            .collect();
+        let ours = Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() };
+        assert_same(&plain, &ours, &shown);
+        assert!(xml.contains(r#"<skipped message="too slow"/>"#), "{xml}");
+        assert!(
+            stdout
+                .contains("FAIL binary_id(=exact-demo) & test(=tests::parse_fails) (assertion `left == right` failed"),
+            "{shown}"
+        );
+    }
 }

@@ -341,6 +341,9 @@ def _verdict(reports):
                 message = "xfail: %s" % report.wasxfail
             elif isinstance(report.longrepr, tuple):
                 message = str(report.longrepr[2])
+                # The reason alone, as pytest's JUnit and `-rs` give it.
+                if message.startswith("Skipped: "):
+                    message = message[len("Skipped: "):]
     if outcome != "failed":
         return outcome, message, None
     # Each phase's report carries the captured output of the phases before it.

@@ -330,7 +330,9 @@ impl Slot {
                 match outcome {
                     TestOutcome::Passed | TestOutcome::Skipped => {
                         let outcome = if outcome == TestOutcome::Passed { Outcome::Passed } else { Outcome::Skipped };
-                        self.done.push((sent.delivery, FinalizeRequest::new(outcome, duration_ms), duration));
+                        let request =
+                            crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref());
+                        self.done.push((sent.delivery, request, duration));
                         if self.done.len() >= FLUSH_AT {
                             self.flush().await?;
                         }

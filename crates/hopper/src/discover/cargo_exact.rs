@@ -217,6 +217,17 @@ pub fn panic_message(output: &str) -> Option<String> {
     None
 }
 
+/// The reason libtest gives an ignored test: `test x ... ignored, too
+/// slow`, or with `-q`, `test: x, ignore_message: too slow`.
+pub fn ignore_reason(output: &str) -> Option<String> {
+    output.lines().find_map(|l| {
+        let line = l.trim();
+        let reason = line.rsplit_once(" ... ignored, ").map(|(_, r)| r);
+        let reason = reason.or_else(|| line.strip_prefix("test: ")?.split_once(", ignore_message: ").map(|(_, r)| r));
+        reason.map(|r| r.trim().to_owned())
+    })
+}
+
 /// A Rust unit's verdict: the exit code's, checked against libtest's own
 /// count. A command that ran no test, or more than one, is an error; a test
 /// that libtest only ignored is skipped; a failure's message is its panic
@@ -254,7 +265,16 @@ impl BatchResults for CountedResults {
                         detail: format!("ran {ran} tests for {want} unit(s): the name matches other tests too"),
                     }
                 } else if passed == 0 && failed == 0 {
-                    UnitVerdict::Skipped
+                    let reason = ignore_reason(&result.output.text(usize::MAX));
+                    return units
+                        .iter()
+                        .map(|u| {
+                            (
+                                u.clone(),
+                                UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: reason.clone() },
+                            )
+                        })
+                        .collect();
                 } else {
                     UnitVerdict::Passed
                 }
@@ -326,6 +346,13 @@ mod tests {
         let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
         assert_eq!(panic_message(old).as_deref(), Some("boom"));
         assert_eq!(panic_message("test result: ok\n"), None);
+    }
+
+    #[test]
+    fn an_ignored_tests_reason_is_read_in_both_verbosities() {
+        assert_eq!(ignore_reason("test tests::slow ... ignored, too slow\n").as_deref(), Some("too slow"));
+        assert_eq!(ignore_reason("i\ntest: tests::slow, ignore_message: too slow\n").as_deref(), Some("too slow"));
+        assert_eq!(ignore_reason("test tests::slow ... ignored\n"), None);
     }
 
     #[test]

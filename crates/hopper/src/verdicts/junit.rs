@@ -43,7 +43,12 @@ pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeErr
             let mut output = String::new();
             let (status, message) = match &case.status {
                 TestCaseStatus::Success { .. } => (CaseStatus::Passed, None),
-                TestCaseStatus::Skipped { .. } => (CaseStatus::Skipped, None),
+                // pytest's expected failures are skips of type `pytest.xfail`.
+                TestCaseStatus::Skipped { message, ty, .. } => {
+                    let reason = message.as_ref().map(|m| m.as_str().to_owned());
+                    let xfail = ty.as_ref().is_some_and(|t| t.as_str() == "pytest.xfail");
+                    (CaseStatus::Skipped, reason.map(|r| if xfail { format!("xfail: {r}") } else { r }))
+                }
                 TestCaseStatus::NonSuccess { kind, message, ty, description, .. } => {
                     if let Some(text) = description {
                         output.push_str(text.as_str());

@@ -27,6 +27,7 @@ pub mod matching;
 pub mod names;
 pub mod outside;
 pub mod rspec;
+pub mod skips;
 pub mod solo;
 
 use std::collections::HashMap;
@@ -353,9 +354,12 @@ fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
             output: Some(tail(&output.join("\n"), CASE_OUTPUT_BYTES)),
         };
     }
-    let verdict =
-        if cases.iter().all(|c| c.status == CaseStatus::Skipped) { UnitVerdict::Skipped } else { UnitVerdict::Passed };
-    UnitResult { verdict, duration, output: None }
+    if cases.iter().all(|c| c.status == CaseStatus::Skipped) {
+        // The first reason given, as the skip's reason (see `UnitResult::output`).
+        let reason = cases.iter().find_map(|c| c.message.clone());
+        return UnitResult { verdict: UnitVerdict::Skipped, duration, output: reason };
+    }
+    UnitResult { verdict: UnitVerdict::Passed, duration, output: None }
 }
 
 fn tail(text: &str, max: usize) -> String {

@@ -36,6 +36,8 @@ struct Example {
     run_time: Option<f64>,
     #[serde(default)]
     exception: Option<Exception>,
+    #[serde(default)]
+    pending_message: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +80,7 @@ pub fn parse(text: &str) -> Result<Vec<ReportedCase>, serde_json::Error> {
                     (Some(message.clone()), format!("{class}: {message}\n{trace}").trim().to_owned())
                 }
                 (CaseStatus::Failed, None) => (Some(format!("status {}", example.status)), String::new()),
+                (CaseStatus::Skipped, _) => (example.pending_message.clone(), String::new()),
                 _ => (None, String::new()),
             };
             ReportedCase {
