@@ -82,12 +82,13 @@ fn tool_at(command: &[String], tool: DiscoverKind) -> Option<usize> {
     command.iter().position(|a| Path::new(a).file_name().and_then(|n| n.to_str()).is_some_and(|n| names.contains(&n)))
 }
 
-/// `command` without the tool's path arguments (existing files and
-/// directories, or node ids in them, relative to `cwd`), and the ones
-/// dropped. Options, their values and `{unit}` are kept.
+/// `command` without the tool's path arguments (existing directories and
+/// test files, `.py` or `.rb`, or node ids in them, relative to `cwd`), and
+/// the ones dropped. Options, their values and `{unit}` are kept.
 pub fn drop_paths(command: &[String], tool: DiscoverKind, cwd: &Path) -> (Vec<String>, Vec<String>) {
     let Some(at) = tool_at(command, tool) else { return (command.to_vec(), Vec::new()) };
-    let value_options = if tool == DiscoverKind::Pytest { PYTEST_VALUE_OPTIONS } else { RSPEC_VALUE_OPTIONS };
+    let (value_options, suffix) =
+        if tool == DiscoverKind::Pytest { (PYTEST_VALUE_OPTIONS, ".py") } else { (RSPEC_VALUE_OPTIONS, ".rb") };
     let mut kept: Vec<String> = command[..=at].to_vec();
     let mut dropped = Vec::new();
     let mut takes_value = false;
@@ -100,7 +101,12 @@ pub fn drop_paths(command: &[String], tool: DiscoverKind, cwd: &Path) -> (Vec<St
         }
         let path = arg.split("::").next().unwrap_or(arg);
         let path = path.split(['[', ':']).next().unwrap_or(path);
-        if !value && !arg.contains(PLACEHOLDER) && !path.is_empty() && cwd.join(path).exists() {
+        // Only what names tests (a directory, a test file): a file that is the
+        // value of an option hopper does not know (`--cov-config .coveragerc`)
+        // must stay where it is.
+        let full = cwd.join(path);
+        let names_tests = full.is_dir() || (full.is_file() && path.ends_with(suffix));
+        if !value && !arg.contains(PLACEHOLDER) && !path.is_empty() && names_tests {
             dropped.push(arg.clone());
         } else {
             kept.push(arg.clone());
@@ -131,6 +137,9 @@ mod tests {
         assert_eq!((kept, dropped), (argv(&["pytest", "nope"]), argv(&["tests/test_a.py::test_x"])));
         let (kept, dropped) = drop_paths(&argv(&["rspec", "tests", "-I", "tests"]), DiscoverKind::Rspec, dir.path());
         assert_eq!((kept, dropped), (argv(&["rspec", "-I", "tests"]), argv(&["tests"])));
+        std::fs::write(dir.path().join(".coveragerc"), "").unwrap();
+        let cov = argv(&["pytest", "--cov-config", ".coveragerc", "{unit}"]);
+        assert_eq!(drop_paths(&cov, DiscoverKind::Pytest, dir.path()), (cov, vec![]), "not a test file");
         let cargo = argv(&["cargo", "test", "tests"]);
         assert_eq!(drop_paths(&cargo, DiscoverKind::CargoTest, dir.path()), (cargo, vec![]));
     }
