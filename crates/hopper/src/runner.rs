@@ -567,6 +567,9 @@ async fn run_alone(shared: &Shared, deliveries: Vec<Delivery>) -> Result<(), Hop
             beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
                 beat.tick().await;
+                if rest.is_empty() {
+                    continue;
+                }
                 if let Err(error) = shared.queue.heartbeat_batch(run, worker, &rest).await {
                     tracing::debug!(units = rest.len(), %error, "heartbeat failed; will try again");
                 }
