@@ -16,6 +16,11 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::protocol::Request;
 use super::shards::Sharding;
 use crate::exec::process::OutputTail;
+use crate::verdicts::outside::OutsideError;
+
+/// How long an exited agent's stdout is still read (see
+/// [`AgentChild::lines_until_exit`]).
+const AFTER_EXIT: Duration = Duration::from_millis(500);
 
 /// Agents already started and ready (the ones whose collection was the
 /// discovery), each handed to the slot it was started for.
@@ -102,6 +107,9 @@ pub struct AgentChild {
     /// The reaper and a second signal know the group, so an agent never
     /// outlives its worker (even a SIGKILLed one).
     _group: Option<crate::exec::groups::GroupGuard>,
+    /// Errors outside any test it reported before `ready` (collection
+    /// errors), until its slot takes them.
+    early_errors: Vec<OutsideError>,
 }
 
 impl AgentChild {
@@ -140,7 +148,15 @@ impl AgentChild {
                 sink.lock().push(&buf[..n]);
             }
         });
-        Ok(Self { child, pgid, stdin, lines: BufReader::new(stdout).lines(), stderr, _group: group })
+        Ok(Self {
+            child,
+            pgid,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            stderr,
+            _group: group,
+            early_errors: Vec::new(),
+        })
     }
 
     /// Reads until the agent's `ready`; returns how many tests it says it collected.
@@ -151,17 +167,35 @@ impl AgentChild {
                 Ok(Some(line)) => match Reply::parse(&line) {
                     Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
                     Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
+                    Ok(reply @ (Reply::Error { .. } | Reply::Skipped { .. })) => {
+                        self.early_errors.extend(reply.outside_error())
+                    }
                     Ok(other) => tracing::warn!(?other, "agent replied before it was ready; ignored"),
                     Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
                 },
                 Ok(None) | Err(_) => {
                     let tail = self.stderr_tail(4096);
-                    let last_line =
+                    let mut last_line =
                         tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                    // The errors it reported say which file failed and why, with the traceback.
+                    for error in self.early_errors.iter().filter(|e| !e.is_skip()) {
+                        last_line.push_str(&format!(
+                            "\n{} error in {}: {}\n{}",
+                            error.phase,
+                            error.group,
+                            error.message,
+                            error.output.trim_end()
+                        ));
+                    }
                     return Err(NotReady::Died { last_line });
                 }
             }
         }
+    }
+
+    /// The errors outside any test the agent reported before `ready`, once.
+    pub fn take_early_errors(&mut self) -> Vec<OutsideError> {
+        std::mem::take(&mut self.early_errors)
     }
 
     /// Sends one request.
@@ -174,6 +208,29 @@ impl AgentChild {
     /// Cancel-safe.
     pub async fn next_line(&mut self) -> std::io::Result<Option<String>> {
         self.lines.next_line().await
+    }
+
+    /// The lines the agent writes until it exits, or closes its stdout, or
+    /// `wait` passes; and whether it ended in time. Once it exited, what is
+    /// still in the pipe is read for at most [`AFTER_EXIT`]: a process it
+    /// started may hold the pipe open long after it.
+    pub async fn lines_until_exit(&mut self, wait: Duration) -> (Vec<String>, bool) {
+        let mut lines = Vec::new();
+        let mut deadline = tokio::time::Instant::now() + wait;
+        let mut exited = false;
+        loop {
+            tokio::select! {
+                line = self.lines.next_line() => match line {
+                    Ok(Some(line)) => lines.push(line),
+                    Ok(None) | Err(_) => return (lines, true),
+                },
+                _ = self.child.wait(), if !exited => {
+                    exited = true;
+                    deadline = deadline.min(tokio::time::Instant::now() + AFTER_EXIT);
+                }
+                _ = tokio::time::sleep_until(deadline) => return (lines, exited),
+            }
+        }
     }
 
     /// The tail of the agent's stderr (the tool's own output) so far.

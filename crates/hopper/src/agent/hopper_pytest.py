@@ -31,8 +31,8 @@ that all agents saw the same files, so no file falls between two shards.
 import json
 import os
 import select
-import sys
 import time
+import traceback
 
 import pytest
 
@@ -72,13 +72,82 @@ def _send(message):
     _replies.flush()
 
 
+def _group_of(node):
+    """The group an error of `node` belongs to: its node id, "session" for the root."""
+    return node.nodeid or "session"
+
+
+def _outside_error(group, phase, message, output):
+    """An error outside any test, as the protocol's `error` event has it."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    # A collection error's last line is the exception, marked `E` by pytest.
+    line = (lines[-1] if phase == "collection" else lines[0]) if lines else phase + " failed"
+    if line.startswith("E "):
+        line = line[2:].strip()
+    return {"event": "error", "group": group, "phase": phase, "message": line, "output": _tail(output)}
+
+
+def _send_outside_error(group, phase, message, output):
+    """Tells hopper of an error outside any test (docs/agent-protocol.md, `error`)."""
+    _send(_outside_error(group, phase, message, output))
+
+
+# The collection errors seen, for HOPPER_COLLECT_OUT (collect mode).
+_collect_errors = []
+
+
+def pytest_collectreport(report):
+    # A file that does not collect belongs to no test: pytest counts it as
+    # an error of the run. hopper hears of it here, with its traceback:
+    # an agent before `ready` (or while a file is collected on request),
+    # `--collect-only` in the node id file.
+    if report.skipped and isinstance(report.longrepr, tuple):
+        # A whole file skipped (a module-level `pytest.importorskip`): pytest
+        # counts it as one skip, of no test.
+        reason = str(report.longrepr[2])
+        reason = reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+        skip = {"event": "skipped", "group": report.nodeid or "session", "message": reason}
+        if MODE == "agent":
+            _send(skip)
+        else:
+            _collect_errors.append(dict(skip, phase="skipped"))
+        return
+    if not report.failed:
+        return
+    error = _outside_error(report.nodeid or "session", "collection", report.longreprtext, report.longreprtext)
+    if MODE == "agent":
+        _send(error)
+    else:
+        _collect_errors.append(error)
+
+
+def _teardown_to(setup_state, nextitem):
+    """Tears down what `nextitem` does not share (everything for None), one
+    node at a time, so an error in a module's, class's or session's
+    finalizer is reported for that node, not for a test."""
+    needed = nextitem.listchain() if nextitem is not None else []
+    while setup_state.stack:
+        nodes = list(setup_state.stack)
+        if nodes == needed[: len(nodes)]:
+            break
+        top = nodes[-1]
+        try:
+            # With the parent as the "next item", pytest pops `top` alone.
+            setup_state.teardown_exact(top.parent)
+        except BaseException as error:  # pytest's outcomes are BaseExceptions too
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            _send_outside_error(_group_of(top), "teardown", "%s: %s" % (type(error).__name__, error), text)
+
+
 def _write_collected(session, collected):
     path = os.environ.get("HOPPER_COLLECT_OUT")
     if not path:
         return
     with open(path, "w", encoding="utf-8") as out:
         tests = [item.nodeid for item in session.items]
-        doc = {"tests": tests, "collected": collected}
+        doc = {"tests": tests, "collected": collected, "errors": _collect_errors}
         if SHARDS > 1:
             doc["shard"] = SHARD
             doc["shards"] = SHARDS
@@ -272,6 +341,9 @@ def _verdict(reports):
                 message = "xfail: %s" % report.wasxfail
             elif isinstance(report.longrepr, tuple):
                 message = str(report.longrepr[2])
+                # The reason alone, as pytest's JUnit and `-rs` give it.
+                if message.startswith("Skipped: "):
+                    message = message[len("Skipped: "):]
     if outcome != "failed":
         return outcome, message, None
     # Each phase's report carries the captured output of the phases before it.
@@ -346,21 +418,19 @@ def pytest_runtestloop(session):
             _replies.write(out)
             _replies.flush()
             out = ""
-        # Keep module and class fixtures alive when the next request is
-        # already here and shares them; tear down what it does not share.
-        nextitem = None
+        # Read ahead: the result then goes out with the next `started`.
         if lines.ready():
             line = lines.next()
             pending = _parse(line) if line is not None else None
-            if pending is not None and pending[0] is not None:
-                nextitem = items.get(pending[1])
-        try:
-            setup_state.teardown_exact(item)
-        except Exception as error:  # a fixture's teardown failed: it belongs to no test now
-            print("hopper: teardown before %s failed: %r" % (test, error), file=sys.stderr)
+        # Module and class fixtures stay alive until a test that does not
+        # share them comes; then they are torn down here, and an error of
+        # theirs is their node's, never this test's or the previous one's.
+        _teardown_to(setup_state, item)
         collector.reports = []
         started = time.perf_counter()
-        item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem or item.parent)
+        # With its parent as the "next item", pytest tears down this test's
+        # own fixtures only: its teardown report is about the test alone.
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=item.parent)
         duration_ms = int((time.perf_counter() - started) * 1000)
         outcome, message, output = _verdict(collector.reports)
         if message is None and output is None:
@@ -379,5 +449,7 @@ def pytest_runtestloop(session):
     if out:
         _replies.write(out)
         _replies.flush()
-    setup_state.teardown_exact(None)
+    # The final teardown (the session's and the last module's fixtures),
+    # awaited by hopper after its `exit`.
+    _teardown_to(setup_state, None)
     return True

@@ -112,6 +112,53 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       passed ? 0 : configuration.failure_exit_code
     end
 
+    # The group whose `after(:context)` hooks run now (nil outside them).
+    @context_group = nil
+    class << self
+      attr_accessor :context_group
+    end
+
+    # An error outside any example (docs/agent-protocol.md, `error`): an
+    # `after(:context)` hook of the group running it, a suite hook, a spec
+    # file that does not load. RSpec counts it as "1 error occurred outside
+    # of examples" and fails the run; hopper attaches it to its group.
+    def self.outside_error(exception, context_description)
+      group = context_group
+      phase, where =
+        if group && context_description.include?('after(:context)')
+          ['after(:context)', group.id]
+        elsif (suite = context_description[/(before|after)\(:suite\)/])
+          [suite, 'suite']
+        elsif (file = context_description[/while loading (\S+?)\.?$/, 1])
+          ['collection', file]
+        else
+          ['outside examples', 'suite']
+        end
+      first = exception.message.to_s.lines.map(&:strip).reject(&:empty?).first
+      trace = (exception.backtrace || []).reject { |l| l.include?('/gems/rspec-') || l.include?(__FILE__) }
+      output = "#{context_description}\n#{exception.class}: #{exception.message}\n" + trace.first(20).join("\n")
+      reply(event: 'error', group: where, phase: phase,
+            message: [exception.class.name, first].compact.join(': '), output: tail(output))
+    end
+
+    # Tells hopper of every error RSpec reports outside an example.
+    module NonExampleErrors
+      def notify_non_example_exception(exception, context_description)
+        HopperRSpecAgent.outside_error(exception, context_description)
+        super
+      end
+    end
+
+    # Knows which group's `after(:context)` hooks are running.
+    module ContextHooks
+      def run_after_context_hooks(example_group_instance)
+        HopperRSpecAgent.context_group = self
+        super
+      ensure
+        HopperRSpecAgent.context_group = nil
+      end
+    end
+
     # Replaces the run of every example group with the request loop.
     module Runner
       def run_specs(example_groups)
@@ -121,4 +168,6 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
   end
 
   RSpec::Core::Runner.prepend(HopperRSpecAgent::Runner)
+  RSpec::Core::Reporter.prepend(HopperRSpecAgent::NonExampleErrors)
+  RSpec::Core::ExampleGroup.singleton_class.prepend(HopperRSpecAgent::ContextHooks)
 end

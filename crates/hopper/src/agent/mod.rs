@@ -7,6 +7,7 @@
 //! (`worker::agent_slot`).
 
 pub mod child;
+pub(crate) mod outside_errors;
 pub mod plugins;
 pub mod protocol;
 pub mod shards;

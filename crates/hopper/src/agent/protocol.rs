@@ -65,6 +65,29 @@ pub enum Reply {
         #[serde(default)]
         output: Option<String>,
     },
+    /// An error outside any test (a module fixture's teardown, a file that
+    /// does not collect, an `after(:context)` hook): it fails the build and
+    /// is attached to `group`, never to a test. May come at any time, also
+    /// before `ready` and after `exit`.
+    Error {
+        /// The file or group it belongs to (a pytest node id, an RSpec group id).
+        group: String,
+        /// When: `setup`, `teardown`, `collection`, `after(:context)`, ...
+        phase: String,
+        /// One line: what went wrong.
+        message: String,
+        /// The traceback and what was printed.
+        #[serde(default)]
+        output: Option<String>,
+    },
+    /// A whole file or group skipped before any of its tests (a module-level
+    /// `pytest.importorskip`): kept as a skip of `group`, with its reason.
+    Skipped {
+        /// The file or group.
+        group: String,
+        /// Why it was skipped.
+        message: String,
+    },
 }
 
 impl Request<'_> {
@@ -78,6 +101,26 @@ impl Request<'_> {
 }
 
 impl Reply {
+    /// The error outside any test (or the skip of a whole group) this reply
+    /// carries, if it is one.
+    pub fn outside_error(&self) -> Option<crate::verdicts::outside::OutsideError> {
+        match self {
+            Reply::Error { group, phase, message, output } => Some(crate::verdicts::outside::OutsideError {
+                group: group.clone(),
+                phase: phase.clone(),
+                message: message.clone(),
+                output: output.clone().unwrap_or_default(),
+            }),
+            Reply::Skipped { group, message } => Some(crate::verdicts::outside::OutsideError {
+                group: group.clone(),
+                phase: crate::verdicts::outside::SKIPPED.into(),
+                message: message.clone(),
+                output: String::new(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Parses one line from the agent.
     pub fn parse(line: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(line)
@@ -115,6 +158,11 @@ mod tests {
                 output: None
             }
         );
+        assert_eq!(
+            Reply::parse(r#"{"event":"error","group":"t.py","phase":"teardown","message":"boom"}"#).unwrap(),
+            Reply::Error { group: "t.py".into(), phase: "teardown".into(), message: "boom".into(), output: None }
+        );
+        assert!(Reply::parse(r#"{"event":"error","phase":"teardown","message":"boom"}"#).is_err(), "no group");
         assert!(Reply::parse(r#"{"event":"result","seq":1,"outcome":"weird"}"#).is_err());
         assert!(Reply::parse("not json").is_err());
     }

@@ -20,6 +20,7 @@ use crate::exec::process::ProcessLimits;
 use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
 use crate::report::RunReport;
+use crate::units::discover::DiscoverKind;
 use crate::units::timings::order_slowest_first;
 use crate::units::UnitSource;
 use crate::verdicts::ResultsFormat;
@@ -80,7 +81,36 @@ pub struct RunOptions {
 
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
 /// the report; returns the exit code.
+///
+/// A discovered suite with no test selected exits as its tool would
+/// (pytest 5, nextest 4, rspec and cargo test 0), and says so.
 pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
+    let tool = match &options.source {
+        UnitSource::Discover(kind) => Some(*kind),
+        _ => None,
+    };
+    match (run_worker(options, env, shutdown).await, tool) {
+        (Err(HopperError::Units(UnitsError::Empty { source_name })), Some(tool)) => {
+            let code = empty_selection_exit(tool);
+            eprintln!("hopper: {source_name} selected no test: nothing to run (exit {code}, as {tool} exits)");
+            Ok(code)
+        }
+        (result, _) => result,
+    }
+}
+
+/// The exit code each tool gives a run that selected no test.
+fn empty_selection_exit(tool: DiscoverKind) -> i32 {
+    match tool {
+        // pytest's ExitCode.NO_TESTS_COLLECTED.
+        DiscoverKind::Pytest => 5,
+        // nextest's NO_TESTS_RUN.
+        DiscoverKind::Nextest => 4,
+        DiscoverKind::Rspec | DiscoverKind::CargoTest => 0,
+    }
+}
+
+async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: CancellationToken) -> Result<i32, HopperError> {
     let kind = parse_queue_url(&options.queue)?;
     let execution =
         Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
@@ -107,10 +137,10 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
         run: &run_id,
         worker: &worker_id,
     };
-    let Prepared { units, invocations } = execution.prepare(preparing, &plugins).await?;
+    let Prepared { units, invocations, outside_errors } = execution.prepare(preparing, &plugins).await?;
     let config = WorkerConfig {
         run: run_id.clone(),
-        worker: worker_id,
+        worker: worker_id.clone(),
         slots: options.slots,
         reclaim_after: options.reclaim_timeout,
         heartbeat_every,
@@ -146,7 +176,14 @@ pub async fn run(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellation
     };
     let worker = Worker::new(Arc::clone(&queue), config, observer, shutdown)?;
     worker.join(units, options.budgets, options.run_ttl).await?;
+    crate::verdicts::outside::record(&*queue, &run_id, &worker_id, &outside_errors).await?;
     let outcome = worker.run().await;
+    if backend.shared {
+        // After the agents' final teardowns: `hopper report` waits for this.
+        if let Err(error) = crate::verdicts::outside::record_done(&*queue, &run_id, &worker_id).await {
+            tracing::warn!(%error, "could not record that this worker ended");
+        }
+    }
     let timings = worker.summary().timings;
     if let Err(error) = backend.timings.record(&timings).await {
         tracing::warn!(%error, "could not save timings");

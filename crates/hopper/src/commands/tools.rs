@@ -12,8 +12,9 @@ use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::errors::HopperError;
 use crate::exec::template::CommandTemplate;
-use crate::units::discover::{checked_units, discover, pytest, rspec, DiscoverKind};
+use crate::units::discover::{cargo_exact, checked_units, discover, paths, pytest, rspec, DiscoverKind};
 use crate::units::{collect_units, UnitSource};
+use crate::verdicts::outside::OutsideError;
 use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan};
 use crate::worker::launch::NextestLauncher;
 use crate::worker::{BatchSlots, Invocations};
@@ -41,6 +42,9 @@ pub(super) enum Execution {
         command: CommandTemplate,
         /// How the batch results are read.
         results: Arc<dyn BatchResults>,
+        /// One unit per process judged by the exit code alone (so a
+        /// `cargo test` command can run each test exactly, counted).
+        one_by_exit_code: bool,
     },
     /// hopper's pytest plugin as an agent.
     Pytest,
@@ -59,6 +63,8 @@ pub(super) struct Prepared {
     pub units: Vec<UnitSpec>,
     /// How the slots run them.
     pub invocations: Invocations,
+    /// Errors outside any test that the listing met (each fails the build).
+    pub outside_errors: Vec<OutsideError>,
 }
 
 /// What [`Execution::prepare`] needs to know of the run.
@@ -103,8 +109,9 @@ impl Execution {
             _ => {
                 // Agents report per test themselves; batches read the tool's report.
                 let plan = ResultsPlan::resolve(results, batch_size, tool, command.to_vec())?;
-                let command = CommandTemplate::new(plan.command.clone())?;
-                return Ok(Execution::PerProcess { command, results: plan.results()? });
+                let command = CommandTemplate::new(without_tool_paths(plan.command.clone(), tool))?;
+                let one_by_exit_code = batch_size == 1 && results.is_none_or(|r| r == ResultsFormat::ExitCode);
+                return Ok(Execution::PerProcess { command, results: plan.results()?, one_by_exit_code });
             }
         };
         // An agent's command must be one (an empty one is the tool's own).
@@ -117,6 +124,7 @@ impl Execution {
     /// Lists the units as this way needs them, and builds how the slots run them.
     pub(super) async fn prepare(self, run: Preparing<'_>, plugins: &Plugins) -> Result<Prepared, HopperError> {
         let Preparing { source, command, batch_size, slots, tail, .. } = run;
+        let mut outside_errors = Vec::new();
         let (units, invocations) = match self {
             Execution::Pytest => {
                 // The agents' collections are the discovery, each of a share of
@@ -145,16 +153,52 @@ impl Execution {
             Execution::Nextest => {
                 let discovered = discover(DiscoverKind::Nextest, command, plugins).await?;
                 let launcher = NextestLauncher::new(discovered.nextest.unwrap_or_default(), run.run.as_str());
-                // One process per test, as nextest runs them.
-                (discovered.units, Invocations::Batches(BatchSlots::one_per_process(Arc::new(launcher))))
+                // One process per test, as nextest runs them; the binary's own
+                // libtest count and panic message, as for cargo-test units.
+                let counted = Arc::new(cargo_exact::CountedResults);
+                (discovered.units, Invocations::Batches(BatchSlots::one_per_process(Arc::new(launcher), counted)))
             }
-            Execution::PerProcess { command: template, results } => {
-                let units = listed_units(source, command, plugins).await?;
-                (units, Invocations::Batches(BatchSlots::template(batch_size, template, results)?))
+            Execution::PerProcess { command: template, results, one_by_exit_code } => {
+                let (units, cargo_targets) = match source {
+                    UnitSource::Discover(kind) => {
+                        let discovered = discover(*kind, command, plugins).await?;
+                        outside_errors = discovered.outside_errors;
+                        (discovered.units, discovered.cargo_targets)
+                    }
+                    other => (collect_units(other).await?, None),
+                };
+                // cargo-test units one at a time: the exact test in its
+                // binary, and libtest's own count must say it ran.
+                let exact = *source == UnitSource::Discover(DiscoverKind::CargoTest)
+                    && one_by_exit_code
+                    && cargo_exact::is_cargo_test(template.parts());
+                let slots = if exact {
+                    let launcher = cargo_exact::CargoExact::new(template, cargo_targets.unwrap_or_default());
+                    BatchSlots::one_per_process(Arc::new(launcher), Arc::new(cargo_exact::CountedResults))
+                } else {
+                    BatchSlots::template(batch_size, template, results)?
+                };
+                (units, Invocations::Batches(slots))
             }
         };
-        Ok(Prepared { units, invocations })
+        Ok(Prepared { units, invocations, outside_errors })
     }
+}
+
+/// `command` for running units: a discovered tool's own path arguments
+/// dropped (the units name their tests; see [`paths`]), said once.
+fn without_tool_paths(command: Vec<String>, tool: Option<DiscoverKind>) -> Vec<String> {
+    let (Some(tool), Ok(cwd)) = (tool, std::env::current_dir()) else { return command };
+    let (kept, dropped) = paths::drop_paths(&command, tool, &cwd);
+    if dropped.is_empty() {
+        return command;
+    }
+    eprintln!(
+        "hopper: {} is only for discovery: each unit's command names its tests, so it runs without {}",
+        dropped.join(" "),
+        if dropped.len() == 1 { "it" } else { "them" }
+    );
+    kept
 }
 
 /// The units of `source`, listed by the tool when it is discovered.

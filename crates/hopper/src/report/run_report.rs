@@ -14,14 +14,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
-use quick_junit::{FlakyOrRerun, NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
+use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
 use tokio::time::Instant;
 
 use super::event_log::read_events;
 use crate::errors::HopperError;
+use crate::verdicts::outside::{self, OutsideError};
+use crate::verdicts::{names, skips};
 
 /// A queue call slower than this was an outage, not a slow answer.
 const QUEUE_PAUSE: Duration = Duration::from_secs(1);
+/// How long `hopper report` waits for a build that does not exist before it
+/// says so (and goes on waiting for it to start).
+const MISSING_NOTICE: Duration = Duration::from_secs(2);
 /// Lines of output shown per failure in the text report.
 const TAIL_LINES: usize = 30;
 
@@ -65,6 +70,8 @@ pub struct UnitReport {
     pub abandoned: u32,
     /// Finalized events seen (exactly 1 when the queue keeps its contract).
     pub finalized_events: u32,
+    /// Why it was skipped, when it was and the tool said.
+    pub skip_reason: Option<String>,
 }
 
 impl UnitReport {
@@ -81,6 +88,7 @@ impl UnitReport {
             requeues: 0,
             abandoned: 0,
             finalized_events: 0,
+            skip_reason: None,
         }
     }
 
@@ -106,6 +114,14 @@ pub struct RunReport {
     pub stale_rejected: u64,
     /// Worker errors recorded.
     pub worker_errors: Vec<String>,
+    /// Errors the tool reported outside any test, each once, in the order
+    /// first recorded: each fails the build.
+    pub outside_errors: Vec<OutsideError>,
+    /// Files or groups skipped whole before any test (pytest's module-level
+    /// skips), each once, with their reasons.
+    pub outside_skips: Vec<OutsideError>,
+    /// Workers that said they ended (after their agents' final teardowns).
+    pub finished_workers: Vec<WorkerId>,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -142,7 +158,15 @@ impl RunReport {
             index.insert(spec.id.clone(), i);
             reports.push(UnitReport::new(spec.id, spec.kind));
         }
-        let mut report = RunReport { run: run.clone(), units: reports, stale_rejected: 0, worker_errors: Vec::new() };
+        let mut report = RunReport {
+            run: run.clone(),
+            units: reports,
+            stale_rejected: 0,
+            worker_errors: Vec::new(),
+            outside_errors: Vec::new(),
+            outside_skips: Vec::new(),
+            finished_workers: Vec::new(),
+        };
         for event in read_events(queue, run).await? {
             report.apply(&index, event);
         }
@@ -180,6 +204,9 @@ impl RunReport {
                 unit.outcome = Some(outcome);
                 unit.duration_ms = duration_ms;
                 unit.finalized_by = Some(header.worker_id.clone());
+                if outcome == Outcome::Skipped {
+                    unit.skip_reason = skips::reason_of(errors.as_ref());
+                }
                 if outcome == Outcome::Failed {
                     let fallback = reason.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| "failed".into());
                     let mut attempt = attempt_from(
@@ -211,6 +238,17 @@ impl RunReport {
                 }
             }
             Event::StaleRejected { .. } => self.stale_rejected += 1,
+            Event::WorkerError { worker_id, message, .. } if message == outside::WORKER_DONE => {
+                self.finished_workers.push(worker_id);
+            }
+            Event::WorkerError { message, .. } if OutsideError::from_event_message(&message).is_some() => {
+                if let Some(error) = OutsideError::from_event_message(&message) {
+                    let kept = if error.is_skip() { &mut self.outside_skips } else { &mut self.outside_errors };
+                    if !kept.contains(&error) {
+                        kept.push(error);
+                    }
+                }
+            }
             Event::WorkerError { worker_id, unit_id, message, .. } => {
                 let unit = unit_id.map(|u| format!(" ({u})")).unwrap_or_default();
                 self.worker_errors.push(format!("{worker_id}{unit}: {message}"));
@@ -234,9 +272,23 @@ impl RunReport {
         self.units.iter().filter(|u| u.is_flaky())
     }
 
-    /// Whether every unit finished and passed (flaky units pass).
+    /// Whether every unit finished and passed (flaky units pass), and the
+    /// tool reported no error outside a test.
     pub fn passed(&self) -> bool {
-        self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+        self.outside_errors.is_empty()
+            && self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+    }
+
+    /// The errors outside any test by group, groups in the order first seen.
+    fn outside_by_group(&self) -> Vec<(&str, Vec<&OutsideError>)> {
+        let mut groups: Vec<(&str, Vec<&OutsideError>)> = Vec::new();
+        for error in &self.outside_errors {
+            match groups.iter_mut().find(|(g, _)| *g == error.group) {
+                Some((_, errors)) => errors.push(error),
+                None => groups.push((error.group.as_str(), vec![error])),
+            }
+        }
+        groups
     }
 
     /// The `n` slowest units (final attempt duration).
@@ -268,6 +320,10 @@ impl RunReport {
         let skipped = match self.units.iter().filter(|u| u.outcome == Some(Outcome::Skipped)).count() {
             0 => String::new(),
             n => format!(", {n} skipped"),
+        };
+        let skipped = match self.outside_skips.len() {
+            0 => skipped,
+            n => format!("{skipped}, {n} file(s) skipped"),
         };
         let requeued = self.units.iter().filter(|u| u.requeues > 0).count();
         let requeues: u64 = self.units.iter().map(|u| u64::from(u.requeues)).sum();
@@ -319,6 +375,37 @@ impl RunReport {
             let _ =
                 writeln!(out, "\nUNFINISHED units ({}): {}", unfinished.len(), crate::errors::name_units(&unfinished));
         }
+        if !self.outside_errors.is_empty() {
+            let _ = writeln!(out, "\nERRORS outside tests ({}):", self.outside_errors.len());
+            for error in &self.outside_errors {
+                let _ = writeln!(out, "  ERROR {} ({} error: {})", error.group, error.phase, error.message);
+                for line in tail_lines(&error.output, TAIL_LINES) {
+                    let _ = writeln!(out, "    | {line}");
+                }
+            }
+        }
+        // Skips by reason, as pytest's `-rs` has them: a reason, and how many.
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
+        for reason in
+            self.units.iter().filter_map(|u| u.skip_reason.as_deref().filter(|_| u.outcome == Some(Outcome::Skipped)))
+        {
+            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((reason, 1)),
+            }
+        }
+        if !reasons.is_empty() {
+            let _ = writeln!(out, "\nSKIPPED, by reason:");
+            for (reason, n) in reasons {
+                let _ = writeln!(out, "  SKIPPED [{n}] {reason}");
+            }
+        }
+        if !self.outside_skips.is_empty() {
+            let _ = writeln!(out, "\nSKIPPED before their tests ({}):", self.outside_skips.len());
+            for skip in &self.outside_skips {
+                let _ = writeln!(out, "  SKIPPED {} ({})", skip.group, skip.message);
+            }
+        }
         let slow = self.slowest(slowest);
         if !slow.is_empty() {
             let _ = writeln!(out, "\nSLOWEST units:");
@@ -344,9 +431,13 @@ impl RunReport {
             let _ = writeln!(out, "worker error: {error}");
         }
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
+        let outside = match self.outside_errors.len() {
+            0 => String::new(),
+            n => format!(", {n} error(s) outside tests"),
+        };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),
@@ -379,9 +470,17 @@ impl RunReport {
                     status.add_reruns(unit.failed_attempts.iter().map(rerun));
                     status
                 }
-                Some(Outcome::Skipped) => TestCaseStatus::skipped(),
+                Some(Outcome::Skipped) => {
+                    let mut status = TestCaseStatus::skipped();
+                    if let Some(reason) = &unit.skip_reason {
+                        status.set_message(reason.as_str());
+                    }
+                    status
+                }
                 Some(Outcome::Failed) => {
-                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    let last = unit.failed_attempts.last().map(|a| a.detail.as_str()).unwrap_or_default();
+                    let kind = if names::is_error(last) { NonSuccessKind::Error } else { NonSuccessKind::Failure };
+                    let mut status = TestCaseStatus::non_success(kind);
                     if let Some((last, earlier)) = unit.failed_attempts.split_last() {
                         status.set_message(last.detail.as_str()).set_type(last.reason.as_str());
                         if !last.output.is_empty() {
@@ -398,9 +497,34 @@ impl RunReport {
                     status
                 }
             };
-            let mut case = TestCase::new(unit.unit.as_str(), status);
-            case.set_classname(if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() });
+            let id = unit.unit.as_str();
+            let mut case = TestCase::new(names::own_name(id), status);
+            let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
+            case.set_classname(names::classname_of(id).unwrap_or(kind));
+            case.add_property(Property::new(names::UNIT_PROPERTY, id));
             case.set_time(Duration::from_millis(unit.duration_ms));
+            suite.add_test_case(case);
+        }
+        // A group skipped whole is a skipped case of its own, with its reason.
+        for skip in &self.outside_skips {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(skip.message.as_str()).set_type("skipped");
+            let mut case = TestCase::new(skip.group.as_str(), status);
+            case.set_classname(skip.group.as_str());
+            suite.add_test_case(case);
+        }
+        // One case per group that failed outside its tests, named for the group.
+        for (group, errors) in self.outside_by_group() {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+            let message: Vec<String> = errors.iter().map(|e| format!("{} error: {}", e.phase, e.message)).collect();
+            let phases: Vec<&str> = errors.iter().map(|e| e.phase.as_str()).collect();
+            status.set_message(message.join("; ")).set_type(phases.join(", "));
+            let output: Vec<&str> = errors.iter().map(|e| e.output.as_str()).filter(|o| !o.is_empty()).collect();
+            if !output.is_empty() {
+                status.set_description(output.join("\n"));
+            }
+            let mut case = TestCase::new(group, status);
+            case.set_classname(group);
             suite.add_test_case(case);
         }
         let mut report = Report::new("hopper");
@@ -424,6 +548,48 @@ impl RunReport {
 fn tail_lines(text: &str, n: usize) -> Vec<&str> {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
+/// After the last unit, how long the report waits at most for the workers
+/// to say they ended (their agents' final teardowns may still report errors).
+const FINAL_TEARDOWN_WAIT: Duration = Duration::from_secs(15);
+
+/// Waits, once every unit is finalized, until every worker of the run said
+/// it ended ([`outside::WORKER_DONE`]), so the errors of its agents' final
+/// teardown (session fixtures, `after(:suite)`) are in the report. A worker
+/// whose units were reclaimed is dead and is not waited for; the others at
+/// most `worker_timeout` or [`FINAL_TEARDOWN_WAIT`], whichever is shorter.
+async fn await_final_teardowns(
+    queue: &Arc<dyn UnitQueue>,
+    run: &RunId,
+    options: WaitOptions,
+) -> Result<(), HopperError> {
+    let started = Instant::now();
+    let limit = options.worker_timeout.min(FINAL_TEARDOWN_WAIT);
+    let mut said = false;
+    loop {
+        let workers = queue.workers(run).await?;
+        let Some(report) = RunReport::load(queue, run).await? else { return Ok(()) };
+        let dead: Vec<&WorkerId> = report.units.iter().flat_map(|u| u.reclaimed_from.iter().flatten()).collect();
+        let waiting: Vec<String> = workers
+            .iter()
+            .map(|w| &w.worker)
+            .filter(|w| !report.finished_workers.contains(w) && !dead.contains(w))
+            .map(|w| w.to_string())
+            .collect();
+        if waiting.is_empty() || started.elapsed() >= limit {
+            return Ok(());
+        }
+        if !said && started.elapsed() >= Duration::from_secs(1) {
+            said = true;
+            eprintln!(
+                "hopper: every unit is finalized; waiting up to {}s for {} to end (final teardowns may report errors)",
+                limit.as_secs(),
+                waiting.join(", ")
+            );
+        }
+        tokio::time::sleep(options.poll).await;
+    }
 }
 
 /// How [`wait_for_end`] waits.
@@ -456,6 +622,7 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
         Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
     };
     let mut seen_run = false;
+    let mut said_missing = false;
     loop {
         let asked = Instant::now();
         let progress = queue.progress(run).await?;
@@ -470,12 +637,22 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
             // flush, took it. Waiting longer cannot bring it back.
             None if seen_run => return Err(HopperError::StateLost { run: run.clone() }),
             None => {
-                if started.elapsed() >= options.appear_timeout.min(options.wait_timeout) {
+                let limit = options.appear_timeout.min(options.wait_timeout);
+                if started.elapsed() >= limit {
                     return Err(HopperError::RunNotFound { run: run.clone(), waited: started.elapsed() });
+                }
+                // A typo in --build would otherwise wait in silence: say it at once.
+                if !said_missing && started.elapsed() >= MISSING_NOTICE {
+                    said_missing = true;
+                    eprintln!(
+                        "hopper: build {run} does not exist (yet): no worker has started it; waiting up to {}s \
+                         (--start-timeout) for one to",
+                        limit.as_secs()
+                    );
                 }
                 last_sign_of_life = Instant::now();
             }
-            Some(progress) if progress.is_complete() => return Ok(()),
+            Some(progress) if progress.is_complete() => return await_final_teardowns(queue, run, options).await,
             Some(_) => {
                 seen_run = true;
                 for record in queue.workers(run).await? {
@@ -557,6 +734,9 @@ mod tests {
             units: names.iter().map(|n| UnitReport::new(UnitId::new(*n).unwrap(), "file".into())).collect(),
             stale_rejected: 0,
             worker_errors: vec![],
+            outside_errors: vec![],
+            outside_skips: vec![],
+            finished_workers: vec![],
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -625,6 +805,52 @@ mod tests {
         // Calls end at 90, 180 and 270 s; then 60 s of real silence. Counting the
         // waits as silence would have given up at 180 s.
         assert!(started.elapsed() >= Duration::from_secs(320), "gave up after {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn an_error_outside_tests_fails_the_build_once_and_is_its_groups_junit_error() {
+        let names = ["ok"];
+        let index: HashMap<UnitId, usize> = [(UnitId::new("ok").unwrap(), 0)].into_iter().collect();
+        let mut report = RunReport {
+            run: RunId::new("b1").unwrap(),
+            units: names.iter().map(|n| UnitReport::new(UnitId::new(*n).unwrap(), "test".into())).collect(),
+            stale_rejected: 0,
+            worker_errors: vec![],
+            outside_errors: vec![],
+            outside_skips: vec![],
+            finished_workers: vec![],
+        };
+        report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
+        assert!(report.passed());
+        let error = OutsideError {
+            group: "tests/test_a.py".into(),
+            phase: "teardown".into(),
+            message: "RuntimeError: boom".into(),
+            output: "Traceback\n".into(),
+        };
+        let event = |message: String| Event::WorkerError {
+            worker_id: WorkerId::new("w1").unwrap(),
+            unit_id: None,
+            message,
+            at_ms: 1,
+        };
+        // Recorded twice (a replaced agent reports it again): counted once.
+        report.apply(&index, event(error.to_event_message()));
+        report.apply(&index, event(error.to_event_message()));
+        report.apply(&index, event("disk full".into()));
+        assert!(!report.passed());
+        assert_eq!(report.exit_code(), crate::errors::exit::FAILED);
+        assert_eq!(report.outside_errors, vec![error]);
+        assert_eq!(report.worker_errors, vec!["w1: disk full"]);
+        let text = report.render(5);
+        assert!(text.contains("ERROR tests/test_a.py (teardown error: RuntimeError: boom)"), "{text}");
+        assert!(
+            text.contains("FAILED: 1 units, 1 passed (0 flaky), 0 failed, 0 unfinished, 1 error(s) outside tests"),
+            "{text}"
+        );
+        let xml = report.junit().to_string().unwrap();
+        assert!(xml.contains("<testcase name=\"tests/test_a.py\" classname=\"tests/test_a.py\">"), "{xml}");
+        assert!(xml.contains("<error message=\"teardown error: RuntimeError: boom\" type=\"teardown\">"), "{xml}");
     }
 
     #[test]

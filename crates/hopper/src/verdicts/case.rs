@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::outside::OutsideError;
+
 /// The state of one test case in a tool's report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaseStatus {
@@ -27,4 +29,10 @@ pub struct ReportedCase {
     pub message: Option<String>,
     /// Its failure text and captured output (may be empty).
     pub output: String,
+    /// An error outside any test that the report gives with this case
+    /// (pytest's JUnit puts a module fixture's teardown error on the test
+    /// that ran last), or as a case of its own (a collection error, RSpec's
+    /// errors outside of examples: such a case has no ids). An empty group
+    /// means the file of the unit the case belongs to.
+    pub outside: Option<OutsideError>,
 }

@@ -50,6 +50,7 @@ pub fn parse(text: &str) -> Vec<ReportedCase> {
         let message = (status == CaseStatus::Failed)
             .then(|| line.message.clone().unwrap_or_else(|| "the test failed".to_owned()));
         cases.push(ReportedCase {
+            outside: None,
             ids,
             status,
             duration: line.exec_time.filter(|t| t.is_finite() && *t >= 0.0).map(Duration::from_secs_f64),

@@ -9,6 +9,13 @@
 //! tools), libtest JSON lines, or RSpec's JSON. A unit the report does not
 //! mention has no result: it is retried within the budgets, never passed.
 //!
+//! Besides the units' verdicts, a report can hold errors outside any test
+//! (a module fixture's teardown, a file that does not collect, RSpec's
+//! `after(:context)`): [`outside`] keeps them apart from the tests and
+//! records them, [`junit_merge`] reads cases with several status elements
+//! (subtests), [`solo`] reruns alone the units a crashed batch left without
+//! a result, and [`names`] gives the JUnit names.
+//!
 //! The report reaches the tool through the `{report}` placeholder: hopper
 //! replaces it, in any argument, with a fresh path per invocation in a private
 //! directory (also given as `HOPPER_REPORT`), reads the file when the
@@ -18,10 +25,15 @@
 
 pub mod case;
 pub mod junit;
+pub mod junit_merge;
 pub mod libtest;
 pub mod matching;
 pub mod model;
+pub mod names;
+pub mod outside;
 pub mod rspec;
+pub mod skips;
+pub mod solo;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -39,6 +51,7 @@ use crate::units::DiscoverKind;
 pub use case::{CaseStatus, ReportedCase};
 use matching::CaseIndex;
 pub use model::{termination_verdict, BatchResults, ExitCodeResults, UnitResult, UnitVerdict};
+use outside::OutsideError;
 
 /// The placeholder replaced by the path the tool writes its report to.
 pub const REPORT_PLACEHOLDER: &str = "{report}";
@@ -121,8 +134,11 @@ impl ResultsPlan {
     /// Resolves `--results` (`requested`) against the batch size, the
     /// discovered tool and the command.
     ///
-    /// Without `--results`, a batch of one reads the exit code and a larger
-    /// batch reads the tool's report (an error when the tool is unknown). A
+    /// Without `--results`, a larger batch reads the tool's report (an error
+    /// when the tool is unknown), and so does a discovered pytest or rspec
+    /// unit alone (`--per-process`): its exit code says nothing of skips,
+    /// xfail or pending tests, nor that it ran any. Another batch of one
+    /// reads the exit code. A
     /// report format with no `{report}` in the command gets the tool's own
     /// option (pytest, rspec), inserted before a lone `--` if there is one.
     pub fn resolve(
@@ -135,6 +151,7 @@ impl ResultsPlan {
         let format = match (requested, tool) {
             (Some(format), _) => format,
             (None, Some(tool)) if batch_size > 1 || has_placeholder => ResultsFormat::of_tool(tool),
+            (None, Some(tool @ (DiscoverKind::Pytest | DiscoverKind::Rspec))) => ResultsFormat::of_tool(tool),
             (None, None) if batch_size > 1 => return Err(VerdictsError::BatchNeedsResults { batch_size }),
             (None, _) => ResultsFormat::ExitCode,
         };
@@ -275,9 +292,12 @@ fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
             output: Some(tail(&output.join("\n"), CASE_OUTPUT_BYTES)),
         };
     }
-    let verdict =
-        if cases.iter().all(|c| c.status == CaseStatus::Skipped) { UnitVerdict::Skipped } else { UnitVerdict::Passed };
-    UnitResult { verdict, duration, output: None }
+    if cases.iter().all(|c| c.status == CaseStatus::Skipped) {
+        // The first reason given, as the skip's reason (see `UnitResult::output`).
+        let reason = cases.iter().find_map(|c| c.message.clone());
+        return UnitResult { verdict: UnitVerdict::Skipped, duration, output: reason };
+    }
+    UnitResult { verdict: UnitVerdict::Passed, duration, output: None }
 }
 
 fn tail(text: &str, max: usize) -> String {
@@ -288,12 +308,55 @@ fn tail(text: &str, max: usize) -> String {
     text[start..].to_owned()
 }
 
+/// The errors outside any test among `cases`, each with its group: a case
+/// that names none gets the file where its traceback ends (pytest's last
+/// line, `conftest.py:6: RuntimeError`: the fixture's own file), or else the
+/// file of the first of `units` it belongs to. The test the report hung it
+/// on is only the one that ran last before the teardown.
+pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideError> {
+    let index = CaseIndex::new(cases.iter().map(|c| c.ids.clone()));
+    let mut owner: HashMap<usize, &UnitId> = HashMap::new();
+    for unit in units {
+        for case in index.cases_of(unit) {
+            owner.entry(case).or_insert(unit);
+        }
+    }
+    let mut errors: Vec<OutsideError> = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let Some(error) = &case.outside else { continue };
+        let mut error = error.clone();
+        if error.group.is_empty() {
+            error.group = match (raised_in(&error.output), owner.get(&i)) {
+                (Some(file), _) => file.to_owned(),
+                (None, Some(unit)) => crate::agent::shards::file_of(unit.as_str()).to_owned(),
+                (None, None) => case.ids.first().cloned().unwrap_or_else(|| "session".into()),
+            };
+        }
+        if !errors.contains(&error) {
+            errors.push(error);
+        }
+    }
+    errors
+}
+
+/// The file of pytest's `path.py:LINE: ExceptionType`, the last line of a
+/// failure's text: where the exception was raised.
+fn raised_in(text: &str) -> Option<&str> {
+    let last = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let (file, rest) = last.split_once(':')?;
+    let (line, exception) = rest.split_once(": ")?;
+    let is_location = file.ends_with(".py") && line.parse::<u32>().is_ok() && !exception.contains(' ');
+    is_location.then_some(file)
+}
+
 /// Reads each invocation's report from a fresh path in a private directory.
 #[derive(Debug)]
 pub struct ToolReports {
     format: ResultsFormat,
     dir: tempfile::TempDir,
     next: AtomicU64,
+    /// Errors outside any test read from reports, until the worker takes them.
+    outside: parking_lot::Mutex<Vec<OutsideError>>,
 }
 
 impl ToolReports {
@@ -301,7 +364,7 @@ impl ToolReports {
     /// (removed when this is dropped).
     pub fn new(format: ResultsFormat) -> Result<Self, VerdictsError> {
         let dir = tempfile::Builder::new().prefix("hopper-reports-").tempdir().map_err(VerdictsError::TempDir)?;
-        Ok(Self { format, dir, next: AtomicU64::new(0) })
+        Ok(Self { format, dir, next: AtomicU64::new(0), outside: Default::default() })
     }
 
     /// The verdict of a unit the report does not mention.
@@ -318,6 +381,10 @@ impl ToolReports {
 }
 
 impl BatchResults for ToolReports {
+    fn take_outside_errors(&self) -> Vec<OutsideError> {
+        std::mem::take(&mut *self.outside.lock())
+    }
+
     fn report_path(&self) -> Option<PathBuf> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         Some(self.dir.path().join(format!("report-{n}.{}", self.format.extension())))
@@ -342,6 +409,7 @@ impl BatchResults for ToolReports {
         }
         match read {
             Ok(cases) => {
+                self.outside.lock().extend(outside_errors(units, &cases));
                 let missing = self.missing(&result.termination, limits, &format!("not in the {} report", self.format));
                 verdicts_from_cases(units, &cases, &missing)
             }
@@ -399,6 +467,7 @@ mod tests {
             duration: Some(Duration::from_millis(ms)),
             message: (status == CaseStatus::Failed).then(|| "assert 1 == 2".to_owned()),
             output: if status == CaseStatus::Failed { "E  assert 1 == 2".into() } else { String::new() },
+            outside: None,
         }
     }
 

@@ -36,7 +36,7 @@ pub struct UnitResult {
     /// unit gets an equal share of the invocation's).
     pub duration: Option<Duration>,
     /// The unit's own output (its failure), when the tool reports it
-    /// (otherwise the tail of the invocation's output).
+    /// (otherwise the tail of the invocation's output); for a skip, its reason.
     pub output: Option<String>,
 }
 
@@ -64,6 +64,12 @@ pub trait BatchResults: Send + Sync {
         limits: &ProcessLimits,
         report: Option<&Path>,
     ) -> HashMap<UnitId, UnitResult>;
+
+    /// The errors outside any test the reports read since the last call
+    /// (see [`super::outside`]).
+    fn take_outside_errors(&self) -> Vec<super::outside::OutsideError> {
+        Vec::new()
+    }
 }
 
 /// Every unit of the invocation gets the invocation's own verdict: exit 0

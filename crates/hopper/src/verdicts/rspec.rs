@@ -9,6 +9,17 @@ use super::case::{CaseStatus, ReportedCase};
 #[derive(Deserialize)]
 struct Document {
     examples: Vec<Example>,
+    #[serde(default)]
+    summary: Option<Summary>,
+    /// What RSpec printed besides the examples: the errors outside of them.
+    #[serde(default)]
+    messages: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Summary {
+    #[serde(default)]
+    errors_outside_of_examples_count: u64,
 }
 
 #[derive(Deserialize)]
@@ -25,6 +36,8 @@ struct Example {
     run_time: Option<f64>,
     #[serde(default)]
     exception: Option<Exception>,
+    #[serde(default)]
+    pending_message: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -42,7 +55,8 @@ pub fn parse(text: &str) -> Result<Vec<ReportedCase>, serde_json::Error> {
     // rspec may print a warning before the document when it shares stdout.
     let start = text.find('{').unwrap_or(0);
     let document: Document = serde_json::from_str(text[start..].trim())?;
-    Ok(document
+    let outside = outside_errors(&document);
+    let cases: Vec<ReportedCase> = document
         .examples
         .into_iter()
         .map(|example| {
@@ -66,6 +80,7 @@ pub fn parse(text: &str) -> Result<Vec<ReportedCase>, serde_json::Error> {
                     (Some(message.clone()), format!("{class}: {message}\n{trace}").trim().to_owned())
                 }
                 (CaseStatus::Failed, None) => (Some(format!("status {}", example.status)), String::new()),
+                (CaseStatus::Skipped, _) => (example.pending_message.clone(), String::new()),
                 _ => (None, String::new()),
             };
             ReportedCase {
@@ -74,9 +89,64 @@ pub fn parse(text: &str) -> Result<Vec<ReportedCase>, serde_json::Error> {
                 duration: example.run_time.filter(|t| t.is_finite() && *t >= 0.0).map(Duration::from_secs_f64),
                 message,
                 output,
+                outside: None,
             }
         })
-        .collect())
+        .chain(outside)
+        .collect();
+    Ok(cases)
+}
+
+/// RSpec's errors outside of examples (`after(:context)`, suite hooks, a
+/// file that does not load), as cases of no unit. Its JSON gives their
+/// count and their printed messages, not their groups: each is attached to
+/// the first spec file its backtrace names.
+fn outside_errors(document: &Document) -> Vec<ReportedCase> {
+    let count = document.summary.as_ref().map_or(0, |s| s.errors_outside_of_examples_count);
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut texts: Vec<&str> =
+        document.messages.iter().map(String::as_str).filter(|m| m.contains("error occurred")).collect();
+    if texts.is_empty() {
+        texts.push("");
+    }
+    texts
+        .into_iter()
+        .map(|text| {
+            let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let phase = ["after(:context)", "before(:suite)", "after(:suite)", "while loading"]
+                .into_iter()
+                .find(|p| text.contains(p))
+                .map_or("outside examples", |p| if p == "while loading" { "collection" } else { p });
+            let group = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("# ").and_then(|l| l.split(':').next()).filter(|f| f.ends_with(".rb")))
+                .unwrap_or("suite")
+                .to_owned();
+            // RSpec prints the exception's class on a line of its own, its message on the next.
+            let class = lines.iter().position(|l| {
+                l.strip_suffix(':').is_some_and(|c| c.starts_with(char::is_uppercase) && !c.contains(' '))
+            });
+            let message = match class {
+                Some(at) => format!("{} {}", lines[at], lines.get(at + 1).copied().unwrap_or_default()),
+                None => lines.first().copied().unwrap_or("an error occurred outside of examples").to_owned(),
+            };
+            ReportedCase {
+                ids: Vec::new(),
+                status: CaseStatus::Failed,
+                duration: None,
+                message: Some(message.clone()),
+                output: text.to_owned(),
+                outside: Some(super::outside::OutsideError {
+                    group,
+                    phase: phase.to_owned(),
+                    message: message.trim().to_owned(),
+                    output: text.to_owned(),
+                }),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -102,5 +172,20 @@ mod tests {
         assert!(cases[1].output.contains("./spec/a_spec.rb:6"));
         assert_eq!(cases[2].status, CaseStatus::Skipped);
         assert!(parse("not json").is_err());
+        assert!(cases.iter().all(|c| c.outside.is_none()));
+    }
+
+    #[test]
+    fn errors_outside_of_examples_are_cases_of_no_unit() {
+        let json = r#"{"examples":[{"id":"./spec/a_spec.rb[1:1]","status":"passed","file_path":"./spec/a_spec.rb"}],
+          "summary":{"example_count":1,"errors_outside_of_examples_count":1},
+          "messages":["\nAn error occurred in an `after(:context)` hook.\nFailure/Error: after(:context) { raise \"boom\" }\n\nRuntimeError:\n  boom\n# ./spec/a_spec.rb:2:in `block (2 levels)'\n"]}"#;
+        let cases = parse(json).unwrap();
+        assert_eq!(cases.len(), 2);
+        assert!(cases[1].ids.is_empty());
+        let error = cases[1].outside.as_ref().unwrap();
+        assert_eq!(error.group, "./spec/a_spec.rb");
+        assert_eq!(error.phase, "after(:context)");
+        assert_eq!(error.message, "RuntimeError: boom");
     }
 }

@@ -13,6 +13,7 @@ use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use crate::agent::outside_errors::OutsideErrors;
 use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use crate::agent::shards::{Collected, STEAL_AFTER};
 use crate::agent::AgentError;
@@ -123,9 +124,9 @@ impl Slot {
                 match idle(&shared, &mut wait).await? {
                     Idle::Complete => {
                         // An agent started for this slot that never got a test ends the same way.
-                        if let Some(mut agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
-                            let _ = agent.send(&Request::Exit).await;
-                            agent.finish(config.limits.kill_grace, false).await;
+                        if let Some(agent) = self.agent.take().or_else(|| self.command.spare.take(self.slot)) {
+                            let (timeout, grace) = (config.limits.timeout, config.limits.kill_grace);
+                            self.outside().exit_awaiting_teardown(agent, timeout, grace).await?;
                         }
                         return Ok(());
                     }
@@ -226,7 +227,8 @@ impl Slot {
     async fn start_agent(&mut self) -> Result<(), HopperError> {
         // A fresh agent has collected its shard only.
         self.collected.extra_files.clear();
-        if let Some(agent) = self.command.spare.take(self.slot) {
+        if let Some(mut agent) = self.command.spare.take(self.slot) {
+            self.outside().record_early(&mut agent).await?;
             self.agent = Some(agent);
             return Ok(());
         }
@@ -253,6 +255,7 @@ impl Slot {
                     }
                 }
                 tracing::debug!(slot = self.slot, "a fresh agent is ready");
+                self.outside().record_early(&mut agent).await?;
                 self.agent = Some(agent);
                 Ok(())
             }
@@ -303,7 +306,9 @@ impl Slot {
                 match outcome {
                     TestOutcome::Passed | TestOutcome::Skipped => {
                         let outcome = if outcome == TestOutcome::Passed { Outcome::Passed } else { Outcome::Skipped };
-                        self.done.push((sent.delivery, FinalizeRequest::new(outcome, duration_ms), duration));
+                        let request =
+                            crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref());
+                        self.done.push((sent.delivery, request, duration));
                         if self.done.len() >= FLUSH_AT {
                             self.flush().await?;
                         }
@@ -313,6 +318,9 @@ impl Slot {
                         self.fail(&sent.delivery, "failed", &detail, output.as_deref().unwrap_or(""), duration).await?;
                     }
                 }
+            }
+            Ok(reply @ (Reply::Error { .. } | Reply::Skipped { .. })) => {
+                self.outside().record(&Vec::from_iter(reply.outside_error())).await?
             }
             Ok(Reply::Ready { .. }) => tracing::warn!("agent said ready twice; ignored"),
             Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
@@ -382,6 +390,12 @@ impl Slot {
             self.buffer.push_front(delivery);
         }
         running
+    }
+
+    /// Where this slot's errors outside any test go.
+    fn outside(&self) -> OutsideErrors<'_> {
+        let shared = &*self.shared;
+        OutsideErrors { queue: &*shared.queue, run: &shared.config.run, worker: &shared.config.worker }
     }
 
     fn untrack(&self, delivery: &Delivery) {

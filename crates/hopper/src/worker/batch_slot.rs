@@ -10,9 +10,10 @@
 //! is treated as failed and retried within the budgets.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
-use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome, UnitId};
+use leasehold_core::{Ack, Delivery, Outcome, UnitId};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::errors::HopperError;
@@ -122,10 +123,18 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
     }
 
     let verdicts = batches.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let outside = batches.results.take_outside_errors();
+    crate::verdicts::outside::record(&*shared.queue, run, worker, &outside).await?;
     let share = result.duration / deliveries.len().max(1) as u32;
     let output = result.output.text(MAX_SUMMARY_LEN / 2);
+    let mut alone = Vec::new();
+    let rerun_alone = crate::verdicts::solo::rerun_alone(&units, &verdicts);
     for (i, delivery) in deliveries.iter().enumerate() {
         if lost[i] {
+            continue;
+        }
+        if rerun_alone.contains(&delivery.unit) {
+            alone.push(delivery.clone());
             continue;
         }
         let unit_result = verdicts.get(&delivery.unit).cloned().unwrap_or_else(|| {
@@ -141,7 +150,9 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
         match unit_result.verdict {
             verdict @ (UnitVerdict::Passed | UnitVerdict::Skipped) => {
                 let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
-                let request = FinalizeRequest::new(outcome, per_unit_ms);
+                // A skip's reason comes as its output (see `UnitResult::output`).
+                let reason = unit_result.output.as_deref().filter(|_| outcome == Outcome::Skipped);
+                let request = crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;
@@ -156,5 +167,36 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
         }
     }
     shared.wake.notify_waiters();
+    run_alone(shared, batches, alone).await
+}
+
+/// Runs each of `deliveries` (units a crashed batch left without result)
+/// in an invocation of its own, heartbeating those still waiting (see
+/// [`crate::verdicts::solo`]).
+async fn run_alone(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+    let mut waiting: std::collections::VecDeque<Delivery> = deliveries.into();
+    while let Some(delivery) = waiting.pop_front() {
+        if shared.stop.is_cancelled() {
+            waiting.push_front(delivery);
+            hand_back(shared, waiting.make_contiguous(), Duration::ZERO).await;
+            return Ok(());
+        }
+        let rest: Vec<Delivery> = waiting.iter().cloned().collect();
+        let beat_rest = async {
+            let mut beat = tokio::time::interval(shared.config.heartbeat_every);
+            beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                beat.tick().await;
+                if rest.is_empty() {
+                    continue;
+                }
+                heartbeat(shared, &rest).await;
+            }
+        };
+        tokio::select! {
+            done = Box::pin(run_batch(shared, batches, vec![delivery])) => done?,
+            () = beat_rest => {}
+        }
+    }
     Ok(())
 }

@@ -12,7 +12,7 @@ use crate::agent::child::AgentCommand;
 use crate::errors::HopperError;
 use crate::exec::process::ProcessLimits;
 use crate::exec::template::CommandTemplate;
-use crate::verdicts::model::{BatchResults, ExitCodeResults};
+use crate::verdicts::model::BatchResults;
 use crate::worker::launch::Launcher;
 
 /// Everything a worker needs besides the queue.
@@ -89,10 +89,10 @@ impl BatchSlots {
         Ok(Self { size, start: BatchStart::Template(command), results })
     }
 
-    /// One unit per process, started by `launcher`, judged by its exit code
+    /// One unit per process, started by `launcher`, judged by `results`
     /// (as nextest runs its tests).
-    pub fn one_per_process(launcher: Arc<dyn Launcher>) -> Self {
-        Self { size: NonZeroUsize::MIN, start: BatchStart::Launcher(launcher), results: Arc::new(ExitCodeResults) }
+    pub fn one_per_process(launcher: Arc<dyn Launcher>, results: Arc<dyn BatchResults>) -> Self {
+        Self { size: NonZeroUsize::MIN, start: BatchStart::Launcher(launcher), results }
     }
 }
 

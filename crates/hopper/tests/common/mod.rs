@@ -127,13 +127,17 @@ impl Suite {
     }
 }
 
-/// The JUnit test cases of a report file by name; fails the test when a name is listed twice.
+/// The JUnit test cases of a report file by unit id (hopper's `hopper.unit`
+/// property; the name for a case without one); fails the test when an id is
+/// listed twice.
 pub fn junit_cases(path: &Path) -> std::collections::BTreeMap<String, quick_junit::TestCaseStatus> {
     let xml = std::fs::read_to_string(path).expect("JUnit file written");
     let report = quick_junit::Report::deserialize_from_str(&xml).expect("valid JUnit XML");
     let mut cases = std::collections::BTreeMap::new();
     for case in report.test_suites.iter().flat_map(|s| s.test_cases.iter()) {
-        assert!(cases.insert(case.name.to_string(), case.status.clone()).is_none(), "{:?} listed twice", case.name);
+        let id = case.properties.iter().find(|p| p.name.as_str() == "hopper.unit").map(|p| p.value.to_string());
+        let id = id.unwrap_or_else(|| case.name.to_string());
+        assert!(cases.insert(id.clone(), case.status.clone()).is_none(), "{id:?} listed twice");
     }
     cases
 }

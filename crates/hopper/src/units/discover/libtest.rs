@@ -2,6 +2,9 @@
 //! and arguments; each test binary's "N tests, M benchmarks" line gives the
 //! count.
 
+use std::collections::HashMap;
+
+use super::cargo_exact::CargoTarget;
 use crate::errors::UnitsError;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
@@ -21,15 +24,19 @@ pub fn list_command(command: &[String]) -> Vec<String> {
     base
 }
 
-/// Lists the tests; returns the command shown in messages and the listing.
-pub async fn list(command: &[String]) -> Result<(String, Listing), UnitsError> {
+/// Lists the tests; returns the command shown in messages, the listing, and
+/// each test's target when cargo's output pairs them up (see
+/// [`super::cargo_exact::targets`]).
+pub async fn list(command: &[String]) -> Result<(String, Listing, Option<HashMap<String, CargoTarget>>), UnitsError> {
     let argv = list_command(command);
     let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
     if !output.status.success() {
         return Err(failed(shown, &output));
     }
-    let listing = parse(&String::from_utf8_lossy(&output.stdout));
-    Ok((shown, listing))
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let listing = parse(&stdout);
+    let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr));
+    Ok((shown, listing, targets))
 }
 
 /// Test names (`name: test` lines) and the sum of the `N tests, M benchmarks` lines.

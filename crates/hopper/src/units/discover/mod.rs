@@ -12,13 +12,15 @@
 //!   that says what was lost, and nothing runs.
 //! * Programs are started with argv elements, never through a shell.
 
+pub mod cargo_exact;
 pub mod libtest;
 pub mod listing;
 pub mod nextest;
+pub mod paths;
 pub mod pytest;
 pub mod rspec;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -90,15 +92,24 @@ pub struct Discovered {
     pub units: Vec<UnitSpec>,
     /// nextest only: the binary, cwd and environment of every unit.
     pub nextest: Option<nextest::NextestTests>,
+    /// Errors outside any test the listing met (pytest's files that did not
+    /// collect, with `--continue-on-collection-errors`): each fails the build.
+    pub outside_errors: Vec<crate::verdicts::outside::OutsideError>,
+    /// cargo-test only: each test's target (see [`cargo_exact`]), when
+    /// cargo's output named them.
+    pub cargo_targets: Option<HashMap<String, cargo_exact::CargoTarget>>,
 }
 
 /// Lists the tests of `kind` with the user's `command` (empty: the tool's
 /// default program) and checks them against the tool's own count.
 pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins) -> Result<Discovered, UnitsError> {
     let source_name = format!("--discover {kind}");
+    let mut outside_errors = Vec::new();
+    let mut cargo_targets = None;
     let (shown, listing, nextest) = match kind {
         DiscoverKind::Pytest => {
-            let (shown, listing) = pytest::list(command, plugins).await?;
+            let (shown, listing, errors) = pytest::list(command, plugins).await?;
+            outside_errors = errors;
             (shown, listing, None)
         }
         DiscoverKind::Nextest => {
@@ -106,7 +117,8 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
             (shown, listing, Some(tests))
         }
         DiscoverKind::CargoTest => {
-            let (shown, listing) = libtest::list(command).await?;
+            let (shown, listing, targets) = libtest::list(command).await?;
+            cargo_targets = targets;
             (shown, listing, None)
         }
         DiscoverKind::Rspec => {
@@ -115,7 +127,7 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
         }
     };
     let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
-    Ok(Discovered { units, nextest })
+    Ok(Discovered { units, nextest, outside_errors, cargo_targets })
 }
 
 /// The units of a listing, or the error that says what would be lost: ids

@@ -66,7 +66,10 @@ pub async fn list(command: &[String]) -> Result<(String, Listing, NextestTests),
         return Err(failed(shown, &output));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let (listing, tests) = parse(&stdout).map_err(|detail| UnitsError::DiscoverParse {
+    // hopper runs the binaries itself when no command is given: an ignored
+    // test is then a unit, which libtest reports as ignored (a skip, with its
+    // reason); `cargo nextest run` would refuse to run it alone.
+    let (listing, tests) = parse(&stdout, command.is_empty()).map_err(|detail| UnitsError::DiscoverParse {
         command: shown.clone(),
         source: ListingError::Inconsistent(detail),
     })?;
@@ -101,8 +104,8 @@ fn text<'a>(value: &'a serde_json::Value, key: &str) -> Option<&'a str> {
 
 /// Parses nextest's JSON listing. The count checked is `test-count` against
 /// every test case listed (ignored and filtered-out ones included); the units
-/// are the cases that match and are not ignored.
-pub fn parse(stdout: &str) -> Result<(Listing, NextestTests), String> {
+/// are the cases that match, and are not ignored unless `keep_ignored`.
+pub fn parse(stdout: &str, keep_ignored: bool) -> Result<(Listing, NextestTests), String> {
     let start = stdout.find('{').ok_or("no JSON object in the output")?;
     let value: serde_json::Value = serde_json::from_str(stdout[start..].trim()).map_err(|e| e.to_string())?;
     let counted = value.get("test-count").and_then(|c| c.as_u64()).ok_or("no \"test-count\"")? as usize;
@@ -126,12 +129,12 @@ pub fn parse(stdout: &str) -> Result<(Listing, NextestTests), String> {
         for (name, case) in cases {
             listed += 1;
             let ignored = case.get("ignored").and_then(|v| v.as_bool()).unwrap_or(false);
-            let matches = case
-                .get("filter-match")
-                .and_then(|m| m.get("status"))
-                .and_then(|s| s.as_str())
-                .is_none_or(|s| s == "matches");
-            if ignored || !matches {
+            let filter = case.get("filter-match");
+            let field = |key: &str| filter.and_then(|m| m.get(key)).and_then(|s| s.as_str());
+            // An ignored test is a mismatch "because ignored": kept when ignored tests are.
+            let matches = field("status").is_none_or(|s| s == "matches")
+                || (keep_ignored && ignored && field("reason") == Some("ignored"));
+            if (ignored && !keep_ignored) || !matches {
                 continue;
             }
             let id = filterset(binary_id, name);
@@ -202,14 +205,14 @@ mod tests {
         "core::lib":{"package-name":"core","binary-path":"/t/debug/deps/core-1","cwd":"/src/core",
             "package-id":"path+file:///src/core#core@0.2.0","testcases":{
             "a::works":{"ignored":false,"filter-match":{"status":"matches"}},
-            "a::slow":{"ignored":true,"filter-match":{"status":"matches"}},
+            "a::slow":{"ignored":true,"filter-match":{"status":"mismatch","reason":"ignored"}},
             "a::other":{"ignored":false,"filter-match":{"status":"mismatch","reason":"expression"}}}},
         "core::it":{"binary-path":"/t/debug/deps/it-2","cwd":"/src/core","testcases":{
             "b":{"ignored":false,"filter-match":{"status":"matches"}}}}}}"#;
 
     #[test]
     fn parses_tests_and_how_to_run_them() {
-        let (listing, tests) = parse(LISTING).unwrap();
+        let (listing, tests) = parse(LISTING, false).unwrap();
         let mut ids = listing.ids.clone();
         ids.sort();
         assert_eq!(ids, vec!["binary_id(=core::it) & test(=b)", "binary_id(=core::lib) & test(=a::works)"]);
@@ -223,9 +226,11 @@ mod tests {
         assert_eq!(b.package_name, "core");
         let paths: Vec<_> = tests.library_path.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(paths, ["/t/debug", "/t/debug/deps", "/r/lib/rustlib/x86/lib", "/r/lib"]);
-        assert!(parse("{}").is_err());
+        assert!(parse("{}", false).is_err());
+        let (kept, _) = parse(LISTING, true).unwrap();
+        assert!(kept.ids.contains(&"binary_id(=core::lib) & test(=a::slow)".to_owned()), "{:?}", kept.ids);
         let short = LISTING.replace("\"test-count\":4", "\"test-count\":5");
-        assert!(parse(&short).unwrap_err().contains("counted 5 tests"));
+        assert!(parse(&short, false).unwrap_err().contains("counted 5 tests"));
     }
 
     #[test]

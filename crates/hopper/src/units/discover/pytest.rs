@@ -7,6 +7,7 @@ use crate::agent::child::{AgentChild, AgentCommand, NotReady};
 use crate::agent::plugins::Plugins;
 use crate::agent::shards::{file_of, interleave, Sharding, SHARD_ENV};
 use crate::errors::{ListingError, UnitsError};
+use crate::verdicts::outside::OutsideError;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -29,9 +30,14 @@ pub fn base_commands(command: &[String]) -> Vec<Vec<String>> {
     }
 }
 
-/// Collects with the user's command; returns the command shown in messages
-/// and the listing.
-pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, Listing), UnitsError> {
+/// pytest's exit status when a test (or, with `--collect-only
+/// --continue-on-collection-errors`, a file's collection) failed.
+const TESTS_FAILED: i32 = 1;
+
+/// Collects with the user's command; returns the command shown in messages,
+/// the listing, and the files that did not collect (kept going with
+/// `--continue-on-collection-errors`; each is an error of the build).
+pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, Listing, Vec<OutsideError>), UnitsError> {
     let out = plugins.scratch_file("collected.json");
     let candidates: Vec<ListCommand> = base_commands(command)
         .into_iter()
@@ -47,10 +53,13 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     let (shown, output) = run_first_installed(&candidates).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if output.status.code() == Some(NO_TESTS_COLLECTED) {
-        return Ok((shown, Listing { ids: Vec::new(), counted: 0 }));
+        return Ok((shown, Listing { ids: Vec::new(), counted: 0 }, Vec::new()));
     }
-    if !output.status.success() {
-        return Err(failed(shown, &output));
+    // The plugin wrote the files that did not collect, with their tracebacks.
+    let errors = std::fs::read_to_string(&out).ok().map(|t| collection_errors(&t)).unwrap_or_default();
+    let kept_going = output.status.code() == Some(TESTS_FAILED) && errors.iter().any(|e| !e.is_skip());
+    if !output.status.success() && !kept_going {
+        return Err(with_collection_errors(failed(shown, &output), &errors));
     }
     let counted = collected_count(&stdout).ok_or_else(|| UnitsError::DiscoverParse {
         command: shown.clone(),
@@ -68,7 +77,38 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
         command: shown.clone(),
         source: ListingError::Inconsistent(detail),
     })?;
-    Ok((shown, Listing { ids, counted }))
+    Ok((shown, Listing { ids, counted }, errors))
+}
+
+/// The collection errors in the plugin's node id file, and the files skipped
+/// whole (phase `skipped`); none when it has none.
+pub fn collection_errors(text: &str) -> Vec<OutsideError> {
+    #[derive(serde::Deserialize)]
+    struct Errors {
+        #[serde(default)]
+        errors: Vec<OutsideError>,
+    }
+    serde_json::from_str::<Errors>(text).map(|e| e.errors).unwrap_or_default()
+}
+
+/// `error` with the file and traceback of every collection error added to
+/// its detail (pytest's own last line says only how many there were).
+fn with_collection_errors(error: UnitsError, errors: &[OutsideError]) -> UnitsError {
+    match error {
+        UnitsError::DiscoverFailed { command, status, mut detail } if !errors.is_empty() => {
+            for error in errors.iter().filter(|e| !e.is_skip()) {
+                detail.push_str(&format!(
+                    "\n{} error in {}: {}\n{}",
+                    error.phase,
+                    error.group,
+                    error.message,
+                    error.output.trim_end()
+                ));
+            }
+            UnitsError::DiscoverFailed { command, status, detail }
+        }
+        other => other,
+    }
 }
 
 /// What the agents whose collection is the discovery found.

@@ -1,0 +1,366 @@
+//! `--discover cargo-test`, run one test at a time: the exact test in its
+//! own test binary, and a unit that ran no test is an error.
+//!
+//! A name given to `cargo test` is a substring filter: `tests::parse` also
+//! runs `tests::parse_fails`, and is failed by it. And cargo runs no doctest
+//! when a name is given unless `--doc` is, so a doctest's name ran zero tests
+//! in every binary and exited 0: a failing doctest "passed". So each unit's
+//! `cargo test` command gets the unit's target (`--lib`, `--test NAME`,
+//! `--doc`, from the binary discovery listed it under) and libtest's
+//! `--exact` (not for doctests: rustdoc's own names do not match exactly,
+//! the full name is a filter precise enough, and the count below catches
+//! the rest). Then libtest's own summary lines (`test result: ok. 1 passed;
+//! 0 failed; 0 ignored; ...`) must say the command ran exactly one test; none
+//! is an error, never a pass.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use leasehold_core::UnitId;
+
+use crate::exec::process::{ProcessLimits, ProcessResult};
+use crate::exec::template::CommandTemplate;
+use crate::verdicts::model::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
+use crate::worker::launch::{Invocation, Launcher};
+
+/// cargo's options that choose which targets `cargo test` builds and runs:
+/// a command that has one keeps its own choice.
+const TARGET_FLAGS: &[&str] = &[
+    "--lib",
+    "--bin",
+    "--bins",
+    "--test",
+    "--tests",
+    "--bench",
+    "--benches",
+    "--example",
+    "--examples",
+    "--doc",
+    "--all-targets",
+];
+
+/// The target a listed test belongs to, as far as cargo can select it
+/// without ambiguity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CargoTarget {
+    /// The library's unit tests (`--lib`).
+    Lib,
+    /// An integration test target (`--test NAME`).
+    Test(String),
+    /// The doctests (`--doc`).
+    Doc,
+    /// Another target (a binary, a bench): run with every target, `--exact`.
+    Other,
+}
+
+impl CargoTarget {
+    fn flags(&self) -> Vec<String> {
+        match self {
+            CargoTarget::Lib => vec!["--lib".into()],
+            CargoTarget::Test(name) => vec!["--test".into(), name.clone()],
+            CargoTarget::Doc => vec!["--doc".into()],
+            CargoTarget::Other => Vec::new(),
+        }
+    }
+
+    /// The target of a `Running ...` or `Doc-tests ...` line of cargo's
+    /// stderr; `None` for other lines.
+    fn of_line(line: &str) -> Option<Self> {
+        let line = line.trim();
+        if line.starts_with("Doc-tests ") {
+            return Some(CargoTarget::Doc);
+        }
+        let rest = line.strip_prefix("Running ")?;
+        let source = rest.strip_prefix("unittests ").unwrap_or(rest);
+        let source = source.split(" (").next().unwrap_or(source);
+        if rest.starts_with("unittests ") && source.ends_with("src/lib.rs") {
+            return Some(CargoTarget::Lib);
+        }
+        // `tests/it.rs` is target `it`, `tests/it/main.rs` too.
+        let path = Path::new(source);
+        let parent = path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str());
+        let name = match (parent, path.file_stem().and_then(|n| n.to_str())) {
+            (Some("tests"), Some(stem)) => Some(stem),
+            (Some(dir), Some("main")) if path.parent().and_then(Path::parent).is_some_and(|p| p.ends_with("tests")) => {
+                Some(dir)
+            }
+            _ => None,
+        };
+        Some(name.map_or(CargoTarget::Other, |n| CargoTarget::Test(n.to_owned())))
+    }
+}
+
+/// Each listed test's target: cargo prints one `Running`/`Doc-tests` line
+/// per binary on stderr, and each binary's `--list` ends with its `N tests,
+/// M benchmarks` line on stdout, in the same order. `None` when the two do
+/// not pair up (another cargo's output): the units then run with `--exact`
+/// and every target.
+pub fn targets(stdout: &str, stderr: &str) -> Option<HashMap<String, CargoTarget>> {
+    let binaries: Vec<CargoTarget> = stderr.lines().filter_map(CargoTarget::of_line).collect();
+    let mut sections = 0;
+    let mut found = HashMap::new();
+    let mut ids = Vec::new();
+    for line in stdout.lines() {
+        if let Some(name) = line.strip_suffix(": test") {
+            ids.push(name.to_owned());
+        } else if let Some((_, rest)) = line.split_once(' ') {
+            if rest.starts_with("test, ") || rest.starts_with("tests, ") {
+                let target = binaries.get(sections)?;
+                for id in ids.drain(..) {
+                    found.insert(id, target.clone());
+                }
+                sections += 1;
+            }
+        }
+    }
+    (sections == binaries.len() && ids.is_empty()).then_some(found)
+}
+
+/// Whether `argv` is a `cargo ... test` command (the ones rewritten and
+/// counted here; any other command runs as given).
+pub fn is_cargo_test(argv: &[String]) -> bool {
+    let Some(at) = argv.iter().position(|a| Path::new(a).file_name().is_some_and(|n| n == "cargo")) else {
+        return false;
+    };
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    argv.get(at + 1..end).is_some_and(|rest| rest.iter().any(|a| a == "test"))
+}
+
+/// `argv` (one unit's rendered `cargo test` command) made exact: the
+/// target's flags before the `--` unless the command chose targets itself,
+/// and `--exact` after it unless it is there or the unit is a doctest.
+pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String> {
+    let end = match argv.iter().position(|a| a == "--") {
+        Some(end) => end,
+        None => {
+            argv.push("--".into());
+            argv.len() - 1
+        }
+    };
+    let chose_targets = argv[..end].iter().any(|a| TARGET_FLAGS.contains(&a.split('=').next().unwrap_or(a)));
+    let doc = target == Some(&CargoTarget::Doc);
+    if doc {
+        // rustdoc's names do not match `--exact`: the full name filters.
+        argv.retain(|a| a != "--exact");
+    } else if !argv[end + 1..].iter().any(|a| a == "--exact") {
+        argv.insert(end + 1, "--exact".into());
+    }
+    if let (false, Some(target)) = (chose_targets, target) {
+        let flags = target.flags();
+        argv.splice(end..end, flags);
+    }
+    argv
+}
+
+/// Runs each cargo-test unit with [`exact`].
+#[derive(Debug, Clone)]
+pub struct CargoExact {
+    template: CommandTemplate,
+    targets: HashMap<String, CargoTarget>,
+    cwd: Option<PathBuf>,
+}
+
+impl CargoExact {
+    /// Units run by `template`, each made exact with its target from
+    /// `targets` (from [`targets`]).
+    pub fn new(template: CommandTemplate, targets: HashMap<String, CargoTarget>) -> Self {
+        Self { template, targets, cwd: None }
+    }
+}
+
+impl Launcher for CargoExact {
+    fn invocation(&self, units: &[UnitId]) -> Invocation {
+        let argv = self.template.render(units);
+        let target = units.first().and_then(|u| self.targets.get(u.as_str()));
+        Invocation { argv: exact(argv, target), env: Vec::new(), cwd: self.cwd.clone() }
+    }
+}
+
+/// libtest's counts in an output: the sums of every `test result:` line's
+/// `passed`, `failed` and `ignored`; `None` when there is no such line.
+pub fn counts(output: &str) -> Option<(u64, u64, u64)> {
+    let mut seen = false;
+    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
+    for line in output.lines() {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else { continue };
+        seen = true;
+        for part in rest.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+            let n: u64 = n.parse().unwrap_or(0);
+            match what {
+                "passed" => passed += n,
+                "failed" => failed += n,
+                "ignored" => ignored += n,
+                _ => {}
+            }
+        }
+    }
+    seen.then_some((passed, failed, ignored))
+}
+
+/// The panic message of a failed Rust test in libtest's output: the line
+/// after `thread '...' panicked at FILE:LINE:COL:` (the message itself, as
+/// `assertion `left == right` failed: parse_fails fails`).
+pub fn panic_message(output: &str) -> Option<String> {
+    let mut lines = output.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim().strip_prefix("thread '") else { continue };
+        // Newer Rust names the thread's id too: `thread 'x' (9079) panicked at`.
+        let Some((_, at)) = rest.split_once(" panicked at ") else { continue };
+        // Before Rust 1.73 the message followed on the same line: `at 'msg', file:line:col`.
+        if let Some(old) = at.strip_prefix('\'').and_then(|m| m.rsplit_once("', ")) {
+            return Some(old.0.to_owned());
+        }
+        return lines.next().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
+    }
+    None
+}
+
+/// The reason libtest gives an ignored test: `test x ... ignored, too
+/// slow`, or with `-q`, `test: x, ignore_message: too slow`.
+pub fn ignore_reason(output: &str) -> Option<String> {
+    output.lines().find_map(|l| {
+        let line = l.trim();
+        let reason = line.rsplit_once(" ... ignored, ").map(|(_, r)| r);
+        let reason = reason.or_else(|| line.strip_prefix("test: ")?.split_once(", ignore_message: ").map(|(_, r)| r));
+        reason.map(|r| r.trim().to_owned())
+    })
+}
+
+/// A Rust unit's verdict: the exit code's, checked against libtest's own
+/// count. A command that ran no test, or more than one, is an error; a test
+/// that libtest only ignored is skipped; a failure's message is its panic
+/// message.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountedResults;
+
+impl BatchResults for CountedResults {
+    fn verdicts(
+        &self,
+        units: &[UnitId],
+        result: &ProcessResult,
+        limits: &ProcessLimits,
+        _report: Option<&Path>,
+    ) -> HashMap<UnitId, UnitResult> {
+        let verdict = termination_verdict(&result.termination, limits);
+        let verdict = match (verdict, counts(&result.output.text(usize::MAX))) {
+            (UnitVerdict::Passed, None) => UnitVerdict::Failed {
+                reason: "no_tests",
+                detail: "the command printed no libtest summary (`test result: ...`): it ran no test".into(),
+            },
+            (UnitVerdict::Passed, Some((passed, failed, ignored))) => {
+                let ran = passed + failed + ignored;
+                let want = units.len() as u64;
+                if ran == 0 {
+                    UnitVerdict::Failed {
+                        reason: "no_tests",
+                        detail: "ran no test: libtest says 0 passed, 0 failed, 0 ignored (the name matched no test of \
+                                 the binaries it ran)"
+                            .into(),
+                    }
+                } else if ran != want {
+                    UnitVerdict::Failed {
+                        reason: "test_count",
+                        detail: format!("ran {ran} tests for {want} unit(s): the name matches other tests too"),
+                    }
+                } else if passed == 0 && failed == 0 {
+                    let reason = ignore_reason(&result.output.text(usize::MAX));
+                    return units
+                        .iter()
+                        .map(|u| {
+                            (
+                                u.clone(),
+                                UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: reason.clone() },
+                            )
+                        })
+                        .collect();
+                } else {
+                    UnitVerdict::Passed
+                }
+            }
+            (UnitVerdict::Failed { reason: "exit", detail }, _) => {
+                let output = result.output.text(usize::MAX);
+                let detail = panic_message(&output).map_or(detail.clone(), |m| format!("{m} ({detail})"));
+                UnitVerdict::Failed { reason: "exit", detail }
+            }
+            (verdict, _) => verdict,
+        };
+        units.iter().map(|u| (u.clone(), UnitResult::from(verdict.clone()))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(parts: &[&str]) -> Vec<String> {
+        parts.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_test_gets_its_binary() {
+        let stderr = "   Compiling x v0.1.0\n     Running unittests src/lib.rs (target/debug/deps/x-1)\n     \
+                      Running unittests src/main.rs (target/debug/deps/x-2)\n     Running tests/it.rs (target/debug/deps/it-3)\n   \
+                      Doc-tests x\n";
+        let stdout = "tests::parse: test\n\n1 test, 0 benchmarks\nmain_test: test\n\n1 test, 0 benchmarks\n\
+                      integration: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - f (line 5): test\n\n1 test, 0 benchmarks\n";
+        let found = targets(stdout, stderr).unwrap();
+        assert_eq!(found["tests::parse"], CargoTarget::Lib);
+        assert_eq!(found["main_test"], CargoTarget::Other);
+        assert_eq!(found["integration"], CargoTarget::Test("it".into()));
+        assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc);
+        assert_eq!(targets(stdout, "   Doc-tests x\n"), None, "four lists, one binary: they do not pair up");
+    }
+
+    #[test]
+    fn a_units_command_is_made_exact() {
+        assert_eq!(
+            exact(argv(&["cargo", "test", "-q", "tests::parse"]), Some(&CargoTarget::Lib)),
+            argv(&["cargo", "test", "-q", "tests::parse", "--lib", "--", "--exact"])
+        );
+        assert_eq!(
+            exact(argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)"]), Some(&CargoTarget::Doc)),
+            argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)", "--doc", "--"])
+        );
+        let mine = argv(&["cargo", "test", "-q", "--lib", "--", "--exact", "tests::parse"]);
+        assert_eq!(exact(mine.clone(), Some(&CargoTarget::Lib)), mine, "the command's own choices are kept");
+        assert_eq!(
+            exact(argv(&["cargo", "test", "it", "--", "--nocapture"]), Some(&CargoTarget::Test("it".into()))),
+            argv(&["cargo", "test", "it", "--test", "it", "--", "--exact", "--nocapture"])
+        );
+        assert!(is_cargo_test(&argv(&["cargo", "+nightly", "test", "-q", "{unit}"])));
+        assert!(is_cargo_test(&argv(&["/usr/bin/cargo", "test"])));
+        assert!(!is_cargo_test(&argv(&["sh", "-c", "echo {unit}"])));
+        assert!(!is_cargo_test(&argv(&["cargo", "nextest", "run", "--", "test"])));
+    }
+
+    #[test]
+    fn a_failures_message_is_its_panic_message() {
+        let out =
+            "running 1 test\n\nthread 'tests::parse_fails' panicked at src/lib.rs:21:9:\nassertion `left == right` \
+                   failed: parse_fails fails\n  left: 2\n right: 5\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(panic_message(out).as_deref(), Some("assertion `left == right` failed: parse_fails fails"));
+        let with_id = "thread 'tests::x' (9079) panicked at src/lib.rs:21:9:\nboom\n";
+        assert_eq!(panic_message(with_id).as_deref(), Some("boom"));
+        let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
+        assert_eq!(panic_message(old).as_deref(), Some("boom"));
+        assert_eq!(panic_message("test result: ok\n"), None);
+    }
+
+    #[test]
+    fn an_ignored_tests_reason_is_read_in_both_verbosities() {
+        assert_eq!(ignore_reason("test tests::slow ... ignored, too slow\n").as_deref(), Some("too slow"));
+        assert_eq!(ignore_reason("i\ntest: tests::slow, ignore_message: too slow\n").as_deref(), Some("too slow"));
+        assert_eq!(ignore_reason("test tests::slow ... ignored\n"), None);
+    }
+
+    #[test]
+    fn libtest_counts_add_up_over_binaries() {
+        let out = "running 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 3 filtered out; \
+                   finished in 0.00s\n\nrunning 1 test\ntest result: FAILED. 0 passed; 1 failed; 2 ignored; 0 measured; \
+                   0 filtered out; finished in 0.29s\n";
+        assert_eq!(counts(out), Some((0, 1, 2)));
+        assert_eq!(counts("no summary\n"), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! A skip's reason, kept with its unit.
+//!
+//! A skipped, xfailed or pending test used to reach the report as a bare
+//! "skipped": its reason (`not today`, `xfail: known bug`, RSpec's pending
+//! message, libtest's `#[ignore = "too slow"]`) was dropped on the way.
+//! The reason now rides in the finalize request's `errors` payload, as
+//! `{"skip_reason": ...}`, so every report of the build reads it back.
+
+use leasehold_core::{FinalizeRequest, Outcome};
+
+/// The key of the reason in a skipped unit's `errors` payload.
+pub const SKIP_REASON: &str = "skip_reason";
+
+/// The finalize request of a unit with `outcome`, its skip reason kept.
+pub fn finalize_request(outcome: Outcome, duration_ms: u64, reason: Option<&str>) -> FinalizeRequest {
+    let mut request = FinalizeRequest::new(outcome, duration_ms);
+    if let (Outcome::Skipped, Some(reason)) = (outcome, reason.map(str::trim).filter(|r| !r.is_empty())) {
+        // Far below the payload's limit: a reason is a line.
+        let reason: String = reason.chars().take(1024).collect();
+        request.errors = Some(serde_json::json!({ SKIP_REASON: reason }));
+    }
+    request
+}
+
+/// The skip reason in a finalized event's `errors` payload.
+pub fn reason_of(errors: Option<&serde_json::Value>) -> Option<String> {
+    errors?.get(SKIP_REASON)?.as_str().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skips_reason_rides_in_the_errors_payload() {
+        let request = finalize_request(Outcome::Skipped, 3, Some("xfail: known bug"));
+        assert_eq!(reason_of(request.errors.as_ref()).as_deref(), Some("xfail: known bug"));
+        assert!(finalize_request(Outcome::Passed, 3, Some("x")).errors.is_none(), "only skips carry one");
+        assert!(finalize_request(Outcome::Skipped, 3, Some("  ")).errors.is_none());
+        request.validate().unwrap();
+    }
+}

@@ -1,0 +1,760 @@
+//! Fidelity: hopper's verdict equals the tool's own, per test id and in the
+//! build's exit code, on suites that fail outside any test.
+//!
+//! Each test runs the plain tool (the venv's pytest, Debian's rspec, cargo
+//! test) on a small awkward suite, then hopper on the same suite in every
+//! mode of [`MODES`] (agents with one and two slots, batches, one process
+//! per test; on memory, and on a private Redis with `hopper report` giving
+//! the verdict), and compares: every test's outcome, every error outside a
+//! test (its message, and the file or group it is attached to, never a
+//! test), skip reasons, and the exit code. A difference fails the test. A
+//! missing pytest, rspec or redis-server fails these tests; it never skips
+//! them.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{hopper, junit_cases, texts, venv_python};
+use quick_junit::TestCaseStatus;
+
+/// What one run said: each test's outcome, the errors outside tests as
+/// (group, message), and the exit code.
+#[derive(Debug)]
+struct Verdict {
+    tests: BTreeMap<String, &'static str>,
+    outside: BTreeSet<(String, String)>,
+    exit: Option<i32>,
+}
+
+/// The first word of a mode that runs on a private Redis (see [`hopper_verdict`]).
+const REDIS: &str = "redis";
+
+/// The modes every awkward suite runs in: agents with one and two slots,
+/// batches, one process per test, on memory and on a private Redis.
+const MODES: &[&[&str]] = &[
+    &["-j", "1"],
+    &["-j", "2"],
+    &["-j", "1", "--batch-size", "20"],
+    &["--per-process", "-j", "2"],
+    &[REDIS, "-j", "2"],
+    &[REDIS, "-j", "1", "--batch-size", "20"],
+    &[REDIS, "--per-process", "-j", "2"],
+];
+
+/// Files of a pytest suite whose errors are outside its tests: teardown of
+/// module, class (unittest's `tearDownClass`) and session fixtures, a
+/// module fixture whose setup fails (an error of each test that needs it),
+/// and a file that does not import.
+const PYTEST_SUITE: &[(&str, &str)] = &[
+    (
+        "conftest.py",
+        "import pytest\n\n@pytest.fixture(scope='session')\ndef sess():\n    yield 1\n    raise RuntimeError('session teardown boom')\n",
+    ),
+    (
+        "test_mod.py",
+        "import pytest\n\n@pytest.fixture(scope='module')\ndef mod():\n    yield 1\n    raise RuntimeError('module teardown boom')\n\n\
+         def test_a(mod):\n    pass\n\ndef test_b(mod):\n    pass\n",
+    ),
+    (
+        "test_cls.py",
+        "import unittest\n\nclass TestU(unittest.TestCase):\n    @classmethod\n    def tearDownClass(cls):\n        \
+         raise RuntimeError('tearDownClass boom')\n\n    def test_one(self):\n        pass\n\n    def test_two(self):\n        pass\n",
+    ),
+    ("test_sess.py", "def test_uses_session(sess):\n    pass\n\ndef test_plain():\n    pass\n"),
+    (
+        "test_setup.py",
+        "import pytest\n\n@pytest.fixture(scope='module')\ndef broken():\n    raise RuntimeError('module setup boom')\n\n\
+         def test_needs_it(broken):\n    pass\n\ndef test_also(broken):\n    pass\n",
+    ),
+    ("test_zlater.py", "def test_after_all_the_others():\n    pass\n"),
+    ("test_broken.py", "import nope_not_a_module\n\ndef test_never():\n    pass\n"),
+];
+
+fn write_suite(dir: &Path, files: &[(&str, &str)]) {
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// Plain pytest's verdict, from its `-rA` summary: a test listed PASSED or
+/// FAILED has that outcome; ERROR for a test with no other line is its own
+/// (setup) error; ERROR for a test that also PASSED is a teardown error
+/// outside it (its group is checked separately); ERROR for a file is a
+/// collection error of that file.
+fn plain_pytest(dir: &Path, args: &[&str]) -> (Verdict, BTreeMap<String, String>) {
+    let output = Command::new(venv_python())
+        .args(["-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider"])
+        // The summary lines are cut to the terminal width otherwise.
+        .env("COLUMNS", "500")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let summary = stdout.split("short test summary info").nth(1).unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
+    let mut tests = BTreeMap::new();
+    // The summary names a skipped test by its file and line; the verbose lines by its id.
+    for line in stdout.split("short test summary info").next().unwrap_or_default().lines() {
+        if let Some((id, _)) = line.split_once(" SKIPPED").filter(|(id, _)| id.contains("::")) {
+            tests.insert(id.to_owned(), "skipped");
+        }
+    }
+    let mut errors = Vec::new();
+    for line in summary.lines() {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let (id, message) = rest.split_once(" - ").unwrap_or((rest, ""));
+        match word {
+            "PASSED" => drop(tests.insert(id.to_owned(), "passed")),
+            "FAILED" => drop(tests.insert(id.to_owned(), "failed")),
+            // An expected failure is a skip (as JUnit has it); an unexpected pass passes.
+            "XFAIL" => drop(tests.insert(id.to_owned(), "skipped")),
+            "XPASS" => drop(tests.insert(id.to_owned(), "passed")),
+            "ERROR" => errors.push((id.to_owned(), message.to_owned())),
+            _ => {}
+        }
+    }
+    let mut outside = BTreeSet::new();
+    // Which test pytest hung each teardown error on: hopper's group must be that test's file.
+    let mut hung_on = BTreeMap::new();
+    for (id, message) in errors {
+        if !id.contains("::") {
+            outside.insert((id, "collection".to_owned()));
+        } else if let std::collections::btree_map::Entry::Vacant(setup_error) = tests.entry(id.clone()) {
+            setup_error.insert("failed");
+        } else {
+            hung_on.insert(message.clone(), id);
+            outside.insert((String::new(), message));
+        }
+    }
+    (Verdict { tests, outside, exit: output.status.code() }, hung_on)
+}
+
+/// hopper's verdict: the tests' outcomes from its JUnit, the errors
+/// outside tests from its report's `ERROR group (phase error: message)`
+/// lines (a collection error as (file, "collection")). Every group must be
+/// a JUnit case of its own that is no test.
+///
+/// A mode that starts with [`REDIS`] runs on a private Redis: one worker
+/// with the rest of the mode, then `hopper report`, whose output and exit
+/// code are the verdict (as CI on another machine has them).
+fn hopper_verdict(dir: &Path, mode: &[&str], tool: &str, command: &[&str]) -> (Verdict, String) {
+    let junit = dir.join(format!("hopper-{}.xml", mode.join("_")));
+    let (redis, run_mode) = match mode.split_first() {
+        Some((&REDIS, rest)) => (true, rest),
+        _ => (false, mode),
+    };
+    let prefix = leasehold_redis::test_support::unique_prefix("hopper-fidelity");
+    let queue: Vec<String> = if redis {
+        let url = leasehold_redis::test_support::redis_url();
+        ["--queue", &url, "--key-prefix", &prefix, "--build", "fidelity"].map(String::from).to_vec()
+    } else {
+        Vec::new()
+    };
+    let run = hopper(dir)
+        .args(["run", "--no-timings", "--max-requeues", "0", "--discover", tool])
+        .args(&queue)
+        .args(run_mode)
+        .arg("--junit")
+        .arg(&junit)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    let output = if redis {
+        let (stdout, stderr) = texts(&run);
+        assert_eq!(run.status.code(), Some(0), "the worker:\n{stdout}\n{stderr}");
+        hopper(dir).arg("report").args(&queue).arg("--junit").arg(&junit).output().unwrap()
+    } else {
+        run
+    };
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("hopper {mode:?}:\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let mut outside = BTreeSet::new();
+    let mut groups = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("  ERROR ") else { continue };
+        let (group, what) = rest.split_once(" (").unwrap_or_else(|| panic!("{line}\n{shown}"));
+        let what = what.strip_suffix(')').unwrap_or(what);
+        let (phase, message) = what.split_once(" error: ").unwrap_or_else(|| panic!("{line}\n{shown}"));
+        groups.insert(message.to_owned(), group.to_owned());
+        if phase == "collection" {
+            outside.insert((group.to_owned(), "collection".to_owned()));
+        } else {
+            outside.insert((String::new(), message.to_owned()));
+        }
+    }
+    let mut tests = BTreeMap::new();
+    for (name, status) in junit_cases(&junit) {
+        if groups.values().any(|g| *g == name) {
+            assert!(
+                matches!(status, TestCaseStatus::NonSuccess { kind: quick_junit::NonSuccessKind::Error, .. }),
+                "the group {name} is a JUnit <error>: {status:?}\n{shown}"
+            );
+            continue;
+        }
+        let outcome = match status {
+            TestCaseStatus::Success { .. } => "passed",
+            TestCaseStatus::NonSuccess { .. } => "failed",
+            TestCaseStatus::Skipped { .. } => "skipped",
+        };
+        tests.insert(name, outcome);
+    }
+    // A test that failed and passed on a retry would hide an error put on the wrong test.
+    assert!(!stdout.contains("FLAKY"), "{shown}");
+    let verdict = Verdict { tests, outside, exit: output.status.code() };
+    for group in groups.values() {
+        assert!(!verdict.tests.contains_key(group), "an error outside tests was attached to the test {group}\n{shown}");
+    }
+    let groups = groups.into_iter().map(|(m, g)| format!("{m}\t{g}")).collect::<Vec<_>>().join("\n");
+    (verdict, format!("{groups}\n{shown}"))
+}
+
+fn assert_same(plain: &Verdict, ours: &Verdict, shown: &str) {
+    assert_eq!(plain.tests, ours.tests, "per-test outcomes differ\n{shown}");
+    assert_eq!(plain.outside, ours.outside, "errors outside tests differ\n{shown}");
+    assert_eq!(plain.exit, ours.exit, "exit codes differ\n{shown}");
+}
+
+/// The group hopper gave the error `message` (from [`hopper_verdict`]'s listing).
+fn group_of<'a>(shown: &'a str, message: &str) -> &'a str {
+    shown
+        .lines()
+        .find_map(|l| l.strip_prefix(message).and_then(|r| r.strip_prefix('\t')))
+        .unwrap_or_else(|| panic!("no group for {message:?}\n{shown}"))
+}
+
+#[test]
+fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_SUITE);
+    let keep_going = ["--continue-on-collection-errors"];
+    let (plain, hung_on) = plain_pytest(dir.path(), &keep_going);
+    assert_eq!(plain.exit, Some(1), "{plain:?}");
+    assert_eq!(plain.outside.len(), 4, "three teardown errors and a collection error: {plain:?}");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", keep_going[0]];
+    for mode in MODES {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+        // Each teardown error is its node's: the module's file, the class
+        // (a batch knows only its file), or the session.
+        assert_eq!(group_of(&shown, "RuntimeError: module teardown boom"), "test_mod.py", "{shown}");
+        let class = group_of(&shown, "RuntimeError: tearDownClass boom");
+        assert!(class == "test_cls.py::TestU" || class == "test_cls.py", "{class}\n{shown}");
+        // The session's own (agents), or the file of the fixture (batches
+        // read where the traceback ends), never the test pytest hung it on.
+        let session = group_of(&shown, "RuntimeError: session teardown boom");
+        assert!(session == "session" || session == "conftest.py", "{session}\n{shown}");
+        assert!(hung_on["RuntimeError: session teardown boom"].starts_with("test_zlater.py::"), "{hung_on:?}");
+    }
+}
+
+#[test]
+fn a_collection_error_without_keep_going_names_the_file_and_its_traceback() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), &[("test_ok.py", "def test_ok():\n    pass\n"), PYTEST_SUITE[6]]);
+    let plain = Command::new(&python).args(["-m", "pytest", "-q"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(2), "pytest stops on a collection error");
+    for mode in [&["-j", "1"][..], &["-j", "2"], &["--batch-size", "5"]] {
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest"])
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_ne!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(stderr.contains("collection error in test_broken.py"), "{mode:?}: {stderr}");
+        assert!(stderr.contains("No module named 'nope_not_a_module'"), "{mode:?}: {stderr}");
+        assert!(stderr.contains("test_broken.py:1: in <module>"), "the traceback: {mode:?}: {stderr}");
+    }
+}
+
+const RSPEC_SUITE: &[(&str, &str)] = &[
+    (
+        "spec/ctx_spec.rb",
+        "RSpec.describe 'after context' do\n  after(:context) { raise 'after context boom' }\n  \
+         it('passes one') { expect(1).to eq(1) }\n  it('passes two') { expect(2).to eq(2) }\nend\n\n\
+         RSpec.describe 'before context' do\n  before(:context) { raise 'before context boom' }\n  \
+         it('never runs') { expect(1).to eq(1) }\nend\n",
+    ),
+    ("spec/plain_spec.rb", "RSpec.describe 'plain' do\n  it('works') { expect(true).to be(true) }\nend\n"),
+];
+
+/// Plain rspec's verdict from its JSON: each example's status; the errors
+/// outside examples only as a count (as `("", n)`), since RSpec names no group.
+fn plain_rspec(dir: &Path) -> Verdict {
+    let out = dir.join("plain.json");
+    let output = Command::new("rspec")
+        .args(["--format", "progress", "--format", "json", "--out"])
+        .arg(&out)
+        .current_dir(dir)
+        .output()
+        .expect("rspec is required by this test: install Debian's ruby-rspec (cargo xtask setup does)");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let tests = doc["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let outcome = match e["status"].as_str() {
+                Some("passed") => "passed",
+                Some("pending") => "skipped",
+                _ => "failed",
+            };
+            (e["id"].as_str().unwrap().to_owned(), outcome)
+        })
+        .collect();
+    let count = doc["summary"]["errors_outside_of_examples_count"].as_u64().unwrap();
+    Verdict { tests, outside: BTreeSet::from([(String::new(), count.to_string())]), exit: output.status.code() }
+}
+
+#[test]
+fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), RSPEC_SUITE);
+    let plain = plain_rspec(dir.path());
+    assert_eq!(plain.exit, Some(1), "{plain:?}");
+    for mode in MODES {
+        let (mut ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
+        let groups: Vec<&str> = shown.lines().filter_map(|l| l.split_once('\t').map(|(_, g)| g)).collect();
+        // The group (agents) or its file (batches): never an example.
+        assert!(
+            groups.iter().all(|g| *g == "./spec/ctx_spec.rb[1]" || *g == "./spec/ctx_spec.rb"),
+            "{groups:?}\n{shown}"
+        );
+        ours.outside = BTreeSet::from([(String::new(), ours.outside.len().to_string())]);
+        assert_same(&plain, &ours, &shown);
+    }
+}
+
+/// A crate whose `tests::parse` passes while `tests::parse_fails` (a name
+/// that `tests::parse` is a prefix of) fails, with a failing doctest, an
+/// ignored test and an integration test.
+const CARGO_SUITE: &[(&str, &str)] = &[
+    ("Cargo.toml", "[package]\nname = \"exact-demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n# Not part of any workspace above.\n[workspace]\n"),
+    (
+        "src/lib.rs",
+        "//! A crate whose doctest fails.\n\n/// Adds one.\n///\n/// ```\n/// assert_eq!(exact_demo::add_one(1), 3, \"a failing doctest\");\n/// ```\n\
+         pub fn add_one(x: u32) -> u32 {\n    x + 1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn parse() {\n        assert_eq!(super::add_one(1), 2);\n    }\n\n\
+         \x20   #[test]\n    fn parse_fails() {\n        assert_eq!(super::add_one(1), 5, \"parse_fails fails\");\n    }\n\n\
+         \x20   #[test]\n    #[ignore = \"too slow\"]\n    fn slow() {}\n}\n",
+    ),
+    ("tests/it.rs", "#[test]\nfn integration() {\n    assert_eq!(exact_demo::add_one(2), 3);\n}\n"),
+];
+
+/// Plain `cargo test --no-fail-fast`'s outcome of every test, from its
+/// `test NAME ... ok|FAILED|ignored` lines.
+fn plain_cargo_test(dir: &Path) -> Verdict {
+    let output = Command::new("cargo")
+        .args(["test", "--no-fail-fast"])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (stdout, _) = texts(&output);
+    let mut tests = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((name, result)) = line.strip_prefix("test ").and_then(|l| l.rsplit_once(" ... ")) else { continue };
+        let outcome = match result {
+            "ok" => "passed",
+            "FAILED" => "failed",
+            r if r.starts_with("ignored") => "skipped",
+            other => panic!("{other}: {stdout}"),
+        };
+        tests.insert(name.to_owned(), outcome);
+    }
+    Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() }
+}
+
+#[test]
+fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    let mut plain = plain_cargo_test(dir.path());
+    assert_eq!(plain.tests.len(), 5, "{plain:?}");
+    assert_eq!(plain.tests["src/lib.rs - add_one (line 5)"], "failed", "{plain:?}");
+    assert_eq!(plain.exit, Some(101));
+    // hopper's red is 1, cargo's 101: the verdict is what must agree.
+    plain.exit = Some(1);
+    for mode in [&["-j", "1"][..], &["-j", "2"]] {
+        let junit = dir.path().join("cargo.xml");
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .args(["--", "cargo", "test", "-q", "{unit}"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let tests = junit_cases(&junit)
+            .into_iter()
+            .map(|(name, status)| {
+                let outcome = match status {
+                    TestCaseStatus::Success { .. } => "passed",
+                    TestCaseStatus::NonSuccess { .. } => "failed",
+                    TestCaseStatus::Skipped { .. } => "skipped",
+                };
+                (name, outcome)
+            })
+            .collect();
+        let ours = Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() };
+        assert_same(&plain, &ours, &shown);
+        // A Rust failure says its panic message, and its JUnit case names the module.
+        assert!(
+            stdout.contains("FAIL tests::parse_fails (assertion `left == right` failed: parse_fails fails"),
+            "{shown}"
+        );
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        assert!(xml.contains(r#"<testcase name="parse_fails" classname="tests""#), "{xml}");
+        assert!(xml.contains(r#"<testcase name="add_one (line 5)" classname="src/lib.rs""#), "{xml}");
+        assert!(xml.contains(r#"<property name="hopper.unit" value="tests::parse_fails"/>"#), "{xml}");
+        // `#[ignore = "too slow"]`: skipped, with libtest's reason.
+        assert!(xml.contains(r#"<skipped message="too slow"/>"#), "{xml}");
+    }
+}
+
+#[test]
+fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    // `{unit}-gone` names no test: each command runs zero tests and exits 0.
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "-j", "2", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test"])
+        .args(["--", "cargo", "test", "-q", "{unit}-gone"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("5 units, 0 passed (0 flaky), 5 failed"), "{stdout}");
+    assert!(stdout.contains("FAIL tests::parse (ran no test"), "{stdout}");
+}
+
+#[test]
+fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(
+        dir.path(),
+        &[(
+            "test_sub.py",
+            "def test_sub(subtests):\n    for i in range(3):\n        with subtests.test(msg='case', i=i):\n            \
+             assert i == 0, f'i is {i}'\n\ndef test_ok():\n    pass\n",
+        )],
+    );
+    let (plain, _) = plain_pytest(dir.path(), &[]);
+    assert_eq!(plain.tests.get("test_sub.py::test_sub"), Some(&"failed"), "{plain:?}");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let (ours, shown) = hopper_verdict(dir.path(), &["-j", "1", "--batch-size", "10"], "pytest", &command);
+    assert_same(&plain, &ours, &shown);
+    assert!(shown.contains("i is 1") && shown.contains("i is 2"), "every subtest's message: {shown}");
+}
+
+#[test]
+fn a_test_that_crashes_its_batch_fails_alone() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    let mut source = String::from("import os\n\n");
+    for i in 0..6 {
+        source.push_str(&format!("def test_{i}():\n    pass\n\n"));
+    }
+    source.push_str("def test_crash():\n    os._exit(3)\n\ndef test_z_after():\n    pass\n");
+    write_suite(dir.path(), &[("test_many.py", source.as_str())]);
+    let junit = dir.path().join("crash.xml");
+    let output = hopper(dir.path())
+        .args(["run", "-j", "1", "--batch-size", "10", "--max-requeues", "1", "--no-timings", "--discover", "pytest"])
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let cases = junit_cases(&junit);
+    let failed: Vec<&String> =
+        cases.iter().filter(|(_, s)| !matches!(s, TestCaseStatus::Success { .. })).map(|(n, _)| n).collect();
+    assert_eq!(failed, vec!["test_many.py::test_crash"], "{stdout}");
+    assert!(stdout.contains("8 units, 7 passed (0 flaky), 1 failed"), "no test that passes is flaky: {stdout}");
+}
+
+/// A suite under `tests/` with a pass, a failure, a skip, an xfail and an
+/// xpass, each test logging that it ran (to `ran.log` beside `tests/`).
+const PYTEST_OUTCOMES: &[(&str, &str)] = &[(
+    "tests/test_outcomes.py",
+    "import os\nimport pytest\n\ndef ran(name):\n    with open(os.path.join(os.path.dirname(__file__), '..', 'ran.log'), 'a') as log:\n        log.write(name + '\\n')\n\n\
+     def test_pass():\n    ran('pass')\n\ndef test_fail():\n    ran('fail')\n    assert False, 'deliberate'\n\n\
+     def test_skip():\n    ran('skip')\n    pytest.skip('not today')\n\n\
+     @pytest.mark.xfail(reason='known bug')\ndef test_xfail():\n    ran('xfail')\n    assert False\n\n\
+     @pytest.mark.xfail(reason='fixed already')\ndef test_xpass():\n    ran('xpass')\n\n\
+     @pytest.mark.parametrize('v', ['a b', 'q\\'\"', '\u{e9}\u{2713}'])\ndef test_ids(v):\n    ran('ids ' + v)\n    assert v != 'a b'\n",
+)];
+
+#[test]
+fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_OUTCOMES);
+    let log = dir.path().join("ran.log");
+    let (plain, _) = plain_pytest(dir.path(), &["tests"]);
+    assert_eq!(plain.tests.len(), 8, "{plain:?}");
+    assert_eq!(plain.tests["tests/test_outcomes.py::test_xfail"], "skipped");
+    let plain_out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-rsx", "-p", "no:cacheprovider", "tests"])
+        .current_dir(dir.path())
+        .env("COLUMNS", "500")
+        .output()
+        .unwrap();
+    let (plain_text, _) = texts(&plain_out);
+    assert!(plain_text.contains(": not today"), "{plain_text}");
+    assert!(plain_text.contains("XFAIL tests/test_outcomes.py::test_xfail - known bug"), "{plain_text}");
+    // The command's own `tests` would make every unit run the whole directory.
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
+    for mode in MODES {
+        let _ = std::fs::remove_file(&log);
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+        // Agents collect the command's paths themselves; batches and processes drop them, once.
+        let agents = !mode.iter().any(|m| *m == "--per-process" || *m == "--batch-size");
+        let said = if mode.first() == Some(&REDIS) { 0 } else { usize::from(!agents) };
+        assert_eq!(shown.matches("tests is only for discovery").count(), said, "{shown}");
+        let ran = std::fs::read_to_string(&log).unwrap();
+        let mut ran: Vec<&str> = ran.lines().collect();
+        ran.sort_unstable();
+        let want = ["fail", "ids a b", "ids q'\"", "ids \u{e9}\u{2713}", "pass", "skip", "xfail", "xpass"];
+        assert_eq!(ran, want, "each test ran once\n{shown}");
+        // The reasons pytest gives (`SKIPPED [1] ...: not today`, `XFAIL ... - known bug`).
+        let junit = dir.path().join(format!("hopper-{}.xml", mode.join("_")));
+        let cases = junit_cases(&junit);
+        let reason = |id: &str| match &cases[id] {
+            TestCaseStatus::Skipped { message, .. } => message.as_ref().map(|m| m.to_string()),
+            other => panic!("{id}: {other:?}"),
+        };
+        assert_eq!(reason("tests/test_outcomes.py::test_skip").as_deref(), Some("not today"), "{shown}");
+        assert_eq!(reason("tests/test_outcomes.py::test_xfail").as_deref(), Some("xfail: known bug"), "{shown}");
+        assert!(shown.contains("SKIPPED [1] not today"), "{shown}");
+    }
+}
+
+#[test]
+fn junit_names_the_file_and_setup_errors_are_errors() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), PYTEST_SUITE);
+    let junit = dir.path().join("names.xml");
+    let output = hopper(dir.path())
+        .args(["run", "-j", "1", "--no-timings", "--max-requeues", "0", "--discover", "pytest", "--junit"])
+        .arg(&junit)
+        .args([
+            "--",
+            python.as_str(),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+    let cases: BTreeMap<String, &quick_junit::TestCase> =
+        report.test_suites.iter().flat_map(|s| s.test_cases.iter()).map(|c| (unit_of(c), c)).collect();
+    let classname = |name: &str| cases[name].classname.as_ref().map(|c| c.to_string());
+    assert_eq!(cases["test_mod.py::test_a"].name.as_str(), "test_a", "the test's own name: {xml}");
+    assert_eq!(classname("test_mod.py::test_a").as_deref(), Some("test_mod.py"), "{xml}");
+    assert_eq!(classname("test_cls.py::TestU::test_one").as_deref(), Some("test_cls.py::TestU"), "{xml}");
+    // A module fixture's setup error is an error of each test that needs it, as pytest has it.
+    assert!(
+        matches!(
+            cases["test_setup.py::test_needs_it"].status,
+            TestCaseStatus::NonSuccess { kind: quick_junit::NonSuccessKind::Error, .. }
+        ),
+        "{xml}"
+    );
+}
+
+/// A JUnit case's unit id: hopper's `hopper.unit` property, else its name.
+fn unit_of(case: &quick_junit::TestCase) -> String {
+    let id = case.properties.iter().find(|p| p.name.as_str() == "hopper.unit").map(|p| p.value.to_string());
+    id.unwrap_or_else(|| case.name.to_string())
+}
+
+#[test]
+fn an_empty_selection_exits_as_the_tool_would() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), &[("test_one.py", "def test_one():\n    pass\n")]);
+    let selection = ["-k", "nothing_matches"];
+    let plain =
+        Command::new(&python).args(["-m", "pytest", "-q"]).args(selection).current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(5));
+    for mode in [&["-j", "1"][..], &["--per-process"]] {
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest"])
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(selection)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), plain.status.code(), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stderr.contains("selected no test"), "{stderr}");
+    }
+    let specs = tempfile::tempdir().unwrap();
+    write_suite(specs.path(), &[("spec/none_spec.rb", "RSpec.describe 'nothing' do\nend\n")]);
+    let plain = Command::new("rspec").current_dir(specs.path()).output().unwrap();
+    let output =
+        hopper(specs.path()).args(["run", "--no-timings", "--discover", "rspec", "--", "rspec"]).output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), plain.status.code(), "{stdout}\n{stderr}");
+    assert_eq!(output.status.code(), Some(0));
+}
+
+#[test]
+fn a_module_skipped_whole_is_kept_with_its_reason() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(
+        dir.path(),
+        &[
+            (
+                "test_imp.py",
+                "import pytest\n\npytest.importorskip('nope_not_installed')\n\ndef test_never():\n    pass\n",
+            ),
+            ("test_ok.py", "def test_ok():\n    pass\n"),
+        ],
+    );
+    let plain = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
+        .env("COLUMNS", "500")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, _) = texts(&plain);
+    assert!(stdout.contains("1 passed, 1 skipped"), "{stdout}");
+    // `SKIPPED [1] test_imp.py:3: could not import 'nope_not_installed': ...`
+    let reason = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SKIPPED [1] test_imp.py:3: "))
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_owned();
+    for mode in [&["-j", "2"][..], &["--per-process"], &["--batch-size", "5"]] {
+        let junit = dir.path().join("skip.xml");
+        let output = hopper(dir.path())
+            .args(["run", "--no-timings", "--discover", "pytest", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), plain.status.code(), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("SKIPPED test_imp.py ({reason})")), "{mode:?}\n{stdout}");
+        assert!(stdout.contains("1 file(s) skipped"), "{stdout}");
+        let cases = junit_cases(&junit);
+        assert!(
+            matches!(&cases["test_imp.py"], TestCaseStatus::Skipped { message, .. } if message.as_deref() == Some(reason.as_str())),
+            "{:?}",
+            cases.get("test_imp.py")
+        );
+    }
+}
+
+/// An agent whose child keeps its stdout open after it exited: the build
+/// ends when the agent does, and the errors it sent on the way out count.
+#[test]
+fn an_agents_final_errors_are_read_until_it_exits_even_if_a_child_holds_its_pipe() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = "import json, subprocess, sys\n\
+                 subprocess.Popen(['sleep', '30'])  # inherits stdout, and outlives us\n\
+                 print(json.dumps({'event': 'ready', 'protocol': 1}), flush=True)\n\
+                 for line in sys.stdin:\n    \
+                     req = json.loads(line)\n    \
+                     if req['op'] == 'exit':\n        \
+                         print(json.dumps({'event': 'error', 'group': 'suite', 'phase': 'teardown', 'message': 'final boom'}), flush=True)\n        \
+                         sys.exit(0)\n    \
+                     print(json.dumps({'event': 'started', 'seq': req['seq']}), flush=True)\n    \
+                     print(json.dumps({'event': 'result', 'seq': req['seq'], 'outcome': 'passed'}), flush=True)\n";
+    std::fs::write(dir.path().join("agent.py"), agent).unwrap();
+    std::fs::write(dir.path().join("units.txt"), "one\ntwo\n").unwrap();
+    let started = Instant::now();
+    let output = hopper(dir.path())
+        .args([
+            "run",
+            "-j",
+            "1",
+            "--no-timings",
+            "--units-from",
+            "units.txt",
+            "--agent",
+            "--",
+            python.as_str(),
+            "agent.py",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert!(started.elapsed() < Duration::from_secs(20), "waited for the child: {:?}", started.elapsed());
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("ERROR suite (teardown error: final boom)"), "{stdout}");
+}
+
+#[test]
+fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(dir.path(), CARGO_SUITE);
+    let mut plain = plain_cargo_test(dir.path());
+    // nextest runs no doctests.
+    plain.tests.retain(|name, _| !name.contains(" - "));
+    plain.exit = Some(1);
+    for mode in [&["-j", "1"][..], &["-j", "2"]] {
+        let junit = dir.path().join("nextest.xml");
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "--discover", "nextest", "--junit"])
+            .arg(&junit)
+            .args(mode)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{mode:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let xml = std::fs::read_to_string(&junit).unwrap_or_else(|_| panic!("{shown}"));
+        let report = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+        let tests = report
+            .test_suites
+            .iter()
+            .flat_map(|s| s.test_cases.iter())
+            .map(|case| {
+                let outcome = match case.status {
+                    TestCaseStatus::Success { .. } => "passed",
+                    TestCaseStatus::NonSuccess { .. } => "failed",
+                    TestCaseStatus::Skipped { .. } => "skipped",
+                };
+                (case.name.to_string(), outcome)
+            })
+            .collect();
+        let ours = Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() };
+        assert_same(&plain, &ours, &shown);
+        assert!(xml.contains(r#"<skipped message="too slow"/>"#), "{xml}");
+        assert!(
+            stdout
+                .contains("FAIL binary_id(=exact-demo) & test(=tests::parse_fails) (assertion `left == right` failed"),
+            "{shown}"
+        );
+    }
+}
