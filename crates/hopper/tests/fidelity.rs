@@ -758,3 +758,23 @@ fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
         );
     }
 }
+
+#[test]
+fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    write_suite(
+        dir.path(),
+        &[
+            ("spec/ok_spec.rb", "RSpec.describe('ok') { it('works') { expect(1).to eq(1) } }\n"),
+            ("spec/broken_spec.rb", "require 'nope_not_a_gem'\n"),
+        ],
+    );
+    let plain = Command::new("rspec").current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(1), "rspec stops on a file that does not load");
+    let output =
+        hopper(dir.path()).args(["run", "--no-timings", "--discover", "rspec", "--", "rspec"]).output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_ne!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("while loading ./spec/broken_spec.rb"), "{stderr}");
+    assert!(stderr.contains("nope_not_a_gem"), "{stderr}");
+}

@@ -25,7 +25,14 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     argv.extend(["--dry-run".into(), "--format".into(), "json".into(), "--out".into(), out.display().to_string()]);
     let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
     if !output.status.success() {
-        return Err(failed(shown, &output));
+        // A file that does not load: RSpec's JSON names it, with the backtrace.
+        let messages = std::fs::read_to_string(&out).ok().map(|t| messages(&t)).unwrap_or_default();
+        return Err(match failed(shown, &output) {
+            UnitsError::DiscoverFailed { command, status, detail } if !messages.is_empty() => {
+                UnitsError::DiscoverFailed { command, status, detail: format!("{detail}\n{messages}") }
+            }
+            other => other,
+        });
     }
     let text = std::fs::read_to_string(&out).map_err(|error| UnitsError::DiscoverParse {
         command: shown.clone(),
@@ -38,13 +45,27 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     Ok((shown, listing))
 }
 
+/// What RSpec printed besides the examples (its `messages`: a file that
+/// did not load, with the backtrace), one after the other.
+fn messages(text: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_default();
+    let messages = value.get("messages").and_then(|m| m.as_array());
+    messages
+        .map(|m| m.iter().filter_map(|m| m.as_str()).map(str::trim).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
 /// Example ids and `summary.example_count` (load errors outside examples are an error).
 pub fn parse(text: &str) -> Result<Listing, String> {
     let value: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| e.to_string())?;
     let summary = value.get("summary").ok_or("no \"summary\"")?;
     let errors = summary.get("errors_outside_of_examples_count").and_then(|c| c.as_u64()).unwrap_or(0);
     if errors > 0 {
-        return Err(format!("{errors} error(s) occurred outside of examples (a spec file failed to load)"));
+        // RSpec's messages name the file and give the backtrace.
+        return Err(format!(
+            "{errors} error(s) occurred outside of examples (a spec file failed to load): {}",
+            messages(text)
+        ));
     }
     let counted = summary.get("example_count").and_then(|c| c.as_u64()).ok_or("no \"summary.example_count\"")?;
     let examples = value.get("examples").and_then(|e| e.as_array()).ok_or("no \"examples\" array")?;
