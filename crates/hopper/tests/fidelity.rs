@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{hopper, junit_cases, texts, venv_python};
+use common::{hopper, junit_cases, texts, venv_python, Project};
 use quick_junit::TestCaseStatus;
 
 /// What one run said: each test's outcome, the errors outside tests as
@@ -73,16 +73,6 @@ const PYTEST_SUITE: &[(&str, &str)] = &[
     ("test_zlater.py", "def test_after_all_the_others():\n    pass\n"),
     ("test_broken.py", "import nope_not_a_module\n\ndef test_never():\n    pass\n"),
 ];
-
-fn write_suite(dir: &Path, files: &[(&str, &str)]) {
-    for (name, text) in files {
-        let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-        }
-        std::fs::write(path, text).unwrap();
-    }
-}
 
 /// Plain pytest's verdict, from its `-rA` summary: a test listed PASSED or
 /// FAILED has that outcome; ERROR for a test with no other line is its own
@@ -234,8 +224,7 @@ fn group_of<'a>(shown: &'a str, message: &str) -> &'a str {
 #[test]
 fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), PYTEST_SUITE);
+    let dir = Project::new(PYTEST_SUITE);
     let keep_going = ["--continue-on-collection-errors"];
     let (plain, hung_on) = plain_pytest(dir.path(), &keep_going);
     assert_eq!(plain.exit, Some(1), "{plain:?}");
@@ -260,8 +249,7 @@ fn pytest_errors_outside_tests_fail_the_build_and_belong_to_their_file() {
 #[test]
 fn a_collection_error_without_keep_going_names_the_file_and_its_traceback() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), &[("test_ok.py", "def test_ok():\n    pass\n"), PYTEST_SUITE[6]]);
+    let dir = Project::new(&[("test_ok.py", "def test_ok():\n    pass\n"), PYTEST_SUITE[6]]);
     let plain = Command::new(&python).args(["-m", "pytest", "-q"]).current_dir(dir.path()).output().unwrap();
     assert_eq!(plain.status.code(), Some(2), "pytest stops on a collection error");
     for mode in [&["-j", "1"][..], &["-j", "2"], &["--batch-size", "5"]] {
@@ -320,8 +308,7 @@ fn plain_rspec(dir: &Path) -> Verdict {
 
 #[test]
 fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), RSPEC_SUITE);
+    let dir = Project::new(RSPEC_SUITE);
     let plain = plain_rspec(dir.path());
     assert_eq!(plain.exit, Some(1), "{plain:?}");
     for mode in MODES {
@@ -378,8 +365,7 @@ fn plain_cargo_test(dir: &Path) -> Verdict {
 
 #[test]
 fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), CARGO_SUITE);
+    let dir = Project::new(CARGO_SUITE);
     let mut plain = plain_cargo_test(dir.path());
     assert_eq!(plain.tests.len(), 5, "{plain:?}");
     assert_eq!(plain.tests["src/lib.rs - add_one (line 5)"], "failed", "{plain:?}");
@@ -427,8 +413,7 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
 
 #[test]
 fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), CARGO_SUITE);
+    let dir = Project::new(CARGO_SUITE);
     // `{unit}-gone` names no test: each command runs zero tests and exits 0.
     let output = hopper(dir.path())
         .env("CARGO_TARGET_DIR", dir.path().join("target"))
@@ -445,15 +430,11 @@ fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
 #[test]
 fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(
-        dir.path(),
-        &[(
-            "test_sub.py",
-            "def test_sub(subtests):\n    for i in range(3):\n        with subtests.test(msg='case', i=i):\n            \
+    let dir = Project::new(&[(
+        "test_sub.py",
+        "def test_sub(subtests):\n    for i in range(3):\n        with subtests.test(msg='case', i=i):\n            \
              assert i == 0, f'i is {i}'\n\ndef test_ok():\n    pass\n",
-        )],
-    );
+    )]);
     let (plain, _) = plain_pytest(dir.path(), &[]);
     assert_eq!(plain.tests.get("test_sub.py::test_sub"), Some(&"failed"), "{plain:?}");
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
@@ -465,13 +446,12 @@ fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {
 #[test]
 fn a_test_that_crashes_its_batch_fails_alone() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
     let mut source = String::from("import os\n\n");
     for i in 0..6 {
         source.push_str(&format!("def test_{i}():\n    pass\n\n"));
     }
     source.push_str("def test_crash():\n    os._exit(3)\n\ndef test_z_after():\n    pass\n");
-    write_suite(dir.path(), &[("test_many.py", source.as_str())]);
+    let dir = Project::new(&[("test_many.py", source.as_str())]);
     let junit = dir.path().join("crash.xml");
     let output = hopper(dir.path())
         .args(["run", "-j", "1", "--batch-size", "10", "--max-requeues", "1", "--no-timings", "--discover", "pytest"])
@@ -504,8 +484,7 @@ const PYTEST_OUTCOMES: &[(&str, &str)] = &[(
 #[test]
 fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), PYTEST_OUTCOMES);
+    let dir = Project::new(PYTEST_OUTCOMES);
     let log = dir.path().join("ran.log");
     let (plain, _) = plain_pytest(dir.path(), &["tests"]);
     assert_eq!(plain.tests.len(), 8, "{plain:?}");
@@ -550,8 +529,7 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
 #[test]
 fn junit_names_the_file_and_setup_errors_are_errors() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), PYTEST_SUITE);
+    let dir = Project::new(PYTEST_SUITE);
     let junit = dir.path().join("names.xml");
     let output = hopper(dir.path())
         .args(["run", "-j", "1", "--no-timings", "--max-requeues", "0", "--discover", "pytest", "--junit"])
@@ -596,8 +574,7 @@ fn unit_of(case: &quick_junit::TestCase) -> String {
 #[test]
 fn an_empty_selection_exits_as_the_tool_would() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), &[("test_one.py", "def test_one():\n    pass\n")]);
+    let dir = Project::new(&[("test_one.py", "def test_one():\n    pass\n")]);
     let selection = ["-k", "nothing_matches"];
     let plain =
         Command::new(&python).args(["-m", "pytest", "-q"]).args(selection).current_dir(dir.path()).output().unwrap();
@@ -614,8 +591,7 @@ fn an_empty_selection_exits_as_the_tool_would() {
         assert_eq!(output.status.code(), plain.status.code(), "{mode:?}\n{stdout}\n{stderr}");
         assert!(stderr.contains("selected no test"), "{stderr}");
     }
-    let specs = tempfile::tempdir().unwrap();
-    write_suite(specs.path(), &[("spec/none_spec.rb", "RSpec.describe 'nothing' do\nend\n")]);
+    let specs = Project::new(&[("spec/none_spec.rb", "RSpec.describe 'nothing' do\nend\n")]);
     let plain = Command::new("rspec").current_dir(specs.path()).output().unwrap();
     let output =
         hopper(specs.path()).args(["run", "--no-timings", "--discover", "rspec", "--", "rspec"]).output().unwrap();
@@ -627,17 +603,10 @@ fn an_empty_selection_exits_as_the_tool_would() {
 #[test]
 fn a_module_skipped_whole_is_kept_with_its_reason() {
     let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(
-        dir.path(),
-        &[
-            (
-                "test_imp.py",
-                "import pytest\n\npytest.importorskip('nope_not_installed')\n\ndef test_never():\n    pass\n",
-            ),
-            ("test_ok.py", "def test_ok():\n    pass\n"),
-        ],
-    );
+    let dir = Project::new(&[
+        ("test_imp.py", "import pytest\n\npytest.importorskip('nope_not_installed')\n\ndef test_never():\n    pass\n"),
+        ("test_ok.py", "def test_ok():\n    pass\n"),
+    ]);
     let plain = Command::new(&python)
         .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
         .env("COLUMNS", "500")
@@ -716,8 +685,7 @@ fn an_agents_final_errors_are_read_until_it_exits_even_if_a_child_holds_its_pipe
 
 #[test]
 fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(dir.path(), CARGO_SUITE);
+    let dir = Project::new(CARGO_SUITE);
     let mut plain = plain_cargo_test(dir.path());
     // nextest runs no doctests.
     plain.tests.retain(|name, _| !name.contains(" - "));
@@ -761,14 +729,10 @@ fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
 
 #[test]
 fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
-    let dir = tempfile::tempdir().unwrap();
-    write_suite(
-        dir.path(),
-        &[
-            ("spec/ok_spec.rb", "RSpec.describe('ok') { it('works') { expect(1).to eq(1) } }\n"),
-            ("spec/broken_spec.rb", "require 'nope_not_a_gem'\n"),
-        ],
-    );
+    let dir = Project::new(&[
+        ("spec/ok_spec.rb", "RSpec.describe('ok') { it('works') { expect(1).to eq(1) } }\n"),
+        ("spec/broken_spec.rb", "require 'nope_not_a_gem'\n"),
+    ]);
     let plain = Command::new("rspec").current_dir(dir.path()).output().unwrap();
     assert_eq!(plain.status.code(), Some(1), "rspec stops on a file that does not load");
     let output =
