@@ -34,8 +34,10 @@
 //! poll's outcome is written to the account's `last_sync_at` / `last_error`.
 
 mod folders;
+pub mod framing;
 mod message;
 mod session;
+pub mod tls;
 mod transport;
 
 use std::collections::BTreeMap;
@@ -46,6 +48,8 @@ use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
 pub use folders::{special_folders, special_folders_of, Folder, Role};
+pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
+pub use transport::ConnectError;
 
 use crate::config::Config;
 use crate::errors::SourceError;
@@ -57,8 +61,8 @@ pub const BATCH: usize = 500;
 /// Newest messages whose flags are re-read on servers without CONDSTORE.
 pub const FLAG_RESCAN: u32 = 500;
 
-/// The engine's timing settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The engine's timing and security settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImapSettings {
     /// Bound of the TCP connect, the TLS handshake, the greeting and LOGIN each.
     pub connect_timeout: Duration,
@@ -70,6 +74,10 @@ pub struct ImapSettings {
     pub idle_silence: Duration,
     /// NOOP poll interval on servers without IDLE.
     pub noop_interval: Duration,
+    /// The trusted roots: the system's, plus `IMAP_CA_FILE`'s.
+    pub tls: TlsSettings,
+    /// `IMAP_ALLOW_PLAIN`: whether `plain` may go to addresses that are not loopback.
+    pub allow_plain: bool,
 }
 
 impl Default for ImapSettings {
@@ -80,6 +88,8 @@ impl Default for ImapSettings {
             idle_deadline: Duration::from_secs(24 * 60),
             idle_silence: Duration::from_secs(5 * 60),
             noop_interval: Duration::from_secs(15),
+            tls: TlsSettings::default(),
+            allow_plain: false,
         }
     }
 }
@@ -89,7 +99,12 @@ impl From<&Config> for ImapSettings {
     /// its IDLE cleanly before the runner's own bound would cut it.
     fn from(c: &Config) -> Self {
         let margin = (c.idle_reissue / 10).min(Duration::from_secs(60));
-        Self { idle_deadline: c.idle_reissue - margin, ..Self::default() }
+        Self {
+            idle_deadline: c.idle_reissue - margin,
+            tls: TlsSettings::with_ca_file(c.imap_ca_file.as_ref()),
+            allow_plain: c.imap_allow_plain,
+            ..Self::default()
+        }
     }
 }
 
@@ -136,15 +151,20 @@ impl ImapSource {
 
     /// Logs in with `creds` and out again: what `account add` checks before
     /// saving. The error carries the server's answer.
-    pub async fn verify_login(creds: &Credentials, settings: ImapSettings) -> Result<(), LoginError> {
-        match transport::open(creds, settings.connect_timeout).await {
+    pub async fn verify_login(creds: &Credentials, settings: &ImapSettings) -> Result<(), LoginError> {
+        match transport::open(creds, settings).await {
             Ok(mut session) => {
                 let _ = tokio::time::timeout(settings.command_timeout, session.logout()).await;
                 Ok(())
             }
             Err(transport::ConnectFailure::Refused(answer)) => Err(LoginError::Refused { answer }),
-            Err(transport::ConnectFailure::Unreachable(source)) => {
-                Err(LoginError::Unreachable { server: format!("{}:{}", creds.host, creds.port), source })
+            Err(transport::ConnectFailure::Failed(source)) => {
+                let server = format!("{}:{}", creds.host, creds.port);
+                Err(if source.is_unreachable() {
+                    LoginError::Unreachable { server, source }
+                } else {
+                    LoginError::Unusable { server, source }
+                })
             }
         }
     }
@@ -169,14 +189,25 @@ pub enum LoginError {
         /// The server's answer.
         answer: String,
     },
-    /// The server could not be reached.
+    /// The server could not be reached (TCP, DNS, a timeout).
     #[error("could not reach {server}")]
     Unreachable {
         /// `host:port`.
         server: String,
         /// Why.
         #[source]
-        source: crate::errors::BoxError,
+        source: ConnectError,
+    },
+    /// The server was reached but cannot be used: its certificate was
+    /// refused, it does not speak IMAP, it passed a limit, or `plain` was
+    /// asked for to an address that is not loopback.
+    #[error("cannot use the IMAP server {server}")]
+    Unusable {
+        /// `host:port`.
+        server: String,
+        /// Why, in words.
+        #[source]
+        source: ConnectError,
     },
 }
 
@@ -194,23 +225,23 @@ impl MailSource for ImapSource {
     async fn connect(&self, fence: &Fence) -> Result<Box<dyn MailConnection>, SourceError> {
         let account = &fence.account;
         let creds = self.storage.credentials(account).await.map_err(|e| storage_error(account, e))?;
-        let failure = match transport::open(&creds, self.settings.connect_timeout).await {
+        let failure = match transport::open(&creds, &self.settings).await {
             Ok(session) => {
                 return session::Connection::start(
                     session,
                     self.storage.clone(),
                     fence.clone(),
-                    self.settings,
+                    self.settings.clone(),
                     self.commands.clone(),
                 )
                 .await
                 .map(|c| Box::new(c) as Box<dyn MailConnection>)
             }
             Err(transport::ConnectFailure::Refused(answer)) => SourceError::Auth { account: account.clone(), answer },
-            Err(transport::ConnectFailure::Unreachable(source)) => SourceError::Connect {
+            Err(transport::ConnectFailure::Failed(source)) => SourceError::Connect {
                 account: account.clone(),
                 server: format!("{}:{}", creds.host, creds.port),
-                source,
+                source: Box::new(source),
             },
         };
         self.record_failure(fence, &failure).await?;

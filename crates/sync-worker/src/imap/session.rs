@@ -144,6 +144,9 @@ impl Connection {
             }
             Ok(Err(e)) => {
                 self.selected = None;
+                // A limit, a parse failure or a lost connection in words,
+                // never async-imap's dump of the parser's bytes.
+                let e = super::transport::imap_error("the answer", e, session.get_ref().limits());
                 Err(FolderFailure::Fatal(self.io(op, Box::new(e))))
             }
             Err(_) => {
@@ -169,7 +172,15 @@ impl Connection {
         Ok(found)
     }
 
+    /// A folder name the server gave that cannot go back in a quoted
+    /// string (NUL, CR, LF) is refused here, before it reaches the wire.
+    fn quotable(&self, op: &str, name: &str) -> Result<(), FolderFailure> {
+        super::transport::unquotable("folder name", name)
+            .map_err(|e| FolderFailure::Refused(self.io(format!("{op} {}", name.escape_debug()), Box::new(e))))
+    }
+
     async fn select(&mut self, name: &str) -> Result<Mailbox, FolderFailure> {
+        self.quotable("SELECT", name)?;
         let condstore = self.caps.condstore;
         // async-imap quotes mailbox names itself.
         let mbox = imap!(self, format!("SELECT {name}"), |s| async {
@@ -189,6 +200,7 @@ impl Connection {
             // Without CONDSTORE a flag change shows in no counter: always look.
             return Ok(false);
         }
+        self.quotable("STATUS", name)?;
         if self.selected.as_deref() == Some(name) {
             // A server answers STATUS of the selected folder from this
             // session's view, which only a command like NOOP brings up to date.
