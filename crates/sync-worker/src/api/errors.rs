@@ -19,7 +19,7 @@ pub struct ErrorBody {
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
-    /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`,
+    /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`, `imap_unusable`,
     /// `method_not_allowed` or `internal`.
     #[schema(example = "bad_request")]
     pub code: String,
