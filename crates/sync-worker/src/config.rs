@@ -17,6 +17,7 @@
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
 //! | `IMAP_CA_FILE` | a PEM file of CA certificates trusted for IMAP TLS besides the system's roots (which honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); checked at start | absent |
 //! | `IMAP_ALLOW_PLAIN` | `true`: accounts with `plain` security may point at any address, not only loopback ones | `false` |
+//! | `IMAP_ALLOW_PRIVATE` | `true`: accounts added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
 //!
 //! Durations in seconds accept a plain number (`60`, `1.5`) or a suffix
 //! (`500ms`, `60s`, `2m`, `1h 30m`: humantime's syntax, as hopper's options); the `_H` and `_MIN` variables take a plain
@@ -82,6 +83,8 @@ pub struct Config {
     pub imap_ca_file: Option<CaFile>,
     /// `IMAP_ALLOW_PLAIN`.
     pub imap_allow_plain: bool,
+    /// `IMAP_ALLOW_PRIVATE`.
+    pub imap_allow_private: bool,
 }
 
 impl Default for Config {
@@ -102,6 +105,7 @@ impl Default for Config {
             worker_id: None,
             imap_ca_file: None,
             imap_allow_plain: false,
+            imap_allow_private: false,
         }
     }
 }
@@ -193,6 +197,9 @@ impl Config {
         }
         if let Some(v) = get("IMAP_ALLOW_PLAIN") {
             c.imap_allow_plain = read_bool("IMAP_ALLOW_PLAIN", &v)?;
+        }
+        if let Some(v) = get("IMAP_ALLOW_PRIVATE") {
+            c.imap_allow_private = read_bool("IMAP_ALLOW_PRIVATE", &v)?;
         }
         c.validate()?;
         Ok(c)
@@ -325,8 +332,9 @@ mod tests {
 
     #[test]
     fn imap_security_settings() {
-        let c = from(&[("IMAP_ALLOW_PLAIN", "true")]).unwrap();
-        assert!(c.imap_allow_plain && c.imap_ca_file.is_none());
+        let c = from(&[("IMAP_ALLOW_PLAIN", "true"), ("IMAP_ALLOW_PRIVATE", "1")]).unwrap();
+        assert!(c.imap_allow_plain && c.imap_allow_private && c.imap_ca_file.is_none());
+        assert!(!Config::default().imap_allow_private);
         let e = from(&[("IMAP_ALLOW_PLAIN", "maybe")]).unwrap_err().to_string();
         assert!(e.contains("IMAP_ALLOW_PLAIN") && e.contains("true or false"), "{e}");
         let dir = tempfile::tempdir().unwrap();

@@ -159,3 +159,59 @@ async fn plain_goes_only_to_loopback_unless_allowed() {
     let allowed = ImapSettings { allow_plain: true, ..settings(None) };
     ImapSource::verify_login(&creds(&outside, port, Security::Plain), &allowed).await.unwrap();
 }
+
+/// The binary as an operator runs it: the system roots come from
+/// `SSL_CERT_FILE`, `IMAP_CA_FILE` adds roots, and a bad `IMAP_CA_FILE`
+/// stops the start with words.
+#[test]
+fn the_binary_honours_ssl_cert_file_and_imap_ca_file() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    use sync_worker::testing::{sync_worker_command, TestDb, TEST_SECRET_KEY};
+
+    let ca = PrivateCa::new().unwrap();
+    let cert = ca.issue("server", &["IP:127.0.0.1"], 2).unwrap();
+    let d = dovecot(&cert);
+    let db = TestDb::sqlite("tls-cli").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let run = |env: &[(&str, &std::path::Path)], args: &[&str]| {
+        let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir.path());
+        c.args(args).env("DATABASE_URL", db.url()).env("SECRET_KEY", TEST_SECRET_KEY);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(&[], &["user", "add", "--email", "ann@example.org"]);
+    assert!(ok, "{err}");
+    let tls_port = d.tls_port().unwrap().to_string();
+    let starttls_port = d.port().to_string();
+    let add = |port: &str, security: &str| {
+        vec!["account", "add", "--user", "ann@example.org", "--host", "127.0.0.1"]
+            .into_iter()
+            .chain(["--port", port, "--security", security, "--username", USER])
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let tls = add(&tls_port, "tls");
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let starttls = add(&starttls_port, "starttls");
+    let starttls: Vec<&str> = starttls.iter().map(String::as_str).collect();
+    // No CA of ours: refused, and saying why.
+    let (ok, err) = run(&[], &tls);
+    assert!(!ok && err.contains("not trusted") && err.contains("Leasehold Test CA"), "{err}");
+    // A bad IMAP_CA_FILE stops the start.
+    let (ok, err) = run(&[("IMAP_CA_FILE", &empty)], &tls);
+    assert!(!ok && err.contains("IMAP_CA_FILE") && err.contains("no PEM certificate"), "{err}");
+    // SSL_CERT_FILE replaces the system's roots, as for OpenSSL programs.
+    let (ok, err) = run(&[("SSL_CERT_FILE", &ca.ca_file())], &tls);
+    assert!(ok, "{err}");
+    // IMAP_CA_FILE adds to them.
+    let (ok, err) = run(&[("IMAP_CA_FILE", &ca.ca_file())], &starttls);
+    assert!(ok, "{err}");
+}

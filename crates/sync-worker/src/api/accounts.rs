@@ -134,7 +134,11 @@ pub async fn add(
         Err(LoginError::Refused { answer }) => return Err(ApiError::ImapRefused { answer }),
         Err(e @ LoginError::Unreachable { .. }) => {
             let server = format!("{host}:{}", body.port);
-            return Err(ApiError::ImapUnreachable { server, reason: crate::errors::error_chain(&e) });
+            // One answer for an unknown host, a closed port, a silent or a
+            // filtered one: the API must not tell port states apart.
+            tracing::info!(%server, error = %crate::errors::error_chain(&e), "account add: IMAP server unreachable");
+            let reason = "no IMAP server answered there (unknown host, closed or filtered port, or no answer in time)";
+            return Err(ApiError::ImapUnreachable { server, reason: reason.into() });
         }
         Err(LoginError::Unusable { server, source }) => {
             // Reached, and found wanting: a refused certificate, not IMAP, a limit passed.

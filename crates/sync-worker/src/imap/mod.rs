@@ -78,6 +78,11 @@ pub struct ImapSettings {
     pub tls: TlsSettings,
     /// `IMAP_ALLOW_PLAIN`: whether `plain` may go to addresses that are not loopback.
     pub allow_plain: bool,
+    /// Whether the server may be at a loopback, link-local, private or
+    /// other non-public address (after DNS). The engine and the operator
+    /// CLI are trusted (`true`); the API's login check takes
+    /// `IMAP_ALLOW_PRIVATE` (default `false`).
+    pub allow_private: bool,
 }
 
 impl Default for ImapSettings {
@@ -90,6 +95,7 @@ impl Default for ImapSettings {
             noop_interval: Duration::from_secs(15),
             tls: TlsSettings::default(),
             allow_plain: false,
+            allow_private: true,
         }
     }
 }
