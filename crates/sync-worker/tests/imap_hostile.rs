@@ -162,3 +162,78 @@ fn a_bye_greeting_is_the_servers_own_words() {
     let (text, _) = check(|s, _| s.write_all(b"* BYE Too many connections from your IP\r\n"));
     assert!(text.contains("ended the connection during the greeting: Too many connections"), "{text}");
 }
+
+/// A logged-in session (the engine's, as a worker runs it) whose server
+/// answers LIST with an endless line, or floods it with long lines: the
+/// poll fails in words, within the CPU bound, and the error is recorded.
+fn logged_in_check(script: Script) -> (String, Duration) {
+    use leasehold_core::{FencingToken, WorkerId};
+    use sync_worker::storage::{Email, NewAccount};
+    use sync_worker::testing::TestDb;
+    use sync_worker::{Fence, MailSource, Scope};
+
+    let port = fake_server(script);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let db = TestDb::sqlite("hostile").unwrap();
+        let storage = db.open().await.unwrap();
+        let user = storage.add_user(&"ann@example.org".parse::<Email>().unwrap()).await.unwrap();
+        let c = creds(port);
+        let account = storage
+            .add_account(&NewAccount {
+                user: user.id,
+                host: c.host,
+                port,
+                security: c.security,
+                username: c.username,
+                password: c.password,
+            })
+            .await
+            .unwrap();
+        let fence = Fence { account, worker: WorkerId::new("w1").unwrap(), token: FencingToken(1) };
+        let source = ImapSource::new(storage.clone(), ImapSettings::default());
+        let before = thread_cpu();
+        let mut conn = source.connect(&fence).await.unwrap_or_else(|e| panic!("connect: {e}"));
+        let e = conn.poll(Scope::Special).await.expect_err("a hostile LIST must fail the poll");
+        let spent = thread_cpu() - before;
+        let text = sync_worker::errors::error_chain(&e);
+        eprintln!("client CPU {spent:?}: {text}");
+        assert!(!text.contains("input: [") && !text.contains("Error {") && !text.contains("code: "), "{text}");
+        assert!(spent < Duration::from_secs(1), "the client spent {spent:?} of CPU: {text}");
+        (text, spent)
+    })
+}
+
+/// Greets, accepts LOGIN, answers CAPABILITY; returns at the next command.
+fn log_in(s: &mut TcpStream, r: &mut BufReader<TcpStream>) -> std::io::Result<String> {
+    s.write_all(b"* OK ready\r\n")?;
+    let tag = command(r)?;
+    s.write_all(format!("{tag} OK logged in\r\n").as_bytes())?;
+    let tag = command(r)?;
+    s.write_all(format!("* CAPABILITY IMAP4rev1\r\n{tag} OK done\r\n").as_bytes())?;
+    command(r)
+}
+
+#[test]
+fn a_logged_in_server_answering_list_with_an_endless_line_is_cut() {
+    let (text, _) = logged_in_check(|s, r| {
+        log_in(s, r)?;
+        s.write_all(b"* LIST () \"/\" ")?;
+        forever(s, &[b'a'; 64 << 10])
+    });
+    assert!(text.contains("LIST") && text.contains("response line longer than 1048576 bytes"), "{text}");
+}
+
+#[test]
+fn a_logged_in_server_flooding_long_lines_is_cut() {
+    let (text, _) = logged_in_check(|s, r| {
+        log_in(s, r)?;
+        // Lines just under the limit, one after another: each alone is
+        // allowed, their re-parsing together is not.
+        let mut line = b"* OK ".to_vec();
+        line.extend(std::iter::repeat_n(b'a', (1 << 20) - 100));
+        line.extend_from_slice(b"\r\n");
+        forever(s, &line)
+    });
+    assert!(text.contains("LIST") && text.contains("would cost more than"), "{text}");
+}

@@ -28,6 +28,12 @@
 //! every wake-up is followed by a normal incremental INBOX poll. Servers
 //! without IDLE are polled with NOOP.
 //!
+//! **Connecting** (`transport`): TLS trusts the system's roots plus
+//! `IMAP_CA_FILE` and says why a certificate was refused (`tls`); `plain`
+//! goes only to loopback unless `IMAP_ALLOW_PLAIN`; the API's login check
+//! accepts only public addresses unless `IMAP_ALLOW_PRIVATE`. Everything the
+//! server sends passes size limits before the parser sees it (`framing`).
+//!
 //! **Failures**: every command has a timeout; a folder the server refuses
 //! (NO/BAD) is skipped and reported while the others sync; a refused login
 //! is [`SourceError::Auth`] (the runner then waits a whole interval). Each
