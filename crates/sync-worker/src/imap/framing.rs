@@ -59,13 +59,13 @@ pub const PARSE_BUDGET: u64 = 2 * ((MAX_LINE as u64 * MAX_LINE as u64) / 8192) +
 /// Which limit a server passed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FramingError {
-    /// One response's line bytes passed [`Limits::max_line`].
+    /// One response's line bytes passed the line limit ([`PRE_LOGIN_MAX_LINE`], then [`MAX_LINE`]).
     #[error("the server sent a response line longer than {limit} bytes (the limit), so the connection was closed")]
     LineTooLong {
         /// The limit.
         limit: usize,
     },
-    /// A literal announced larger than [`Limits::max_literal`].
+    /// A literal announced larger than [`MAX_LITERAL`].
     #[error("the server announced a literal of {size} bytes, larger than the {limit} bytes accepted")]
     LiteralTooLarge {
         /// The announced size.
