@@ -37,7 +37,7 @@ use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::{Ttl, WorkerId};
 
 use crate::errors::ConfigError;
-use crate::imap::CaFile;
+use crate::imap::tls::CaFile;
 
 /// Reads a `true` / `false` setting (also `1` / `0`, `yes` / `no`).
 fn read_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {

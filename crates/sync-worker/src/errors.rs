@@ -38,7 +38,7 @@ pub enum ConfigError {
     },
     /// `IMAP_CA_FILE` cannot be read or holds no certificate.
     #[error("IMAP_CA_FILE cannot be used")]
-    CaFile(#[source] crate::imap::CaFileError),
+    CaFile(#[source] crate::imap::tls::CaFileError),
 }
 
 /// A boxed cause, kept whole so callers can tell a transport error from a

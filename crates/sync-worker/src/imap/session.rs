@@ -11,8 +11,9 @@ use futures::TryStreamExt;
 
 use super::folders::{special_folders, Folder};
 use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
+use super::settings::ImapSettings;
 use super::transport::ImapSession;
-use super::{storage_error, CommandCounts, ImapSettings, BATCH, FLAG_RESCAN};
+use super::{storage_error, CommandCounts, BATCH, FLAG_RESCAN};
 use crate::errors::{BoxError, SourceError};
 use crate::source::{Fence, MailConnection, PollReport, Scope};
 use crate::storage::{FolderState, Storage, StorageError};

@@ -13,8 +13,8 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 use super::framing::{framing_error, Bounded, FramingError, Limits};
+use super::settings::ImapSettings;
 use super::tls::{certificate_problem, CertificateProblem};
-use super::ImapSettings;
 use crate::storage::{Credentials, Security};
 
 /// A byte stream an IMAP session runs on: plain TCP or TLS over it.
