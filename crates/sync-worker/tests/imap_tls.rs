@@ -172,6 +172,8 @@ fn the_binary_honours_ssl_cert_file_and_imap_ca_file() {
     let ca = PrivateCa::new().unwrap();
     let cert = ca.issue("server", &["IP:127.0.0.1"], 2).unwrap();
     let d = dovecot(&cert);
+    // Added before any login: Dovecot rereads its passwd-file by mtime.
+    d.add_user("bob", PASSWORD).unwrap();
     let db = TestDb::sqlite("tls-cli").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.pem");
@@ -210,6 +212,17 @@ fn the_binary_honours_ssl_cert_file_and_imap_ca_file() {
     assert!(!ok && err.contains("IMAP_CA_FILE") && err.contains("no PEM certificate"), "{err}");
     // SSL_CERT_FILE replaces the system's roots, as for OpenSSL programs.
     let (ok, err) = run(&[("SSL_CERT_FILE", &ca.ca_file())], &tls);
+    assert!(ok, "{err}");
+    // So does SSL_CERT_DIR, a directory of hash-named certificates.
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::copy(ca.ca_file(), certs.join("ca.pem")).unwrap();
+    let rehash = std::process::Command::new("openssl").arg("rehash").arg(&certs).status().unwrap();
+    assert!(rehash.success(), "openssl rehash {}", certs.display());
+    // Another mailbox on the same server (the first add saved alice's).
+    let mut bob = tls.clone();
+    *bob.last_mut().unwrap() = "bob";
+    let (ok, err) = run(&[("SSL_CERT_DIR", &certs)], &bob);
     assert!(ok, "{err}");
     // IMAP_CA_FILE adds to them.
     let (ok, err) = run(&[("IMAP_CA_FILE", &ca.ca_file())], &starttls);

@@ -440,11 +440,14 @@ impl Connection {
             return Err(self.io("IDLE", "the connection was lost earlier".into()));
         };
         self.commands.count("IDLE");
+        // The limits stay with the stream; kept here to put IDLE's failures in words.
+        let limits = session.get_ref().limits().clone();
+        let words = |e| -> crate::errors::BoxError { Box::new(super::transport::imap_error("IDLE", e, &limits)) };
         let mut handle = session.idle();
         let t = self.settings.command_timeout;
         match tokio::time::timeout(t, handle.init()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(self.io("IDLE", Box::new(e))),
+            Ok(Err(e)) => return Err(self.io("IDLE", words(e))),
             Err(_) => return Err(self.io("IDLE", format!("no answer within {t:?}").into())),
         }
         let outcome = {
@@ -454,7 +457,7 @@ impl Connection {
         };
         let silent = matches!(outcome, Ok(Ok(IdleResponse::Timeout)));
         if let Ok(Err(e)) = outcome {
-            return Err(self.io("IDLE", Box::new(e)));
+            return Err(self.io("IDLE", words(e)));
         }
         // DONE must be answered in time: after a long silence this is the
         // proof that the connection is alive.
@@ -463,7 +466,7 @@ impl Connection {
                 self.session = Some(session);
                 Ok(())
             }
-            Ok(Err(e)) => Err(self.io("IDLE DONE", Box::new(e))),
+            Ok(Err(e)) => Err(self.io("IDLE DONE", words(e))),
             Err(_) => Err(self.io(
                 "IDLE DONE",
                 if silent {
