@@ -20,6 +20,9 @@ use crate::storage::{FolderState, Storage, StorageError};
 
 const INBOX: &str = "INBOX";
 
+/// Most UIDs one `UID SEARCH` covers (see [`Connection::uids_from`]).
+const SEARCH_WINDOW: u32 = 50_000;
+
 /// What the server offers, read once per connection.
 #[derive(Debug, Clone, Copy, Default)]
 struct Caps {
@@ -249,7 +252,7 @@ impl Connection {
             }
         };
         let old_last = state.last_uid;
-        let new_messages = self.fetch_new(name, &mut state).await?;
+        let new_messages = self.fetch_new(name, &mut state, mbox.uid_next).await?;
         self.sync_flags(name, &state, old_last, &mbox).await?;
         self.sync_expunges(name, &state, &mbox).await?;
         // A connection cut mid-answer can end a FETCH stream early without an
@@ -263,12 +266,37 @@ impl Connection {
         Ok(FolderReport { new_messages })
     }
 
-    /// New mail above `state.last_uid`, in batches, one commit each.
-    async fn fetch_new(&mut self, name: &str, state: &mut FolderState) -> Result<u64, FolderFailure> {
-        let from = state.last_uid.saturating_add(1);
-        let found = imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {from}:*")))?;
+    /// The UIDs from `from` on, searched in windows of [`SEARCH_WINDOW`]
+    /// UIDs below `uid_next`, so that no answer line passes the reader's
+    /// line limit (a `SEARCH` of 50,000 UIDs is at most 550 KB); a folder
+    /// whose UIDs fit one window costs one command, as before.
+    async fn uids_from(&mut self, name: &str, from: u32, uid_next: Option<u32>) -> Result<Vec<u32>, FolderFailure> {
+        let mut found = Vec::new();
+        let mut start = from;
+        if let Some(next) = uid_next {
+            while next.saturating_sub(start) > SEARCH_WINDOW {
+                let end = start + (SEARCH_WINDOW - 1);
+                let part =
+                    imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {start}:{end}")))?;
+                found.extend(part);
+                start = end + 1;
+            }
+        }
+        let part = imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {start}:*")))?;
+        found.extend(part);
         // `n:*` also matches the highest UID when it is below n: keep only new ones.
-        let mut uids: Vec<u32> = found.into_iter().filter(|u| *u >= from).collect();
+        Ok(found.into_iter().filter(|u| *u >= from).collect())
+    }
+
+    /// New mail above `state.last_uid`, in batches, one commit each.
+    async fn fetch_new(
+        &mut self,
+        name: &str,
+        state: &mut FolderState,
+        uid_next: Option<u32>,
+    ) -> Result<u64, FolderFailure> {
+        let from = state.last_uid.saturating_add(1);
+        let mut uids = self.uids_from(name, from, uid_next).await?;
         uids.sort_unstable();
         let mut total = 0;
         for batch in uids.chunks(BATCH) {
@@ -398,7 +426,12 @@ impl Connection {
         if stored.len() as u64 <= u64::from(mbox.exists) {
             return Ok(());
         }
-        let on_server: HashSet<u32> = imap!(self, format!("UID SEARCH ALL in {name}"), |s| s.uid_search("ALL"))?;
+        let on_server: HashSet<u32> = if below == u32::MAX || below <= SEARCH_WINDOW {
+            imap!(self, format!("UID SEARCH ALL in {name}"), |s| s.uid_search("ALL"))?
+        } else {
+            // A big folder: in windows, so that no answer line passes the limit.
+            self.uids_from(name, 1, Some(below)).await?.into_iter().collect()
+        };
         let gone: Vec<u32> = stored.into_iter().filter(|u| !on_server.contains(u)).collect();
         if gone.is_empty() {
             return Ok(());
