@@ -115,6 +115,8 @@ pub async fn run() -> Result<Value> {
             .env("LISTEN", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "warn")
             .env("TIER_EVAL_INTERVAL", "1s")
+            // The benchmark's Dovecot is on loopback, which the API refuses by default.
+            .env("IMAP_ALLOW_PRIVATE", "true")
             .stdout(Stdio::null())
             .spawn()
             .context("cannot start sync-worker serve")?,

@@ -221,7 +221,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             }
             let password = read_password()?;
             let creds = Credentials { host: host.clone(), port, security, username: username.clone(), password };
-            match ImapSource::verify_login(&creds, ImapSettings::from(&config)).await {
+            match ImapSource::verify_login(&creds, &ImapSettings::from(&config)).await {
                 Ok(()) => {}
                 Err(e @ LoginError::Refused { .. }) => bail!("{e}: nothing saved"),
                 Err(e) => return Err(anyhow::Error::new(e).context("the login check failed: nothing saved")),

@@ -15,6 +15,9 @@
 //! | `REDIS_URL` | the Redis backend (`redis://...`); absent: the in-memory backend (one process) | absent |
 //! | `REDIS_KEY_PREFIX` | prefix of every Redis key | `leasehold` |
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
+//! | `IMAP_CA_FILE` | a PEM file of CA certificates trusted for IMAP TLS besides the system's roots (which honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); checked at start | absent |
+//! | `IMAP_ALLOW_PLAIN` | `true`: accounts with `plain` security may point at any address, not only loopback ones | `false` |
+//! | `IMAP_ALLOW_PRIVATE` | `true`: accounts added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
 //!
 //! Durations in seconds accept a plain number (`60`, `1.5`) or a suffix
 //! (`500ms`, `60s`, `2m`, `1h 30m`: humantime's syntax, as hopper's options); the `_H` and `_MIN` variables take a plain
@@ -34,6 +37,16 @@ use leasehold_core::ids::is_key_safe_char;
 use leasehold_core::{Ttl, WorkerId};
 
 use crate::errors::ConfigError;
+use crate::imap::tls::CaFile;
+
+/// Reads a `true` / `false` setting (also `1` / `0`, `yes` / `no`).
+fn read_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(ConfigError::Invalid { var, value: value.to_string(), expected: "true or false".into() }),
+    }
+}
 
 /// The sync-worker's settings. Build with [`Config::from_env`] (or
 /// [`Config::from_lookup`]) or start from [`Config::default`] and change fields;
@@ -66,6 +79,12 @@ pub struct Config {
     pub redis_key_prefix: String,
     /// `WORKER_ID`; `None` generates one.
     pub worker_id: Option<WorkerId>,
+    /// `IMAP_CA_FILE`, read at start.
+    pub imap_ca_file: Option<CaFile>,
+    /// `IMAP_ALLOW_PLAIN`.
+    pub imap_allow_plain: bool,
+    /// `IMAP_ALLOW_PRIVATE`.
+    pub imap_allow_private: bool,
 }
 
 impl Default for Config {
@@ -84,6 +103,9 @@ impl Default for Config {
             redis_url: None,
             redis_key_prefix: String::new(),
             worker_id: None,
+            imap_ca_file: None,
+            imap_allow_plain: false,
+            imap_allow_private: false,
         }
     }
 }
@@ -169,6 +191,15 @@ impl Config {
                 value: v.clone(),
                 expected: e.to_string(),
             })?);
+        }
+        if let Some(v) = get("IMAP_CA_FILE") {
+            c.imap_ca_file = Some(CaFile::load(std::path::Path::new(v.trim())).map_err(ConfigError::CaFile)?);
+        }
+        if let Some(v) = get("IMAP_ALLOW_PLAIN") {
+            c.imap_allow_plain = read_bool("IMAP_ALLOW_PLAIN", &v)?;
+        }
+        if let Some(v) = get("IMAP_ALLOW_PRIVATE") {
+            c.imap_allow_private = read_bool("IMAP_ALLOW_PRIVATE", &v)?;
         }
         c.validate()?;
         Ok(c)
@@ -297,6 +328,23 @@ mod tests {
         assert!(e.contains("29 minutes"), "{e}");
         let e = from(&[("WORKER_ID", "a b")]).unwrap_err().to_string();
         assert!(e.contains("WORKER_ID"), "{e}");
+    }
+
+    #[test]
+    fn imap_security_settings() {
+        let c = from(&[("IMAP_ALLOW_PLAIN", "true"), ("IMAP_ALLOW_PRIVATE", "1")]).unwrap();
+        assert!(c.imap_allow_plain && c.imap_allow_private && c.imap_ca_file.is_none());
+        assert!(!Config::default().imap_allow_private);
+        let e = from(&[("IMAP_ALLOW_PLAIN", "maybe")]).unwrap_err().to_string();
+        assert!(e.contains("IMAP_ALLOW_PLAIN") && e.contains("true or false"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let e = crate::errors::error_chain(&from(&[("IMAP_CA_FILE", empty.to_str().unwrap())]).unwrap_err());
+        assert!(e.contains("IMAP_CA_FILE") && e.contains("no PEM certificate") && e.contains("empty.pem"), "{e}");
+        let missing = dir.path().join("missing.pem");
+        let e = crate::errors::error_chain(&from(&[("IMAP_CA_FILE", missing.to_str().unwrap())]).unwrap_err());
+        assert!(e.contains("IMAP_CA_FILE") && e.contains("cannot read") && e.contains("missing.pem"), "{e}");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub enum ConfigError {
         /// What is wrong and how to fix it.
         detail: String,
     },
+    /// `IMAP_CA_FILE` cannot be read or holds no certificate.
+    #[error("IMAP_CA_FILE cannot be used")]
+    CaFile(#[source] crate::imap::tls::CaFileError),
 }
 
 /// A boxed cause, kept whole so callers can tell a transport error from a

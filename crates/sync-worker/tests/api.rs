@@ -42,6 +42,8 @@ fn config() -> Config {
         poll_cold: Duration::from_secs(4),
         tier_eval_interval: Duration::from_secs(1),
         reconcile_interval: Duration::from_secs(1),
+        // The test's Dovecot is on loopback, which the API refuses by default.
+        imap_allow_private: true,
         ..Config::default()
     }
 }
@@ -198,6 +200,8 @@ both_databases!(
     bad_input_is_a_400_naming_the_field,
     no_plain_text_password_in_any_column,
     deleting_an_account_stops_its_sync_and_removes_its_data,
+    accounts_may_not_point_at_private_addresses_in_any_spelling,
+    closed_silent_and_unknown_hosts_give_one_answer,
 );
 
 async fn sign_up_log_in_add_an_account_and_see_its_mail(db: TestDb) {
@@ -836,4 +840,62 @@ async fn the_console_in_chromium_shows_an_appended_message_within_2s() {
     .await;
     eprintln!("the page showed the APPENDed message {:?} after the APPEND", t0.elapsed());
     assert!(b.eval("return document.getElementById('error').textContent").await == "");
+}
+
+async fn accounts_may_not_point_at_private_addresses_in_any_spelling(db: TestDb) {
+    // What an operator runs without IMAP_ALLOW_PRIVATE.
+    let s = server(db, |settings| settings.imap.allow_private = false).await;
+    let token = s.user("alice@example.org").await;
+    let port = s.dovecot.port();
+    // The Dovecot is right there on loopback, with a valid login: only the
+    // address rule can refuse these, whichever way the address is written.
+    for host in [
+        "127.0.0.1",
+        "127.1",
+        "0x7f000001",
+        "2130706433",
+        "localhost",
+        "::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "10.0.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "fe80::1",
+        "fd00::1",
+    ] {
+        let body = json!({"host": host, "port": port, "security": "plain",
+                          "username": "alice", "password": IMAP_PASSWORD});
+        let (st, v) = s.call("POST", "/v1/accounts", Some(&token), Some(body)).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{host}: {v}");
+        assert_eq!(v["error"]["code"], "imap_unusable", "{host}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("may not point at") && message.contains("IMAP_ALLOW_PRIVATE"), "{host}: {v}");
+    }
+    let (_, list) = s.call("GET", "/v1/accounts", Some(&token), None).await;
+    assert_eq!(list, json!([]));
+}
+
+async fn closed_silent_and_unknown_hosts_give_one_answer(db: TestDb) {
+    let s = server(db, |settings| settings.imap.connect_timeout = Duration::from_secs(1)).await;
+    let token = s.user("alice@example.org").await;
+    // A closed port, a port that accepts and never greets, an unknown host.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let mut answers = Vec::new();
+    for (host, port) in [("127.0.0.1", closed), ("127.0.0.1", silent_port), ("no-such-host.invalid", 993)] {
+        let body = json!({"host": host, "port": port, "security": "plain",
+                          "username": "alice", "password": IMAP_PASSWORD});
+        let (st, v) = s.call("POST", "/v1/accounts", Some(&token), Some(body)).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{host}:{port}: {v}");
+        assert_eq!(v["error"]["code"], "imap_unreachable", "{host}:{port}: {v}");
+        let message = v["error"]["message"].as_str().unwrap().replace(&format!("{host}:{port}"), "HOST");
+        answers.push(message);
+    }
+    drop(silent);
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:#?}");
+    for word in ["refused", "timed out", "os error", "lookup"] {
+        assert!(!answers[0].contains(word), "{}", answers[0]);
+    }
 }

@@ -101,6 +101,8 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
         ("TIER_EVAL_INTERVAL", "1s".to_string()),
         ("LEASE_TTL", "3s".to_string()),
         ("RECONCILE_INTERVAL", "1s".to_string()),
+        // The test's Dovecot is on loopback, which the API refuses by default.
+        ("IMAP_ALLOW_PRIVATE", "true".to_string()),
     ];
     let mut api_env = common.to_vec();
     api_env.push(("LISTEN", format!("127.0.0.1:{port}")));

@@ -116,6 +116,7 @@ both_databases!(
     wrong_password_sets_last_error_without_a_storm,
     idle_has_a_hard_deadline_and_notices_a_dead_connection,
     a_failing_folder_does_not_stop_the_others,
+    a_folder_with_high_uids_is_searched_in_windows,
 );
 
 async fn initial_sync_stores_mail_and_finds_special_folders(db: TestDb) {
@@ -521,4 +522,25 @@ async fn a_failing_folder_does_not_stop_the_others(db: TestDb) {
     assert!(e.contains("Archive"), "{e}");
     // The connection is still usable.
     conn.poll(Scope::Inbox).await.expect("poll after the refusal");
+}
+
+/// UIDs far apart (a big or an old folder): the new-mail SEARCH goes in
+/// windows of 50,000 UIDs, so that no answer line passes the reader's
+/// 1 MiB line limit, and every message is still found.
+async fn a_folder_with_high_uids_is_searched_in_windows(db: TestDb) {
+    let w = world(db, PASSWORD).await;
+    w.append("INBOX", 3, 1);
+    w.dovecot.doveadm(&["mailbox", "update", "-u", USER, "--min-next-uid", "120000", "INBOX"]).expect("doveadm");
+    w.append("INBOX", 2, 2);
+    let uids: Vec<i64> = {
+        let source = w.source();
+        let mut conn = source.connect(&w.fence(1)).await.expect("connect");
+        let report = conn.poll(Scope::Inbox).await.expect("poll");
+        assert_eq!(report.new_messages, 5);
+        // 1..=50000, 50001..=100000, then 100001:*.
+        assert_eq!(source.commands().get("UID SEARCH"), Some(&3), "{:?}", source.commands());
+        w.rows("INBOX").await.into_iter().map(|(u, _)| u).collect()
+    };
+    assert_eq!(uids, vec![1, 2, 3, 120000, 120001]);
+    assert_eq!(w.server_count("INBOX"), 5);
 }

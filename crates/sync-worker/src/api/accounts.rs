@@ -99,7 +99,7 @@ fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
     responses(
         (status = 201, description = "The IMAP login worked; the account is saved and will sync", body = Created),
         (status = 400, description = "A bad field, or the IMAP server refused the login or could not be reached \
-            (`imap_login_refused` with the server's answer, `imap_unreachable`)", body = ErrorBody),
+            (`imap_login_refused` with the server's answer, `imap_unreachable`; `imap_unusable` when it was reached but its certificate was refused, it does not speak IMAP, or `plain` was asked for to an address that is not loopback)", body = ErrorBody),
         (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
         (status = 409, description = "The caller has this account already", body = ErrorBody),
         (status = 500, description = "Internal failure", body = ErrorBody),
@@ -129,12 +129,20 @@ pub async fn add(
         username: body.username.clone(),
         password: body.password,
     };
-    match ImapSource::verify_login(&creds, state.settings.imap).await {
+    match ImapSource::verify_login(&creds, &state.settings.imap).await {
         Ok(()) => {}
         Err(LoginError::Refused { answer }) => return Err(ApiError::ImapRefused { answer }),
         Err(e @ LoginError::Unreachable { .. }) => {
             let server = format!("{host}:{}", body.port);
-            return Err(ApiError::ImapUnreachable { server, reason: crate::errors::error_chain(&e) });
+            // One answer for an unknown host, a closed port, a silent or a
+            // filtered one: the API must not tell port states apart.
+            tracing::info!(%server, error = %crate::errors::error_chain(&e), "account add: IMAP server unreachable");
+            let reason = "no IMAP server answered there (unknown host, closed or filtered port, or no answer in time)";
+            return Err(ApiError::ImapUnreachable { server, reason: reason.into() });
+        }
+        Err(LoginError::Unusable { server, source }) => {
+            // Reached, and found wanting: a refused certificate, not IMAP, a limit passed.
+            return Err(ApiError::ImapUnusable { server, reason: source.to_string() });
         }
     }
     let id = state

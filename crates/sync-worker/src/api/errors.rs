@@ -19,7 +19,7 @@ pub struct ErrorBody {
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
-    /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`,
+    /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`, `imap_unusable`,
     /// `method_not_allowed` or `internal`.
     #[schema(example = "bad_request")]
     pub code: String,
@@ -85,6 +85,15 @@ pub enum ApiError {
         /// Why.
         reason: String,
     },
+    /// The IMAP server was reached but cannot be used (its certificate,
+    /// its protocol, a limit, or `plain` to an address that is not loopback).
+    #[error("cannot use the IMAP server {server}: {reason}")]
+    ImapUnusable {
+        /// `host:port`.
+        server: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// `GET /v1/ws` without a valid WebSocket upgrade (a plain GET, a
     /// missing or wrong `Connection`, `Upgrade` or `Sec-WebSocket-*` header).
     #[error("not a WebSocket upgrade request: {source}; connect with a WebSocket client")]
@@ -126,6 +135,7 @@ impl ApiError {
             ApiError::SignupClosed => (StatusCode::FORBIDDEN, "signup_closed"),
             ApiError::ImapRefused { .. } => (StatusCode::BAD_REQUEST, "imap_login_refused"),
             ApiError::ImapUnreachable { .. } => (StatusCode::BAD_REQUEST, "imap_unreachable"),
+            ApiError::ImapUnusable { .. } => (StatusCode::BAD_REQUEST, "imap_unusable"),
             ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

@@ -32,7 +32,7 @@ pub struct ApiSettings {
     pub session_ttl: Duration,
     /// `TIER_SESSION_GRACE_MIN`: how long a login or ping keeps the user present.
     pub presence_grace: Duration,
-    /// The IMAP timeouts of the login check.
+    /// The IMAP timeouts and address rules of the login check.
     pub imap: ImapSettings,
     /// Failed logins allowed per e-mail address per [`ApiSettings::login_window`].
     pub login_failures_per_email: u32,
@@ -50,7 +50,9 @@ impl ApiSettings {
             signup_open: true,
             session_ttl: Duration::from_secs(24 * 3600),
             presence_grace: config.tier_session_grace,
-            imap: ImapSettings::from(config),
+            // Anyone who signs up adds accounts here: only public
+            // addresses, unless the operator says otherwise.
+            imap: ImapSettings { allow_private: config.imap_allow_private, ..ImapSettings::from(config) },
             login_failures_per_email: 10,
             login_failures_per_client: 100,
             login_window: Duration::from_secs(300),

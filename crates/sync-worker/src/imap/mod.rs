@@ -28,26 +28,36 @@
 //! every wake-up is followed by a normal incremental INBOX poll. Servers
 //! without IDLE are polled with NOOP.
 //!
+//! **Connecting** (`transport`): TLS trusts the system's roots plus
+//! `IMAP_CA_FILE` and says why a certificate was refused (`tls`); `plain`
+//! goes only to loopback unless `IMAP_ALLOW_PLAIN`; the API's login check
+//! accepts only public addresses unless `IMAP_ALLOW_PRIVATE`. Everything the
+//! server sends passes size limits before the parser sees it (`framing`).
+//!
 //! **Failures**: every command has a timeout; a folder the server refuses
 //! (NO/BAD) is skipped and reported while the others sync; a refused login
 //! is [`SourceError::Auth`] (the runner then waits a whole interval). Each
 //! poll's outcome is written to the account's `last_sync_at` / `last_error`.
 
 mod folders;
+pub mod framing;
 mod message;
 mod session;
+mod settings;
+pub mod tls;
 mod transport;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
 pub use folders::{special_folders, special_folders_of, Folder, Role};
+pub use settings::ImapSettings;
+pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
+pub use transport::ConnectError;
 
-use crate::config::Config;
 use crate::errors::SourceError;
 use crate::source::{Fence, MailConnection, MailSource};
 use crate::storage::{Credentials, Storage, StorageError};
@@ -56,42 +66,6 @@ use crate::storage::{Credentials, Storage, StorageError};
 pub const BATCH: usize = 500;
 /// Newest messages whose flags are re-read on servers without CONDSTORE.
 pub const FLAG_RESCAN: u32 = 500;
-
-/// The engine's timing settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImapSettings {
-    /// Bound of the TCP connect, the TLS handshake, the greeting and LOGIN each.
-    pub connect_timeout: Duration,
-    /// Bound of one command (a FETCH batch included).
-    pub command_timeout: Duration,
-    /// Hard deadline of one IDLE, whatever keepalives the server sends.
-    pub idle_deadline: Duration,
-    /// Silence inside IDLE after which the connection must prove it is alive.
-    pub idle_silence: Duration,
-    /// NOOP poll interval on servers without IDLE.
-    pub noop_interval: Duration,
-}
-
-impl Default for ImapSettings {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(20),
-            command_timeout: Duration::from_secs(120),
-            idle_deadline: Duration::from_secs(24 * 60),
-            idle_silence: Duration::from_secs(5 * 60),
-            noop_interval: Duration::from_secs(15),
-        }
-    }
-}
-
-impl From<&Config> for ImapSettings {
-    /// The IDLE deadline a little under `IDLE_REISSUE`, so the engine ends
-    /// its IDLE cleanly before the runner's own bound would cut it.
-    fn from(c: &Config) -> Self {
-        let margin = (c.idle_reissue / 10).min(Duration::from_secs(60));
-        Self { idle_deadline: c.idle_reissue - margin, ..Self::default() }
-    }
-}
 
 /// How many IMAP commands of each kind the engine sent (LOGIN aside), for
 /// benchmarks and tests: `SELECT`, `STATUS`, `UID FETCH`, `IDLE`, ...
@@ -140,15 +114,20 @@ impl ImapSource {
 
     /// Logs in with `creds` and out again: what `account add` checks before
     /// saving. The error carries the server's answer.
-    pub async fn verify_login(creds: &Credentials, settings: ImapSettings) -> Result<(), LoginError> {
-        match transport::open(creds, settings.connect_timeout).await {
+    pub async fn verify_login(creds: &Credentials, settings: &ImapSettings) -> Result<(), LoginError> {
+        match transport::open(creds, settings).await {
             Ok(mut session) => {
                 let _ = tokio::time::timeout(settings.command_timeout, session.logout()).await;
                 Ok(())
             }
             Err(transport::ConnectFailure::Refused(answer)) => Err(LoginError::Refused { answer }),
-            Err(transport::ConnectFailure::Unreachable(source)) => {
-                Err(LoginError::Unreachable { server: format!("{}:{}", creds.host, creds.port), source })
+            Err(transport::ConnectFailure::Failed(source)) => {
+                let server = format!("{}:{}", creds.host, creds.port);
+                Err(if source.is_unreachable() {
+                    LoginError::Unreachable { server, source }
+                } else {
+                    LoginError::Unusable { server, source }
+                })
             }
         }
     }
@@ -173,14 +152,25 @@ pub enum LoginError {
         /// The server's answer.
         answer: String,
     },
-    /// The server could not be reached.
+    /// The server could not be reached (TCP, DNS, a timeout).
     #[error("could not reach {server}")]
     Unreachable {
         /// `host:port`.
         server: String,
         /// Why.
         #[source]
-        source: crate::errors::BoxError,
+        source: ConnectError,
+    },
+    /// The server was reached but cannot be used: its certificate was
+    /// refused, it does not speak IMAP, it passed a limit, or `plain` was
+    /// asked for to an address that is not loopback.
+    #[error("cannot use the IMAP server {server}")]
+    Unusable {
+        /// `host:port`.
+        server: String,
+        /// Why, in words.
+        #[source]
+        source: ConnectError,
     },
 }
 
@@ -219,23 +209,23 @@ impl MailSource for ImapSource {
             }
             Err(e) => return Err(storage_error(account, e)),
         };
-        let failure = match transport::open(&creds, self.settings.connect_timeout).await {
+        let failure = match transport::open(&creds, &self.settings).await {
             Ok(session) => {
                 return session::Connection::start(
                     session,
                     self.storage.clone(),
                     fence.clone(),
-                    self.settings,
+                    self.settings.clone(),
                     self.commands.clone(),
                 )
                 .await
                 .map(|c| Box::new(c) as Box<dyn MailConnection>)
             }
             Err(transport::ConnectFailure::Refused(answer)) => SourceError::Auth { account: account.clone(), answer },
-            Err(transport::ConnectFailure::Unreachable(source)) => SourceError::Connect {
+            Err(transport::ConnectFailure::Failed(source)) => SourceError::Connect {
                 account: account.clone(),
                 server: format!("{}:{}", creds.host, creds.port),
-                source,
+                source: Box::new(source),
             },
         };
         self.record_failure(fence, &failure).await?;

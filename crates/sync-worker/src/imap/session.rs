@@ -11,13 +11,17 @@ use futures::TryStreamExt;
 
 use super::folders::{special_folders, Folder};
 use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
+use super::settings::ImapSettings;
 use super::transport::ImapSession;
-use super::{storage_error, CommandCounts, ImapSettings, BATCH, FLAG_RESCAN};
+use super::{storage_error, CommandCounts, BATCH, FLAG_RESCAN};
 use crate::errors::{BoxError, SourceError};
 use crate::source::{Fence, MailConnection, PollReport, Scope};
 use crate::storage::{FolderState, Storage, StorageError};
 
 const INBOX: &str = "INBOX";
+
+/// Most UIDs one `UID SEARCH` covers (see [`Connection::uids_from`]).
+const SEARCH_WINDOW: u32 = 50_000;
 
 /// What the server offers, read once per connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -144,6 +148,9 @@ impl Connection {
             }
             Ok(Err(e)) => {
                 self.selected = None;
+                // A limit, a parse failure or a lost connection in words,
+                // never async-imap's dump of the parser's bytes.
+                let e = super::transport::imap_error("the answer", e, session.get_ref().limits());
                 Err(FolderFailure::Fatal(self.io(op, Box::new(e))))
             }
             Err(_) => {
@@ -169,7 +176,15 @@ impl Connection {
         Ok(found)
     }
 
+    /// A folder name the server gave that cannot go back in a quoted
+    /// string (NUL, CR, LF) is refused here, before it reaches the wire.
+    fn quotable(&self, op: &str, name: &str) -> Result<(), FolderFailure> {
+        super::transport::unquotable("folder name", name)
+            .map_err(|e| FolderFailure::Refused(self.io(format!("{op} {}", name.escape_debug()), Box::new(e))))
+    }
+
     async fn select(&mut self, name: &str) -> Result<Mailbox, FolderFailure> {
+        self.quotable("SELECT", name)?;
         let condstore = self.caps.condstore;
         // async-imap quotes mailbox names itself.
         let mbox = imap!(self, format!("SELECT {name}"), |s| async {
@@ -189,6 +204,7 @@ impl Connection {
             // Without CONDSTORE a flag change shows in no counter: always look.
             return Ok(false);
         }
+        self.quotable("STATUS", name)?;
         if self.selected.as_deref() == Some(name) {
             // A server answers STATUS of the selected folder from this
             // session's view, which only a command like NOOP brings up to date.
@@ -236,7 +252,7 @@ impl Connection {
             }
         };
         let old_last = state.last_uid;
-        let new_messages = self.fetch_new(name, &mut state).await?;
+        let new_messages = self.fetch_new(name, &mut state, mbox.uid_next).await?;
         self.sync_flags(name, &state, old_last, &mbox).await?;
         self.sync_expunges(name, &state, &mbox).await?;
         // A connection cut mid-answer can end a FETCH stream early without an
@@ -250,12 +266,37 @@ impl Connection {
         Ok(FolderReport { new_messages })
     }
 
-    /// New mail above `state.last_uid`, in batches, one commit each.
-    async fn fetch_new(&mut self, name: &str, state: &mut FolderState) -> Result<u64, FolderFailure> {
-        let from = state.last_uid.saturating_add(1);
-        let found = imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {from}:*")))?;
+    /// The UIDs from `from` on, searched in windows of [`SEARCH_WINDOW`]
+    /// UIDs below `uid_next`, so that no answer line passes the reader's
+    /// line limit (a `SEARCH` of 50,000 UIDs is at most 550 KB); a folder
+    /// whose UIDs fit one window costs one command, as before.
+    async fn uids_from(&mut self, name: &str, from: u32, uid_next: Option<u32>) -> Result<Vec<u32>, FolderFailure> {
+        let mut found = Vec::new();
+        let mut start = from;
+        if let Some(next) = uid_next {
+            while next.saturating_sub(start) > SEARCH_WINDOW {
+                let end = start + (SEARCH_WINDOW - 1);
+                let part =
+                    imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {start}:{end}")))?;
+                found.extend(part);
+                start = end + 1;
+            }
+        }
+        let part = imap!(self, format!("UID SEARCH in {name}"), |s| s.uid_search(format!("UID {start}:*")))?;
+        found.extend(part);
         // `n:*` also matches the highest UID when it is below n: keep only new ones.
-        let mut uids: Vec<u32> = found.into_iter().filter(|u| *u >= from).collect();
+        Ok(found.into_iter().filter(|u| *u >= from).collect())
+    }
+
+    /// New mail above `state.last_uid`, in batches, one commit each.
+    async fn fetch_new(
+        &mut self,
+        name: &str,
+        state: &mut FolderState,
+        uid_next: Option<u32>,
+    ) -> Result<u64, FolderFailure> {
+        let from = state.last_uid.saturating_add(1);
+        let mut uids = self.uids_from(name, from, uid_next).await?;
         uids.sort_unstable();
         let mut total = 0;
         for batch in uids.chunks(BATCH) {
@@ -385,7 +426,12 @@ impl Connection {
         if stored.len() as u64 <= u64::from(mbox.exists) {
             return Ok(());
         }
-        let on_server: HashSet<u32> = imap!(self, format!("UID SEARCH ALL in {name}"), |s| s.uid_search("ALL"))?;
+        let on_server: HashSet<u32> = if below == u32::MAX || below <= SEARCH_WINDOW {
+            imap!(self, format!("UID SEARCH ALL in {name}"), |s| s.uid_search("ALL"))?
+        } else {
+            // A big folder: in windows, so that no answer line passes the limit.
+            self.uids_from(name, 1, Some(below)).await?.into_iter().collect()
+        };
         let gone: Vec<u32> = stored.into_iter().filter(|u| !on_server.contains(u)).collect();
         if gone.is_empty() {
             return Ok(());
@@ -427,11 +473,14 @@ impl Connection {
             return Err(self.io("IDLE", "the connection was lost earlier".into()));
         };
         self.commands.count("IDLE");
+        // The limits stay with the stream; kept here to put IDLE's failures in words.
+        let limits = session.get_ref().limits().clone();
+        let words = |e| -> crate::errors::BoxError { Box::new(super::transport::imap_error("IDLE", e, &limits)) };
         let mut handle = session.idle();
         let t = self.settings.command_timeout;
         match tokio::time::timeout(t, handle.init()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(self.io("IDLE", Box::new(e))),
+            Ok(Err(e)) => return Err(self.io("IDLE", words(e))),
             Err(_) => return Err(self.io("IDLE", format!("no answer within {t:?}").into())),
         }
         let outcome = {
@@ -441,7 +490,7 @@ impl Connection {
         };
         let silent = matches!(outcome, Ok(Ok(IdleResponse::Timeout)));
         if let Ok(Err(e)) = outcome {
-            return Err(self.io("IDLE", Box::new(e)));
+            return Err(self.io("IDLE", words(e)));
         }
         // DONE must be answered in time: after a long silence this is the
         // proof that the connection is alive.
@@ -450,7 +499,7 @@ impl Connection {
                 self.session = Some(session);
                 Ok(())
             }
-            Ok(Err(e)) => Err(self.io("IDLE DONE", Box::new(e))),
+            Ok(Err(e)) => Err(self.io("IDLE DONE", words(e))),
             Err(_) => Err(self.io(
                 "IDLE DONE",
                 if silent {

@@ -48,11 +48,30 @@ pub struct DovecotOptions {
     /// Whether Sent, Drafts, Trash, Junk and Archive carry their RFC 6154
     /// special-use flags (they exist and are subscribed either way).
     pub special_use: bool,
+    /// TLS: `ssl = required` with this certificate, STARTTLS on
+    /// [`Dovecot::port`] and TLS from the first byte on [`Dovecot::tls_port`].
+    pub tls: Option<DovecotTls>,
+}
+
+/// The certificate a TLS [`Dovecot`] presents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DovecotTls {
+    /// Its certificate (PEM), e.g. from [`super::PrivateCa::issue`].
+    pub cert: PathBuf,
+    /// Its key (PEM).
+    pub key: PathBuf,
 }
 
 impl Default for DovecotOptions {
     fn default() -> Self {
-        Self { hidden_capabilities: Vec::new(), special_use: true }
+        Self { hidden_capabilities: Vec::new(), special_use: true, tls: None }
+    }
+}
+
+impl DovecotOptions {
+    /// The default, with `ssl = required` and this certificate.
+    pub fn tls(cert: &super::ServerCert) -> Self {
+        Self { tls: Some(DovecotTls { cert: cert.cert.clone(), key: cert.key.clone() }), ..Self::default() }
     }
 }
 
@@ -90,6 +109,7 @@ pub struct MailboxStatus {
 pub struct Dovecot {
     dir: tempfile::TempDir,
     port: u16,
+    tls_port: Option<u16>,
     dovecot: PathBuf,
     doveadm: PathBuf,
     child: Mutex<Option<Child>>,
@@ -131,12 +151,17 @@ impl Dovecot {
                 .tempdir()
                 .map_err(HarnessError::io("make a temp dir for Dovecot"))?;
             let port = free_port()?;
+            let tls_port = match options.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
             prepare_dir(dir.path(), &mail_user)?;
-            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port, options))
+            std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port, tls_port, options))
                 .map_err(HarnessError::io("write dovecot.conf"))?;
             let server = Self {
                 dir,
                 port,
+                tls_port,
                 dovecot: dovecot.clone(),
                 doveadm: doveadm.clone(),
                 child: Mutex::new(None),
@@ -190,6 +215,12 @@ impl Dovecot {
     /// Its IMAP port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Its port for TLS from the first byte (imaps), when started with
+    /// [`DovecotOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// Its host: `127.0.0.1`.
@@ -498,8 +529,19 @@ fn check_user(name: &str, password: &str) -> Result<()> {
 }
 
 /// The config: everything in `dir`, one listener on `127.0.0.1:port`.
-fn config(dir: &Path, port: u16, options: &DovecotOptions) -> String {
+fn config(dir: &Path, port: u16, tls_port: Option<u16>, options: &DovecotOptions) -> String {
     let dir = dir.display();
+    // The harness's own sessions stay plaintext on loopback: Dovecot
+    // counts a connection from its own address as secured, so LOGIN works
+    // there even with ssl = required, while clients of other addresses and
+    // every TLS handshake see the certificate.
+    let (ssl, imaps) = match (&options.tls, tls_port) {
+        (Some(t), Some(tls_port)) => (
+            format!("ssl = required\nssl_cert = <{}\nssl_key = <{}", t.cert.display(), t.key.display()),
+            format!("  inet_listener imaps {{\n    address = 127.0.0.1\n    port = {tls_port}\n    ssl = yes\n  }}\n"),
+        ),
+        _ => ("ssl = no".to_string(), String::new()),
+    };
     let mut folders = String::new();
     for (name, use_) in SPECIAL_FOLDERS {
         let special = if options.special_use { format!("\n    special_use = {use_}") } else { String::new() };
@@ -521,7 +563,7 @@ listen = 127.0.0.1
 base_dir = {dir}/run
 state_dir = {dir}/state
 log_path = {dir}/dovecot.log
-ssl = no
+{ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 auth_verbose = yes
@@ -552,7 +594,7 @@ service imap-login {{
     address = 127.0.0.1
     port = {port}
   }}
-}}
+{imaps}}}
 service anvil {{
   chroot =
 }}

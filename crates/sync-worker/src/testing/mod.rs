@@ -39,6 +39,7 @@ pub mod mail_gen;
 mod memory_directory;
 mod postgres;
 mod scripted;
+mod tls;
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -49,13 +50,14 @@ use std::sync::{mpsc, Mutex, OnceLock};
 
 pub use binary::{sync_worker_command, TEST_SECRET_KEY};
 pub use db::TestDb;
-pub use dovecot::{Appended, Dovecot, DovecotOptions, MailboxStatus, SPECIAL_FOLDERS};
+pub use dovecot::{Appended, Dovecot, DovecotOptions, DovecotTls, MailboxStatus, SPECIAL_FOLDERS};
 pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use memory_directory::MemoryDirectory;
 pub use postgres::{Postgres, PostgresServer};
 pub use scripted::{Activity, PollRecord, ScriptedSource};
+pub use tls::{PrivateCa, ServerCert};
 
 /// What went wrong while starting or driving a test server.
 #[derive(Debug, thiserror::Error)]
