@@ -466,3 +466,40 @@ async fn a_stalled_database_costs_no_lease() {
     rig.assert_no_stale_write();
     w1.shutdown().await.expect("shutdown");
 }
+
+/// Two deployments on one Redis key prefix: the second refuses to start, with
+/// an error that says so, and the first one's accounts stay live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deployment_on_one_key_space_refuses_to_start() {
+    let first = Postgres::fresh("deployment_a").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("deployment_a", first, 2, 1).await;
+    let store = rig.store().await;
+    reconcile::reconcile(&rig.storage, store.as_ref()).await.expect("the first deployment reconciles");
+    let live = store.live_keys().await.expect("live");
+    assert_eq!(live.len(), 2);
+
+    let second = Postgres::fresh("deployment_b").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let other = Storage::open(second.url(), SecretKey::generate()).await.expect("open the second database");
+    match reconcile::reconcile(&other, store.as_ref()).await {
+        Err(e @ sync_worker::SyncError::OtherDeployment { .. }) => {
+            assert!(e.to_string().contains("two deployments share one Redis key prefix"), "{e}")
+        }
+        other => panic!("the second deployment reconciled: {other:?}"),
+    }
+    assert_eq!(store.live_keys().await.expect("live"), live, "the first deployment's accounts were touched");
+
+    // The binary itself: `sync-worker worker` on the second database exits with the error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sync-worker"))
+        .arg("worker")
+        .env("DATABASE_URL", second.url())
+        .env("REDIS_URL", rig.redis.url())
+        .env("REDIS_KEY_PREFIX", &rig.prefix)
+        .env("SECRET_KEY", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run sync-worker worker");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second deployment's worker started");
+    assert!(stderr.contains("two deployments share one Redis key prefix"), "{stderr}");
+    assert_eq!(store.live_keys().await.expect("live"), live);
+}

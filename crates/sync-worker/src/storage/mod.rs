@@ -22,6 +22,7 @@
 mod accounts;
 mod api;
 mod connection;
+mod deployment;
 pub mod fence;
 mod mail;
 
