@@ -22,6 +22,8 @@ use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres, P
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
 
 const PASSWORD: &str = "secret-pw";
+/// The SECRET_KEY of every rig (32 zero bytes), so worker processes can read the passwords.
+const SECRET_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
 /// Accounts on one Dovecot (reached through a proxy that counts logins),
 /// stored in one Postgres database with the audit trigger, leased on one
@@ -41,7 +43,8 @@ impl Rig {
     async fn new(tag: &str, db: Postgres, n: usize, mails: u64) -> Rig {
         let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
         let proxy = ImapProxy::start(dovecot.port()).unwrap_or_else(|e| panic!("IMAP proxy: {e}"));
-        let storage = Storage::open(db.url(), SecretKey::generate()).await.unwrap_or_else(|e| panic!("open: {e:?}"));
+        let key = SecretKey::from_base64(SECRET_KEY, "the test key").expect("key");
+        let storage = Storage::open(db.url(), key).await.unwrap_or_else(|e| panic!("open: {e:?}"));
         FenceAudit::install(&db).expect("install the fence audit");
         let redis = RedisServer::start().unwrap_or_else(|e| panic!("redis-server: {e}"));
         let names: Vec<String> = (0..n).map(|i| format!("user{i}")).collect();
@@ -100,6 +103,28 @@ impl Rig {
         (handle, reconciler)
     }
 
+    /// `sync-worker worker` as a process of its own, with lease TTL `ttl`.
+    fn worker_process(&self, name: &str, ttl: Duration) -> WorkerProcess {
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{name}.log", self.prefix)))
+            .expect("worker log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sync-worker"))
+            .arg("worker")
+            .env("DATABASE_URL", self.db.url())
+            .env("REDIS_URL", self.redis.url())
+            .env("REDIS_KEY_PREFIX", &self.prefix)
+            .env("SECRET_KEY", SECRET_KEY)
+            .env("WORKER_ID", name)
+            .env("LEASE_TTL", format!("{}ms", ttl.as_millis()))
+            .env("POLL_WARM", "600")
+            .env("RECONCILE_INTERVAL", "1")
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn sync-worker worker");
+        WorkerProcess(child)
+    }
+
     /// Stored messages per account, in account order.
     async fn counts(&self) -> Vec<i64> {
         let mut out = Vec::new();
@@ -149,6 +174,22 @@ impl Rig {
     fn assert_no_stale_write(&self) {
         let stale = FenceAudit::of(&self.db).stale_writes().expect("read the audit");
         assert!(stale.is_empty(), "rows written under a replaced token:\n{}", stale.join("\n"));
+    }
+}
+
+/// A worker process, killed when dropped.
+struct WorkerProcess(std::process::Child);
+
+impl WorkerProcess {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).expect("signal the worker");
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -502,4 +543,45 @@ async fn a_second_deployment_on_one_key_space_refuses_to_start() {
     assert!(!out.status.success(), "the second deployment's worker started");
     assert!(stderr.contains("two deployments share one Redis key prefix"), "{stderr}");
     assert_eq!(store.live_keys().await.expect("live"), live);
+}
+
+/// The stale write of issue 22, with processes: the owner is paused
+/// (SIGSTOP) in the middle of its initial sync, past its TTL; the new owner
+/// claims, and its first write is held back (the IMAP proxy gives it no
+/// greeting); the old owner resumes with whatever it had fetched. Not one
+/// row carries the old token after the new one was recorded, and the new
+/// owner then syncs everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_writes_nothing_after_its_successor_claimed() {
+    let db = Postgres::fresh("paused_owner").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("paused_owner", db, 1, 3000).await;
+    let ttl = Duration::from_secs(3);
+    let account = rig.accounts[0].0.clone();
+    let old = rig.worker_process("w1", ttl);
+    let started = Instant::now();
+    loop {
+        let n = rig.counts().await[0];
+        if n > 0 && n < 3000 {
+            break;
+        }
+        assert!(n < 3000, "the initial sync ended before the pause could land mid-way");
+        assert!(started.elapsed() < Duration::from_secs(120), "the initial sync never began");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    old.signal(nix::sys::signal::Signal::SIGSTOP);
+    rig.proxy.hold_new(true);
+    let _new = rig.worker_process("w2", ttl);
+    let audit = FenceAudit::of(&rig.db);
+    until(Duration::from_secs(60), "the new owner records its claim", || {
+        audit.claims(account.as_str()).expect("claims").len() >= 2
+    })
+    .await;
+    old.signal(nix::sys::signal::Signal::SIGCONT);
+    // The old owner runs on with its fetched batch while the new one is held.
+    tokio::time::sleep(ttl + Duration::from_secs(2)).await;
+    rig.proxy.hold_new(false);
+    rig.wait_synced(Duration::from_secs(120), "after the handover").await;
+    let claims = audit.claims(account.as_str()).expect("claims");
+    assert!(claims.windows(2).all(|w| w[0] < w[1]), "recorded tokens must only grow: {claims:?}");
+    rig.assert_no_stale_write();
 }
