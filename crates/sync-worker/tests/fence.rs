@@ -193,15 +193,15 @@ impl Drop for WorkerProcess {
     }
 }
 
-/// A Redis flushed mid-sync hands out tokens from 1 again, below the stored
-/// ones. Every account heals by itself (the owner finds storage above its
+/// A Redis flushed (in the middle of the initial sync, and again after it)
+/// hands out tokens from 1 again, below the stored ones. Every account heals by itself (the owner finds storage above its
 /// token, raises the counter past it and claims again) within TTL + 5 s,
 /// without manual SQL, without a login loop, and without one row written
 /// under a replaced token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     let db = Postgres::fresh("emptied_redis").unwrap_or_else(|e| panic!("Postgres: {e}"));
-    let rig = Rig::new("emptied_redis", db, 4, 60).await;
+    let rig = Rig::new("emptied_redis", db, 4, 600).await;
     let ttl = Duration::from_secs(3);
     // A deployment that has run a while: its tokens are far above where an
     // emptied Redis starts counting again, so re-claiming until the counter
@@ -212,11 +212,20 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     }
     let (w1, _r1) = rig.worker("w1", rig.config(ttl)).await;
     let (w2, _r2) = rig.worker("w2", rig.config(ttl)).await;
-    rig.wait_synced(Duration::from_secs(60), "initial sync").await;
+    // Once in the middle of the initial sync...
+    let started = Instant::now();
+    while rig.counts().await.iter().all(|n| *n == 0) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the initial sync never began");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
+    rig.wait_synced(Duration::from_secs(120), "initial sync, flushed mid-way").await;
+    rig.assert_no_stale_write();
     let before: Vec<Vec<i64>> =
         rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
     let logins_before = rig.proxy.count("LOGIN");
 
+    // ...and once after it, timed: every account syncs new mail within TTL + 5 s.
     assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
     rig.append_one_each(1);
     rig.wait_synced(ttl + Duration::from_secs(5), "after FLUSHALL").await;
