@@ -37,6 +37,8 @@ struct Rig {
     prefix: String,
     /// (account, IMAP user)
     accounts: Vec<(LeaseKey, String)>,
+    /// Worker processes' logs.
+    logs: tempfile::TempDir,
 }
 
 impl Rig {
@@ -68,7 +70,8 @@ impl Rig {
                 .expect("account");
             accounts.push((account, name));
         }
-        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts }
+        let logs = tempfile::tempdir().expect("a log dir");
+        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts, logs }
     }
 
     async fn store(&self) -> Arc<dyn LeaseStore> {
@@ -105,8 +108,7 @@ impl Rig {
 
     /// `sync-worker worker` as a process of its own, with lease TTL `ttl`.
     fn worker_process(&self, name: &str, ttl: Duration) -> WorkerProcess {
-        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{name}.log", self.prefix)))
-            .expect("worker log");
+        let log = std::fs::File::create(self.logs.path().join(format!("{name}.log"))).expect("worker log");
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_sync-worker"))
             .arg("worker")
             .env("DATABASE_URL", self.db.url())
