@@ -131,6 +131,10 @@ impl UserActiveSubscription {
 ///   at or above its own raises the key's counter past it, so its next claim
 ///   is above every token ever stored. It never lowers a counter and leaves
 ///   the current lease, if any, as it is.
+/// * **Deployment**: [`LeaseStore::bind_deployment`] records, once, which
+///   deployment (whose database) this key space belongs to, and answers the
+///   recorded one ever after, so two deployments that share a key space can
+///   tell and refuse to run on it.
 /// * [`LeaseStore::mark_not_live`] removes the key from the live set and drops
 ///   its lease and tier: the owner's next renew answers `false`.
 /// * The **tier** of a key is `Warm` after a claim unless one is already set;
@@ -222,6 +226,12 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// is; the current lease, if any, is untouched. Used after the store lost
     /// its counters, when storage reports a token the store no longer knows.
     async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError>;
+
+    /// Records `deployment` as the deployment this key space belongs to, if
+    /// none is recorded yet (atomically: of two racing callers one wins), and
+    /// returns the recorded one. A caller that gets back another id shares
+    /// the key space with another deployment and must not use it.
+    async fn bind_deployment(&self, deployment: &str) -> Result<String, LeaseError>;
 
     /// The current holder of `key`, if any.
     async fn holder(&self, key: &LeaseKey) -> Result<Option<Lease>, LeaseError>;

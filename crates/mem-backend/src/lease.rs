@@ -31,6 +31,7 @@ pub(crate) struct LeaseState {
     /// Last token handed out per key; outlives the lease so tokens never repeat.
     fences: HashMap<LeaseKey, u64>,
     live: BTreeSet<LeaseKey>,
+    deployment: Option<String>,
     workers: HashMap<WorkerId, u64>,
     tiers: HashMap<LeaseKey, Tier>,
     sessions: HashMap<UserId, u64>,
@@ -100,6 +101,11 @@ impl LeaseStore for MemoryStore {
         }
         state.held.remove(&lease.key);
         Ok(true)
+    }
+
+    async fn bind_deployment(&self, deployment: &str) -> Result<String, LeaseError> {
+        let mut state = self.inner.leases.lock();
+        Ok(state.deployment.get_or_insert_with(|| deployment.to_string()).clone())
     }
 
     async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {

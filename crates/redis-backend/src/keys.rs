@@ -131,6 +131,11 @@ impl LeaseKeys {
         format!("{}:sync:live", self.tag)
     }
 
+    /// `sync:deployment`: the deployment this key space belongs to (no TTL).
+    pub fn deployment(&self) -> String {
+        format!("{}:sync:deployment", self.tag)
+    }
+
     /// `sync:workers:{id}`.
     pub fn worker(&self, worker: &WorkerId) -> String {
         format!("{}:sync:workers:{worker}", self.tag)

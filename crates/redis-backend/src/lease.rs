@@ -109,6 +109,15 @@ impl LeaseStore for RedisStore {
         Ok(reply::int("release", &value).map_err(|e| lease_reply_err("release", lease.key.as_str(), e))? == 1)
     }
 
+    async fn bind_deployment(&self, deployment: &str) -> Result<String, LeaseError> {
+        let key = self.lease_keys().deployment();
+        let value = self
+            .eval(&scripts::DEPLOYMENT_BIND, &Call::new([&key]).arg(deployment))
+            .await
+            .map_err(|e| lease_err("bind_deployment", &key, e))?;
+        reply::string("bind_deployment", &value).map_err(|e| lease_reply_err("bind_deployment", &key, e))
+    }
+
     async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {
         let call = Call::new([self.lease_keys().fence(key)]).arg(past.0);
         let value = self

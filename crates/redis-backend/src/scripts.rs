@@ -34,6 +34,9 @@ pub(crate) static LEASE_CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(i
 /// Raising a fence counter past a stored token.
 pub(crate) static LEASE_RAISE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lease_raise_token.lua")));
+/// Binding the key space to a deployment.
+pub(crate) static DEPLOYMENT_BIND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/deployment_bind.lua")));
 /// Lease renewal.
 pub(crate) static LEASE_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lease_renew.lua")));
 /// Lease release.

@@ -84,6 +84,7 @@ impl RedisStore {
             &*scripts::LEASE_RENEW,
             &*scripts::LEASE_RELEASE,
             &*scripts::LEASE_RAISE_TOKEN,
+            &*scripts::DEPLOYMENT_BIND,
             &*scripts::LEASE_NOT_LIVE,
             &*scripts::WORKER_REGISTER,
             &*scripts::WORKER_LIVE,

@@ -171,6 +171,18 @@ pub enum SyncError {
     /// The SQL storage failed.
     #[error(transparent)]
     Storage(#[from] crate::storage::StorageError),
+    /// The database and the lease store's key space belong to different
+    /// deployments: they share one Redis key prefix.
+    #[error(
+        "this database is deployment {database}, but the Redis key space is bound to deployment {key_space}: \
+         two deployments share one Redis key prefix; give each its own REDIS_KEY_PREFIX (or its own Redis)"
+    )]
+    OtherDeployment {
+        /// The database's deployment id.
+        database: String,
+        /// The id the key space records.
+        key_space: String,
+    },
     /// The coordinator task ended abnormally (panicked or was aborted).
     #[error("coordinator of worker {worker} ended abnormally")]
     Coordinator {

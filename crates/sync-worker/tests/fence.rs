@@ -22,6 +22,8 @@ use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres, P
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
 
 const PASSWORD: &str = "secret-pw";
+/// The SECRET_KEY of every rig (32 zero bytes), so worker processes can read the passwords.
+const SECRET_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
 /// Accounts on one Dovecot (reached through a proxy that counts logins),
 /// stored in one Postgres database with the audit trigger, leased on one
@@ -35,13 +37,16 @@ struct Rig {
     prefix: String,
     /// (account, IMAP user)
     accounts: Vec<(LeaseKey, String)>,
+    /// Worker processes' logs.
+    logs: tempfile::TempDir,
 }
 
 impl Rig {
     async fn new(tag: &str, db: Postgres, n: usize, mails: u64) -> Rig {
         let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
         let proxy = ImapProxy::start(dovecot.port()).unwrap_or_else(|e| panic!("IMAP proxy: {e}"));
-        let storage = Storage::open(db.url(), SecretKey::generate()).await.unwrap_or_else(|e| panic!("open: {e:?}"));
+        let key = SecretKey::from_base64(SECRET_KEY, "the test key").expect("key");
+        let storage = Storage::open(db.url(), key).await.unwrap_or_else(|e| panic!("open: {e:?}"));
         FenceAudit::install(&db).expect("install the fence audit");
         let redis = RedisServer::start().unwrap_or_else(|e| panic!("redis-server: {e}"));
         let names: Vec<String> = (0..n).map(|i| format!("user{i}")).collect();
@@ -65,7 +70,8 @@ impl Rig {
                 .expect("account");
             accounts.push((account, name));
         }
-        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts }
+        let logs = tempfile::tempdir().expect("a log dir");
+        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts, logs }
     }
 
     async fn store(&self) -> Arc<dyn LeaseStore> {
@@ -98,6 +104,27 @@ impl Rig {
         };
         let handle = Coordinator::start(WorkerId::new(name).unwrap(), config, deps).await.expect("coordinator");
         (handle, reconciler)
+    }
+
+    /// `sync-worker worker` as a process of its own, with lease TTL `ttl`.
+    fn worker_process(&self, name: &str, ttl: Duration) -> WorkerProcess {
+        let log = std::fs::File::create(self.logs.path().join(format!("{name}.log"))).expect("worker log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sync-worker"))
+            .arg("worker")
+            .env("DATABASE_URL", self.db.url())
+            .env("REDIS_URL", self.redis.url())
+            .env("REDIS_KEY_PREFIX", &self.prefix)
+            .env("SECRET_KEY", SECRET_KEY)
+            .env("WORKER_ID", name)
+            .env("LEASE_TTL", format!("{}ms", ttl.as_millis()))
+            .env("POLL_WARM", "600")
+            .env("RECONCILE_INTERVAL", "1")
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn sync-worker worker");
+        WorkerProcess(child)
     }
 
     /// Stored messages per account, in account order.
@@ -152,15 +179,31 @@ impl Rig {
     }
 }
 
-/// A Redis flushed mid-sync hands out tokens from 1 again, below the stored
-/// ones. Every account heals by itself (the owner finds storage above its
+/// A worker process, killed when dropped.
+struct WorkerProcess(std::process::Child);
+
+impl WorkerProcess {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).expect("signal the worker");
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Redis flushed (in the middle of the initial sync, and again after it)
+/// hands out tokens from 1 again, below the stored ones. Every account heals by itself (the owner finds storage above its
 /// token, raises the counter past it and claims again) within TTL + 5 s,
 /// without manual SQL, without a login loop, and without one row written
 /// under a replaced token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     let db = Postgres::fresh("emptied_redis").unwrap_or_else(|e| panic!("Postgres: {e}"));
-    let rig = Rig::new("emptied_redis", db, 4, 60).await;
+    let rig = Rig::new("emptied_redis", db, 4, 600).await;
     let ttl = Duration::from_secs(3);
     // A deployment that has run a while: its tokens are far above where an
     // emptied Redis starts counting again, so re-claiming until the counter
@@ -171,11 +214,20 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     }
     let (w1, _r1) = rig.worker("w1", rig.config(ttl)).await;
     let (w2, _r2) = rig.worker("w2", rig.config(ttl)).await;
-    rig.wait_synced(Duration::from_secs(60), "initial sync").await;
+    // Once in the middle of the initial sync...
+    let started = Instant::now();
+    while rig.counts().await.iter().all(|n| *n == 0) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the initial sync never began");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
+    rig.wait_synced(Duration::from_secs(120), "initial sync, flushed mid-way").await;
+    rig.assert_no_stale_write();
     let before: Vec<Vec<i64>> =
         rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
     let logins_before = rig.proxy.count("LOGIN");
 
+    // ...and once after it, timed: every account syncs new mail within TTL + 5 s.
     assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
     rig.append_one_each(1);
     rig.wait_synced(ttl + Duration::from_secs(5), "after FLUSHALL").await;
@@ -465,4 +517,82 @@ async fn a_stalled_database_costs_no_lease() {
     rig.wait_synced(Duration::from_secs(30), "after the stall").await;
     rig.assert_no_stale_write();
     w1.shutdown().await.expect("shutdown");
+}
+
+/// Two deployments on one Redis key prefix: the second refuses to start, with
+/// an error that says so, and the first one's accounts stay live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deployment_on_one_key_space_refuses_to_start() {
+    let first = Postgres::fresh("deployment_a").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("deployment_a", first, 2, 1).await;
+    let store = rig.store().await;
+    reconcile::reconcile(&rig.storage, store.as_ref()).await.expect("the first deployment reconciles");
+    let live = store.live_keys().await.expect("live");
+    assert_eq!(live.len(), 2);
+
+    let second = Postgres::fresh("deployment_b").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let other = Storage::open(second.url(), SecretKey::generate()).await.expect("open the second database");
+    match reconcile::reconcile(&other, store.as_ref()).await {
+        Err(e @ sync_worker::SyncError::OtherDeployment { .. }) => {
+            assert!(e.to_string().contains("two deployments share one Redis key prefix"), "{e}")
+        }
+        other => panic!("the second deployment reconciled: {other:?}"),
+    }
+    assert_eq!(store.live_keys().await.expect("live"), live, "the first deployment's accounts were touched");
+
+    // The binary itself: `sync-worker worker` on the second database exits with the error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sync-worker"))
+        .arg("worker")
+        .env("DATABASE_URL", second.url())
+        .env("REDIS_URL", rig.redis.url())
+        .env("REDIS_KEY_PREFIX", &rig.prefix)
+        .env("SECRET_KEY", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run sync-worker worker");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second deployment's worker started");
+    assert!(stderr.contains("two deployments share one Redis key prefix"), "{stderr}");
+    assert_eq!(store.live_keys().await.expect("live"), live);
+}
+
+/// The stale write of issue 22, with processes: the owner is paused
+/// (SIGSTOP) in the middle of its initial sync, past its TTL; the new owner
+/// claims, and its first write is held back (the IMAP proxy gives it no
+/// greeting); the old owner resumes with whatever it had fetched. Not one
+/// row carries the old token after the new one was recorded, and the new
+/// owner then syncs everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_writes_nothing_after_its_successor_claimed() {
+    let db = Postgres::fresh("paused_owner").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("paused_owner", db, 1, 3000).await;
+    let ttl = Duration::from_secs(3);
+    let account = rig.accounts[0].0.clone();
+    let old = rig.worker_process("w1", ttl);
+    let started = Instant::now();
+    loop {
+        let n = rig.counts().await[0];
+        if n > 0 && n < 3000 {
+            break;
+        }
+        assert!(n < 3000, "the initial sync ended before the pause could land mid-way");
+        assert!(started.elapsed() < Duration::from_secs(120), "the initial sync never began");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    old.signal(nix::sys::signal::Signal::SIGSTOP);
+    rig.proxy.hold_new(true);
+    let _new = rig.worker_process("w2", ttl);
+    let audit = FenceAudit::of(&rig.db);
+    until(Duration::from_secs(60), "the new owner records its claim", || {
+        audit.claims(account.as_str()).expect("claims").len() >= 2
+    })
+    .await;
+    old.signal(nix::sys::signal::Signal::SIGCONT);
+    // The old owner runs on with its fetched batch while the new one is held.
+    tokio::time::sleep(ttl + Duration::from_secs(2)).await;
+    rig.proxy.hold_new(false);
+    rig.wait_synced(Duration::from_secs(120), "after the handover").await;
+    let claims = audit.claims(account.as_str()).expect("claims");
+    assert!(claims.windows(2).all(|w| w[0] < w[1]), "recorded tokens must only grow: {claims:?}");
+    rig.assert_no_stale_write();
 }

@@ -356,3 +356,10 @@ pub async fn raise_token_puts_the_next_claim_above_it(fx: Fixture) {
     let other = fx.leases.claim(&key("acct-2"), &worker("w1"), MINUTE).await.unwrap().unwrap();
     assert!(other.token < FencingToken(41), "an unrelated key's token {:?} was raised", other.token);
 }
+
+/// `bind_deployment` records the first id and answers it to every later caller.
+pub async fn bind_deployment_keeps_the_first_id(fx: Fixture) {
+    assert_eq!(fx.leases.bind_deployment("dep-a").await.unwrap(), "dep-a");
+    assert_eq!(fx.leases.bind_deployment("dep-a").await.unwrap(), "dep-a", "idempotent for its own id");
+    assert_eq!(fx.leases.bind_deployment("dep-b").await.unwrap(), "dep-a", "another deployment sees the first");
+}

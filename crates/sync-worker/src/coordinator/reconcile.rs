@@ -23,6 +23,8 @@ pub struct Reconciled {
 
 /// Makes the live set equal to the accounts table, once.
 pub async fn reconcile(storage: &Storage, store: &dyn LeaseStore) -> Result<Reconciled, SyncError> {
+    // Never reconcile another deployment's live set away.
+    check_deployment(storage, store).await?;
     let wanted: HashSet<LeaseKey> = storage.account_keys().await?.into_iter().collect();
     let live: HashSet<LeaseKey> = store.live_keys().await?.into_iter().collect();
     let mut done = Reconciled::default();
@@ -61,4 +63,17 @@ pub fn spawn(storage: Storage, store: Arc<dyn LeaseStore>, every: Duration) -> R
 #[derive(Debug)]
 pub struct Reconciler {
     _task: AbortOnDrop<()>,
+}
+
+/// Binds the lease store's key space to this database's deployment (the
+/// first to ask records its id) and checks that it is this one's:
+/// [`SyncError::OtherDeployment`] when another deployment's database bound it.
+pub async fn check_deployment(storage: &Storage, store: &dyn LeaseStore) -> Result<(), SyncError> {
+    let database = storage.deployment_id().await?;
+    let key_space = store.bind_deployment(&database).await?;
+    if key_space == database {
+        Ok(())
+    } else {
+        Err(SyncError::OtherDeployment { database, key_space })
+    }
 }

@@ -21,6 +21,7 @@
 
 mod accounts;
 mod connection;
+mod deployment;
 pub mod fence;
 mod mail;
 mod sessions;

@@ -27,6 +27,8 @@ struct Shared {
     open: Mutex<Vec<TcpStream>>,
     connections: AtomicU64,
     closed: AtomicBool,
+    /// New connections wait for the upstream (no greeting) while this is set.
+    hold: AtomicBool,
 }
 
 /// A recording proxy on a free loopback port in front of `127.0.0.1:<upstream>`.
@@ -76,6 +78,13 @@ impl ImapProxy {
         self.shared.connections.load(Ordering::Relaxed)
     }
 
+    /// While `on`, new connections get no greeting: they are accepted but
+    /// wait before the proxy connects upstream (a client's first login, and
+    /// so its first write, is held back). Open connections are not touched.
+    pub fn hold_new(&self, on: bool) {
+        self.shared.hold.store(on, Ordering::Relaxed);
+    }
+
     /// Cuts every open connection (both directions), as a network failure would.
     pub fn cut_all(&self) {
         for stream in self.shared.open.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
@@ -99,6 +108,9 @@ fn accept_loop(listener: TcpListener, upstream_port: u16, shared: Arc<Shared>) {
             return;
         }
         let Ok(client) = client else { continue };
+        while shared.hold.load(Ordering::Relaxed) && !shared.closed.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
             let _ = client.shutdown(Shutdown::Both);
             continue;

@@ -286,6 +286,9 @@ impl LeaseStore for Faulty {
         self.check("release", &lease.key)?;
         self.inner.release(lease).await
     }
+    async fn bind_deployment(&self, deployment: &str) -> Result<String, LeaseError> {
+        self.inner.bind_deployment(deployment).await
+    }
     async fn raise_token(&self, key: &LeaseKey, past: FencingToken) -> Result<(), LeaseError> {
         self.check("raise_token", key)?;
         self.inner.raise_token(key, past).await
