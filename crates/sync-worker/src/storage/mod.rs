@@ -22,6 +22,7 @@
 mod accounts;
 mod connection;
 pub mod fence;
+mod folders;
 mod mail;
 mod sessions;
 mod views;
