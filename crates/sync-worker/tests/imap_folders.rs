@@ -135,6 +135,7 @@ impl World {
 both_databases!(
     async:
     a_folder_tree_with_non_ascii_names_is_synced,
+    without_list_status_one_status_per_folder,
     created_renamed_and_deleted_folders_are_reflected,
     past_the_folder_limit_the_status_says_so,
     uidvalidity_reset_on_a_hot_account_is_seen_within_one_idle_reissue,
@@ -165,6 +166,36 @@ async fn a_folder_tree_with_non_ascii_names_is_synced(db: TestDb) {
     let after = source.commands();
     assert_eq!(before.get("UID FETCH"), after.get("UID FETCH"), "an unchanged folder cost a FETCH");
     assert_eq!(after["STATUS"] - before.get("STATUS").copied().unwrap_or(0), stored.len() as u64);
+    // A new connection: Dovecot offers LIST-STATUS, so one LIST answers
+    // every folder's counters; no STATUS, no SELECT, no FETCH.
+    let before = source.commands();
+    w.connect_with(&source).await.poll(Scope::All).await.expect("poll on a new connection");
+    let after = source.commands();
+    let sent = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+    assert_eq!((sent("LIST-STATUS"), sent("STATUS"), sent("SELECT"), sent("UID FETCH")), (1, 0, 0, 0), "{after:?}");
+    // A change after the LIST-STATUS of a connection's first poll is seen by its next one.
+    w.append("Tom &- Jerry", 2, 5);
+    let mut conn = w.connect_with(&source).await;
+    conn.poll(Scope::All).await.expect("poll");
+    assert!(w.counts().await.contains(&("Tom & Jerry".into(), 3)));
+}
+
+async fn without_list_status_one_status_per_folder(db: TestDb) {
+    let w = world(db, &DovecotOptions::without(&["LIST-STATUS"])).await;
+    w.dovecot.create_folders(USER, &TREE).expect("create");
+    w.append("Projekte/&AMQ-rger", 3, 2);
+    let source = ImapSource::new(w.storage.clone(), ImapSettings::default());
+    w.connect_with(&source).await.poll(Scope::All).await.expect("poll");
+    let before = source.commands();
+    w.connect_with(&source).await.poll(Scope::All).await.expect("poll on a new connection");
+    let after = source.commands();
+    let sent = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+    let folders = w.counts().await.len() as u64;
+    assert_eq!(
+        (sent("LIST-STATUS"), sent("LIST"), sent("STATUS"), sent("SELECT"), sent("UID FETCH")),
+        (0, 1, folders, 0, 0)
+    );
+    assert_eq!(w.counts().await, w.server_counts());
 }
 
 async fn created_renamed_and_deleted_folders_are_reflected(db: TestDb) {

@@ -29,6 +29,41 @@ struct Caps {
     condstore: bool,
     qresync: bool,
     idle: bool,
+    /// RFC 5819: LIST answers STATUS for every folder in one command.
+    list_status: bool,
+}
+
+/// A folder's counters from a STATUS or a LIST-STATUS answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counters {
+    uidvalidity: Option<u32>,
+    uidnext: Option<u32>,
+    highestmodseq: Option<u64>,
+}
+
+impl Counters {
+    fn of_attributes(attrs: &[async_imap::imap_proto::StatusAttribute]) -> Self {
+        use async_imap::imap_proto::StatusAttribute as A;
+        let mut c = Counters::default();
+        for a in attrs {
+            match a {
+                A::UidValidity(v) => c.uidvalidity = Some(*v),
+                A::UidNext(n) => c.uidnext = Some(*n),
+                A::HighestModSeq(m) => c.highestmodseq = Some(*m),
+                _ => {}
+            }
+        }
+        c
+    }
+
+    /// Whether they are exactly what storage holds.
+    fn unchanged(&self, state: &FolderState) -> bool {
+        self.uidvalidity == Some(state.uidvalidity)
+            && self.uidnext.is_some()
+            && self.uidnext == state.uidnext
+            && self.highestmodseq.is_some()
+            && self.highestmodseq == state.highestmodseq
+    }
 }
 
 /// A failure inside one folder's sync.
@@ -81,6 +116,9 @@ pub(super) struct Connection {
     rescan: Arc<RescanCursor>,
     /// The folder (path) whose flags this poll rescans in full.
     full_rescan: Option<String>,
+    /// Counters the LIST-STATUS answer gave, by wire name, for the poll that
+    /// sent the LIST (a later poll on this connection asks STATUS again).
+    listed_status: std::collections::HashMap<String, Counters>,
 }
 
 fn is_refusal(e: &async_imap::error::Error) -> bool {
@@ -113,10 +151,15 @@ impl Connection {
             selected: None,
             rescan,
             full_rescan: None,
+            listed_status: Default::default(),
         };
         let caps = imap!(conn, "CAPABILITY", |s| s.capabilities()).map_err(FolderFailure::into_error)?;
-        conn.caps =
-            Caps { condstore: caps.has_str("CONDSTORE"), qresync: caps.has_str("QRESYNC"), idle: caps.has_str("IDLE") };
+        conn.caps = Caps {
+            condstore: caps.has_str("CONDSTORE"),
+            qresync: caps.has_str("QRESYNC"),
+            idle: caps.has_str("IDLE"),
+            list_status: caps.has_str("LIST-STATUS"),
+        };
         if conn.caps.qresync {
             // RFC 7162: VANISHED answers are only sent once QRESYNC is enabled.
             if imap!(conn, "ENABLE QRESYNC", |s| s.run_command_and_check_ok("ENABLE QRESYNC")).is_err() {
@@ -178,10 +221,34 @@ impl Connection {
         if let Some(f) = &self.folders {
             return Ok(f.clone());
         }
-        let names = imap!(self, "LIST", |s| async {
-            let stream = s.list(Some(""), Some("*")).await?;
-            stream.try_collect::<Vec<_>>().await
+        // The counters only serve the no-FETCH check, which needs CONDSTORE.
+        let with_status = self.caps.list_status && self.caps.condstore;
+        let pattern = if with_status { "\"*\" RETURN (STATUS (UIDVALIDITY UIDNEXT HIGHESTMODSEQ))" } else { "*" };
+        let (names, statuses) = imap!(self, if with_status { "LIST-STATUS" } else { "LIST" }, |s| async {
+            use async_imap::types::UnsolicitedResponse;
+            // The STATUS answers arrive among the LIST ones, in async-imap's
+            // bounded channel of unsolicited answers: read them as the
+            // names come, so none is dropped for lack of room.
+            let unsolicited = s.unsolicited_responses.clone();
+            let mut statuses = Vec::new();
+            let take = |statuses: &mut Vec<(String, Counters)>| {
+                while let Ok(r) = unsolicited.try_recv() {
+                    if let UnsolicitedResponse::Status { mailbox, attributes } = r {
+                        statuses.push((mailbox, Counters::of_attributes(&attributes)));
+                    }
+                }
+            };
+            let mut stream = s.list(Some(""), Some(pattern)).await?;
+            let mut names = Vec::new();
+            while let Some(name) = stream.try_next().await? {
+                names.push(name);
+                take(&mut statuses);
+            }
+            take(&mut statuses);
+            Ok((names, statuses))
         })?;
+        // A STATUS answer the channel dropped anyway is only a STATUS more later.
+        self.listed_status = statuses.into_iter().collect();
         let (mut found, total) = all_folders(&names, usize::MAX);
         let account = self.fence.account.clone();
         let stored = self.storage.folder_names(&account).await.map_err(|e| self.store_err(e))?;
@@ -229,17 +296,25 @@ impl Connection {
             return Ok(false);
         }
         self.quotable("STATUS", name)?;
+        // What LIST-STATUS answered for this folder in this poll. (Not for
+        // the selected folder, whose counters the server gives from this
+        // session's view.)
+        let listed = self.listed_status.remove(name);
+        if let Some(c) = listed.filter(|_| self.selected.as_deref() != Some(name)) {
+            return Ok(c.unchanged(state));
+        }
         if self.selected.as_deref() == Some(name) {
             // A server answers STATUS of the selected folder from this
             // session's view, which only a command like NOOP brings up to date.
             imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
         }
         let status = imap!(self, format!("STATUS {name}"), |s| s.status(name, "(UIDNEXT UIDVALIDITY HIGHESTMODSEQ)"))?;
-        Ok(status.uid_validity == Some(state.uidvalidity)
-            && status.uid_next.is_some()
-            && status.uid_next == state.uidnext
-            && status.highest_modseq.is_some()
-            && status.highest_modseq == state.highestmodseq)
+        let c = Counters {
+            uidvalidity: status.uid_validity,
+            uidnext: status.uid_next,
+            highestmodseq: status.highest_modseq,
+        };
+        Ok(c.unchanged(state))
     }
 
     async fn write(&self) -> Result<crate::storage::FencedTx, FolderFailure> {
@@ -612,6 +687,8 @@ impl MailConnection for Connection {
                 }
             }
         }
+        // LIST-STATUS counters serve the poll whose LIST they came with only.
+        self.listed_status.clear();
         let error = (!refused.is_empty()).then(|| refused.join("; "));
         self.record(error.as_deref()).await?;
         let account = self.fence.account.clone();
