@@ -2,7 +2,13 @@
 //! servers, on async-imap (tokio) with tokio-rustls, writing into
 //! [`Storage`] under the lease's fence.
 //!
-//! **Per folder, incrementally**: a STATUS first; when UIDNEXT,
+//! **Which folders**: every selectable folder of LIST (see `folders`),
+//! names decoded from modified UTF-7 for storage, sent as the server spells
+//! them; folders storage holds that LIST no longer names are deleted (their
+//! messages announced as deleted); at most `IMAP_MAX_FOLDERS`.
+//!
+//! **Per folder, incrementally**: a STATUS first (or the counters of the
+//! poll's LIST-STATUS, where offered); when UIDNEXT,
 //! UIDVALIDITY and HIGHESTMODSEQ (CONDSTORE servers) are what storage holds,
 //! nothing else is sent, no FETCH at all. Otherwise SELECT, then:
 //! * a changed UIDVALIDITY deletes the folder's rows and starts it over;
@@ -11,7 +17,9 @@
 //!   crash resumes after the last committed batch, and a batch fetched twice
 //!   only updates flags (the key is account + folder + UIDVALIDITY + UID);
 //! * flag changes: `CHANGEDSINCE` the stored HIGHESTMODSEQ on CONDSTORE
-//!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages;
+//!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages,
+//!   and of every message of one folder per poll, in turn (so every change
+//!   arrives within as many polls as there are folders);
 //! * expunges: QRESYNC servers name them (`CHANGEDSINCE ... VANISHED`, in
 //!   the same FETCH as the flag changes); then, on every server, when storage
 //!   still holds more messages below the SELECT's UIDNEXT than the server's
@@ -20,8 +28,8 @@
 //!   committed.
 //!
 //! **Watching** ([`MailConnection::wait_new_mail`]): INBOX is selected, a
-//! STATUS UIDNEXT right before IDLE catches mail that arrived since the last
-//! FETCH, then IDLE until the server says anything but a keepalive, with a
+//! STATUS (UIDNEXT, UIDVALIDITY, HIGHESTMODSEQ) right before each IDLE
+//! catches mail, a reset or a change since the last FETCH, then IDLE until the server says anything but a keepalive, with a
 //! hard deadline of our own (async-imap's timer is reset by keepalives) and a
 //! silence bound after which the connection must prove itself alive (DONE
 //! answered in time) or is dropped. A notification's content is never used:
