@@ -85,6 +85,8 @@ pub struct Config {
     pub imap_allow_plain: bool,
     /// `IMAP_ALLOW_PRIVATE`.
     pub imap_allow_private: bool,
+    /// `IMAP_MAX_FOLDERS`: most folders synced per account (default 1000).
+    pub imap_max_folders: usize,
 }
 
 impl Default for Config {
@@ -106,6 +108,7 @@ impl Default for Config {
             imap_ca_file: None,
             imap_allow_plain: false,
             imap_allow_private: false,
+            imap_max_folders: 1_000,
         }
     }
 }
@@ -200,6 +203,18 @@ impl Config {
         }
         if let Some(v) = get("IMAP_ALLOW_PRIVATE") {
             c.imap_allow_private = read_bool("IMAP_ALLOW_PRIVATE", &v)?;
+        }
+        if let Some(v) = get("IMAP_MAX_FOLDERS") {
+            c.imap_max_folders = match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "IMAP_MAX_FOLDERS",
+                        value: v.clone(),
+                        expected: "a whole number of folders, at least 1".into(),
+                    })
+                }
+            };
         }
         c.validate()?;
         Ok(c)

@@ -41,11 +41,13 @@ impl From<&Lease> for Fence {
 /// Which folders a poll covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scope {
-    /// INBOX and the special folders (a transient warm or cold poll).
+    /// Every folder the server lists (a transient warm or cold poll).
     All,
     /// INBOX only (after the persistent watch reports new mail, or when it starts).
     Inbox,
-    /// The special folders only (Sent, Drafts, Archive, ...: the hot tier's secondary poll).
+    /// The hot tier's secondary poll: every folder, as [`Scope::All`] (INBOX
+    /// too, so a change the watch could not see, such as a flag change on a
+    /// server without CONDSTORE, still arrives).
     Special,
 }
 

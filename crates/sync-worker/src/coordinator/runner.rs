@@ -3,14 +3,14 @@
 //! * **hot**: a persistent connection waits for new mail on INBOX (IMAP IDLE,
 //!   re-issued every `IDLE_REISSUE` whatever keepalives the server sends, with
 //!   reconnects and exponential backoff) and polls INBOX after every wake-up
-//!   and when it (re)connects; plus a secondary poll of the special folders
+//!   and when it (re)connects; plus a secondary poll of every folder
 //!   every `POLL_WARM` on a transient connection.
-//! * **warm**: no persistent connection; a transient INBOX + special-folder
-//!   poll every `POLL_WARM`.
+//! * **warm**: no persistent connection; a transient poll of every folder
+//!   every `POLL_WARM`.
 //! * **cold**: the same every `POLL_COLD`.
 //!
-//! **Tier changes reshape the loops in place.** The periodic poll (special
-//! folders when hot, all folders otherwise) keeps one schedule across tiers:
+//! **Tier changes reshape the loops in place.** The periodic poll (the
+//! secondary poll when hot, the only one otherwise) keeps one schedule across tiers:
 //! its next run is always *the start of the previous periodic poll + the
 //! current tier's interval* (or at once if that is already past, and then
 //! only once). So a change never skips the due poll nor runs an extra one;

@@ -1,6 +1,8 @@
-//! Which folders a poll covers: INBOX, and the special folders found by
-//! RFC 6154 SPECIAL-USE attributes, or by their usual names when the server
-//! marks none.
+//! Which folders a poll covers: every selectable folder of the LIST answer
+//! (`\Noselect` and `\NonExistent` skipped), their names decoded from
+//! modified UTF-7 (RFC 3501 §5.1.3), and among them the special folders
+//! found by RFC 6154 SPECIAL-USE attributes, or by their usual names when
+//! the server marks none.
 
 use async_imap::types::{Name, NameAttribute};
 
@@ -66,10 +68,98 @@ impl Role {
 /// A folder a poll syncs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Folder {
-    /// Its IMAP name.
+    /// Its IMAP name, as the server spells it on the wire (modified UTF-7).
     pub name: String,
-    /// Its role; `None` for INBOX.
+    /// Its decoded name (`Projekte/Ärger`, levels joined by the server's
+    /// hierarchy delimiter): the name storage and the API use.
+    pub path: String,
+    /// Its role; `None` for INBOX and user folders.
     pub role: Option<Role>,
+}
+
+impl Folder {
+    /// A folder of the wire name `name`, its path decoded.
+    pub fn new(name: &str, role: Option<Role>) -> Self {
+        Self { name: name.to_string(), path: decode_modified_utf7(name), role }
+    }
+}
+
+/// Whether a LIST entry can be selected: `\Noselect` (a level of the
+/// hierarchy only) and `\NonExistent` (RFC 5258) cannot.
+fn selectable(attrs: &[NameAttribute<'_>]) -> bool {
+    !attrs.iter().any(|a| match a {
+        NameAttribute::NoSelect => true,
+        NameAttribute::Extension(x) => x.trim_start_matches('\\').eq_ignore_ascii_case("NonExistent"),
+        _ => false,
+    })
+}
+
+/// Every folder a poll covers, from a LIST answer: INBOX first, then the
+/// special folders (in [`Role::ALL`] order), then the rest by name. At most
+/// `limit` are returned; the second value is how many selectable folders
+/// were listed in all.
+pub fn all_folders(names: &[Name], limit: usize) -> (Vec<Folder>, usize) {
+    let listed: Vec<(&str, &[NameAttribute<'_>])> = names.iter().map(|n| (n.name(), n.attributes())).collect();
+    all_folders_of(&listed, limit)
+}
+
+/// [`all_folders`] over `(name, attributes)` pairs.
+pub fn all_folders_of(names: &[(&str, &[NameAttribute<'_>])], limit: usize) -> (Vec<Folder>, usize) {
+    let mut found = vec![Folder::new("INBOX", None)];
+    found.extend(special_folders_of(names));
+    let mut rest: Vec<Folder> = names
+        .iter()
+        .filter(|(name, attrs)| {
+            selectable(attrs) && !name.eq_ignore_ascii_case("INBOX") && !found.iter().any(|f| f.name == *name)
+        })
+        .map(|(name, _)| Folder::new(name, None))
+        .collect();
+    rest.sort_by(|a, b| a.path.cmp(&b.path));
+    rest.dedup_by(|a, b| a.name == b.name);
+    found.extend(rest);
+    let total = found.len();
+    found.truncate(limit.max(1));
+    (found, total)
+}
+
+/// Decodes a modified UTF-7 mailbox name (RFC 3501 §5.1.3): `&` starts a
+/// run of modified base64 (`,` for `/`, no padding) of UTF-16BE, ended by
+/// `-`; `&-` is a literal `&`. No crate on crates.io does just this and is
+/// kept up to date, hence these few lines. A name that is not valid
+/// modified UTF-7 (a server that sends raw UTF-8, as some do) is returned
+/// as it is, so it can still be synced and shown.
+pub fn decode_modified_utf7(name: &str) -> String {
+    use base64::Engine as _;
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::IMAP_MUTF7,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_encode_padding(false)
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone),
+    );
+    let decoded = (|| {
+        let mut out = String::with_capacity(name.len());
+        let mut rest = name;
+        while let Some(start) = rest.find('&') {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 1..];
+            let end = after.find('-')?;
+            let run = &after[..end];
+            if run.is_empty() {
+                out.push('&');
+            } else {
+                let bytes = engine.decode(run).ok()?;
+                if bytes.len() % 2 != 0 {
+                    return None;
+                }
+                let units: Vec<u16> = bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+                out.push_str(&String::from_utf16(&units).ok()?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Some(out)
+    })();
+    decoded.unwrap_or_else(|| name.to_string())
 }
 
 /// The special folders among a LIST answer: by attribute first, then (for
@@ -81,8 +171,7 @@ pub fn special_folders(names: &[Name]) -> Vec<Folder> {
 
 /// [`special_folders`] over `(name, attributes)` pairs.
 pub fn special_folders_of(names: &[(&str, &[NameAttribute<'_>])]) -> Vec<Folder> {
-    let selectable: Vec<&(&str, &[NameAttribute<'_>])> =
-        names.iter().filter(|(_, attrs)| !attrs.iter().any(|a| matches!(a, NameAttribute::NoSelect))).collect();
+    let selectable: Vec<&(&str, &[NameAttribute<'_>])> = names.iter().filter(|(_, attrs)| selectable(attrs)).collect();
     let mut found: Vec<Folder> = Vec::new();
     for role in Role::ALL {
         let by_attr = selectable.iter().find(|(_, attrs)| attrs.iter().any(|a| Role::of_attribute(a) == Some(role)));
@@ -97,7 +186,7 @@ pub fn special_folders_of(names: &[(&str, &[NameAttribute<'_>])]) -> Vec<Folder>
             if name.eq_ignore_ascii_case("INBOX") || found.iter().any(|f| f.name == *name) {
                 continue;
             }
-            found.push(Folder { name: name.to_string(), role: Some(role) });
+            found.push(Folder::new(name, Some(role)));
         }
     }
     found
@@ -109,6 +198,42 @@ mod tests {
 
     fn roles(found: &[Folder]) -> Vec<(&str, Role)> {
         found.iter().map(|f| (f.name.as_str(), f.role.expect("a role"))).collect()
+    }
+
+    #[test]
+    fn modified_utf7_names_are_decoded() {
+        assert_eq!(decode_modified_utf7("Projekte/&AMQ-rger"), "Projekte/Ärger");
+        assert_eq!(decode_modified_utf7("&ZeVnLIqe-"), "日本語");
+        assert_eq!(decode_modified_utf7("Tom &- Jerry"), "Tom & Jerry");
+        assert_eq!(decode_modified_utf7("INBOX"), "INBOX");
+        // Not modified UTF-7 (an unterminated run, raw UTF-8): kept as sent.
+        assert_eq!(decode_modified_utf7("a&AMQ"), "a&AMQ");
+        assert_eq!(decode_modified_utf7("Ärger"), "Ärger");
+    }
+
+    #[test]
+    fn every_selectable_folder_is_listed_inbox_and_specials_first() {
+        let none: [NameAttribute<'_>; 0] = [];
+        let noselect = [NameAttribute::NoSelect];
+        let gone = [NameAttribute::Extension("\\NonExistent".into())];
+        let sent = [NameAttribute::Sent];
+        let listed = [
+            ("Projekte", &noselect[..]),
+            ("Projekte/&AMQ-rger", &none[..]),
+            ("INBOX", &none[..]),
+            ("Zeug", &none[..]),
+            ("Alt", &gone[..]),
+            ("Gesendet", &sent[..]),
+            ("Archiv", &none[..]),
+        ];
+        let (found, total) = all_folders_of(&listed, 100);
+        let paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, vec!["INBOX", "Gesendet", "Archiv", "Projekte/Ärger", "Zeug"]);
+        assert_eq!(found[3].name, "Projekte/&AMQ-rger");
+        assert_eq!(total, 5);
+        let (found, total) = all_folders_of(&listed, 3);
+        assert_eq!(found.len(), 3);
+        assert_eq!(total, 5);
     }
 
     #[test]

@@ -2,7 +2,13 @@
 //! servers, on async-imap (tokio) with tokio-rustls, writing into
 //! [`Storage`] under the lease's fence.
 //!
-//! **Per folder, incrementally**: a STATUS first; when UIDNEXT,
+//! **Which folders**: every selectable folder of LIST (see `folders`),
+//! names decoded from modified UTF-7 for storage, sent as the server spells
+//! them; folders storage holds that LIST no longer names are deleted (their
+//! messages announced as deleted); at most `IMAP_MAX_FOLDERS`.
+//!
+//! **Per folder, incrementally**: a STATUS first (or the counters of the
+//! poll's LIST-STATUS, where offered); when UIDNEXT,
 //! UIDVALIDITY and HIGHESTMODSEQ (CONDSTORE servers) are what storage holds,
 //! nothing else is sent, no FETCH at all. Otherwise SELECT, then:
 //! * a changed UIDVALIDITY deletes the folder's rows and starts it over;
@@ -11,7 +17,9 @@
 //!   crash resumes after the last committed batch, and a batch fetched twice
 //!   only updates flags (the key is account + folder + UIDVALIDITY + UID);
 //! * flag changes: `CHANGEDSINCE` the stored HIGHESTMODSEQ on CONDSTORE
-//!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages;
+//!   servers, otherwise a rescan of the newest [`FLAG_RESCAN`] messages,
+//!   and of every message of one folder per poll, in turn (so every change
+//!   arrives within as many polls as there are folders);
 //! * expunges: QRESYNC servers name them (`CHANGEDSINCE ... VANISHED`, in
 //!   the same FETCH as the flag changes); then, on every server, when storage
 //!   still holds more messages below the SELECT's UIDNEXT than the server's
@@ -20,8 +28,8 @@
 //!   committed.
 //!
 //! **Watching** ([`MailConnection::wait_new_mail`]): INBOX is selected, a
-//! STATUS UIDNEXT right before IDLE catches mail that arrived since the last
-//! FETCH, then IDLE until the server says anything but a keepalive, with a
+//! STATUS (UIDNEXT, UIDVALIDITY, HIGHESTMODSEQ) right before each IDLE
+//! catches mail, a reset or a change since the last FETCH, then IDLE until the server says anything but a keepalive, with a
 //! hard deadline of our own (async-imap's timer is reset by keepalives) and a
 //! silence bound after which the connection must prove itself alive (DONE
 //! answered in time) or is dropped. A notification's content is never used:
@@ -53,7 +61,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
-pub use folders::{special_folders, special_folders_of, Folder, Role};
+pub use folders::{
+    all_folders, all_folders_of, decode_modified_utf7, special_folders, special_folders_of, Folder, Role,
+};
 pub use settings::ImapSettings;
 pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
 pub use transport::ConnectError;
@@ -66,6 +76,26 @@ use crate::storage::{Credentials, Storage, StorageError};
 pub const BATCH: usize = 500;
 /// Newest messages whose flags are re-read on servers without CONDSTORE.
 pub const FLAG_RESCAN: u32 = 500;
+/// Most messages one FETCH of a full flag rescan asks for (servers without
+/// CONDSTORE rescan one folder's flags in full per poll).
+pub const FULL_RESCAN_CHUNK: u32 = 5_000;
+
+/// Whose turn it is for a full flag rescan, per account: kept by the source,
+/// since a warm account's connections last one poll each.
+#[derive(Debug, Default)]
+pub struct RescanCursor(parking_lot::Mutex<std::collections::HashMap<LeaseKey, usize>>);
+
+impl RescanCursor {
+    /// The index (below `folders`) of the folder to rescan in this poll; the
+    /// next call answers the one after it.
+    fn next(&self, account: &LeaseKey, folders: usize) -> usize {
+        let mut turns = self.0.lock();
+        let turn = turns.entry(account.clone()).or_default();
+        let now = *turn % folders.max(1);
+        *turn = now + 1;
+        now
+    }
+}
 
 /// How many IMAP commands of each kind the engine sent (LOGIN aside), for
 /// benchmarks and tests: `SELECT`, `STATUS`, `UID FETCH`, `IDLE`, ...
@@ -95,6 +125,7 @@ pub struct ImapSource {
     storage: Storage,
     settings: ImapSettings,
     commands: Arc<CommandCounts>,
+    rescan: Arc<RescanCursor>,
     /// Whether a password that does not decrypt has been logged: once per
     /// process is enough (it is one wrong SECRET_KEY, however many accounts
     /// it affects, and each account's `last_error` says so).
@@ -104,7 +135,7 @@ pub struct ImapSource {
 impl ImapSource {
     /// An engine writing into `storage`.
     pub fn new(storage: Storage, settings: ImapSettings) -> Self {
-        Self { storage, settings, commands: Arc::default(), secret_logged: Arc::default() }
+        Self { storage, settings, commands: Arc::default(), rescan: Arc::default(), secret_logged: Arc::default() }
     }
 
     /// The commands sent so far by every connection of this source.
@@ -217,6 +248,7 @@ impl MailSource for ImapSource {
                     fence.clone(),
                     self.settings.clone(),
                     self.commands.clone(),
+                    self.rescan.clone(),
                 )
                 .await
                 .map(|c| Box::new(c) as Box<dyn MailConnection>)

@@ -9,11 +9,11 @@ use async_imap::types::{Fetch, Mailbox};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 
-use super::folders::{special_folders, Folder};
+use super::folders::{all_folders, Folder};
 use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
 use super::settings::ImapSettings;
 use super::transport::ImapSession;
-use super::{storage_error, CommandCounts, BATCH, FLAG_RESCAN};
+use super::{storage_error, CommandCounts, RescanCursor, BATCH, FLAG_RESCAN, FULL_RESCAN_CHUNK};
 use crate::errors::{BoxError, SourceError};
 use crate::source::{Fence, MailConnection, PollReport, Scope};
 use crate::storage::{FolderState, Storage, StorageError};
@@ -29,6 +29,41 @@ struct Caps {
     condstore: bool,
     qresync: bool,
     idle: bool,
+    /// RFC 5819: LIST answers STATUS for every folder in one command.
+    list_status: bool,
+}
+
+/// A folder's counters from a STATUS or a LIST-STATUS answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counters {
+    uidvalidity: Option<u32>,
+    uidnext: Option<u32>,
+    highestmodseq: Option<u64>,
+}
+
+impl Counters {
+    fn of_attributes(attrs: &[async_imap::imap_proto::StatusAttribute]) -> Self {
+        use async_imap::imap_proto::StatusAttribute as A;
+        let mut c = Counters::default();
+        for a in attrs {
+            match a {
+                A::UidValidity(v) => c.uidvalidity = Some(*v),
+                A::UidNext(n) => c.uidnext = Some(*n),
+                A::HighestModSeq(m) => c.highestmodseq = Some(*m),
+                _ => {}
+            }
+        }
+        c
+    }
+
+    /// Whether they are exactly what storage holds.
+    fn unchanged(&self, state: &FolderState) -> bool {
+        self.uidvalidity == Some(state.uidvalidity)
+            && self.uidnext.is_some()
+            && self.uidnext == state.uidnext
+            && self.highestmodseq.is_some()
+            && self.highestmodseq == state.highestmodseq
+    }
 }
 
 /// A failure inside one folder's sync.
@@ -73,8 +108,17 @@ pub(super) struct Connection {
     fence: Fence,
     settings: ImapSettings,
     caps: Caps,
-    specials: Option<Vec<Folder>>,
+    /// The LIST answer's folders (once per connection), and how many
+    /// selectable folders the server listed in all.
+    folders: Option<(Vec<Folder>, usize)>,
     selected: Option<String>,
+    /// Which folder gets the next full flag rescan (servers without CONDSTORE).
+    rescan: Arc<RescanCursor>,
+    /// The folder (path) whose flags this poll rescans in full.
+    full_rescan: Option<String>,
+    /// Counters the LIST-STATUS answer gave, by wire name, for the poll that
+    /// sent the LIST (a later poll on this connection asks STATUS again).
+    listed_status: std::collections::HashMap<String, Counters>,
 }
 
 fn is_refusal(e: &async_imap::error::Error) -> bool {
@@ -94,6 +138,7 @@ impl Connection {
         fence: Fence,
         settings: ImapSettings,
         commands: Arc<CommandCounts>,
+        rescan: Arc<RescanCursor>,
     ) -> Result<Self, SourceError> {
         let mut conn = Self {
             commands,
@@ -102,12 +147,19 @@ impl Connection {
             fence,
             settings,
             caps: Caps::default(),
-            specials: None,
+            folders: None,
             selected: None,
+            rescan,
+            full_rescan: None,
+            listed_status: Default::default(),
         };
         let caps = imap!(conn, "CAPABILITY", |s| s.capabilities()).map_err(FolderFailure::into_error)?;
-        conn.caps =
-            Caps { condstore: caps.has_str("CONDSTORE"), qresync: caps.has_str("QRESYNC"), idle: caps.has_str("IDLE") };
+        conn.caps = Caps {
+            condstore: caps.has_str("CONDSTORE"),
+            qresync: caps.has_str("QRESYNC"),
+            idle: caps.has_str("IDLE"),
+            list_status: caps.has_str("LIST-STATUS"),
+        };
         if conn.caps.qresync {
             // RFC 7162: VANISHED answers are only sent once QRESYNC is enabled.
             if imap!(conn, "ENABLE QRESYNC", |s| s.run_command_and_check_ok("ENABLE QRESYNC")).is_err() {
@@ -161,19 +213,58 @@ impl Connection {
         }
     }
 
-    /// The special folders (LIST once per connection).
-    async fn specials(&mut self) -> Result<Vec<Folder>, FolderFailure> {
-        if let Some(f) = &self.specials {
+    /// Every folder the server lists (LIST once per connection), at most
+    /// `max_folders`, and how many it listed in all. Folders storage holds
+    /// that the server no longer lists (deleted, or renamed: the new name is
+    /// a new folder) are removed here, their messages announced as deleted.
+    async fn folders(&mut self) -> Result<(Vec<Folder>, usize), FolderFailure> {
+        if let Some(f) = &self.folders {
             return Ok(f.clone());
         }
-        let names = imap!(self, "LIST", |s| async {
-            let stream = s.list(Some(""), Some("*")).await?;
-            stream.try_collect::<Vec<_>>().await
+        // The counters only serve the no-FETCH check, which needs CONDSTORE.
+        let with_status = self.caps.list_status && self.caps.condstore;
+        let pattern = if with_status { "\"*\" RETURN (STATUS (UIDVALIDITY UIDNEXT HIGHESTMODSEQ))" } else { "*" };
+        let (names, statuses) = imap!(self, if with_status { "LIST-STATUS" } else { "LIST" }, |s| async {
+            use async_imap::types::UnsolicitedResponse;
+            // The STATUS answers arrive among the LIST ones, in async-imap's
+            // bounded channel of unsolicited answers: read them as the
+            // names come, so none is dropped for lack of room.
+            let unsolicited = s.unsolicited_responses.clone();
+            let mut statuses = Vec::new();
+            let take = |statuses: &mut Vec<(String, Counters)>| {
+                while let Ok(r) = unsolicited.try_recv() {
+                    if let UnsolicitedResponse::Status { mailbox, attributes } = r {
+                        statuses.push((mailbox, Counters::of_attributes(&attributes)));
+                    }
+                }
+            };
+            let mut stream = s.list(Some(""), Some(pattern)).await?;
+            let mut names = Vec::new();
+            while let Some(name) = stream.try_next().await? {
+                names.push(name);
+                take(&mut statuses);
+            }
+            take(&mut statuses);
+            Ok((names, statuses))
         })?;
-        let found = special_folders(&names);
-        tracing::debug!(account = %self.fence.account, folders = ?found, "special folders");
-        self.specials = Some(found.clone());
-        Ok(found)
+        // A STATUS answer the channel dropped anyway is only a STATUS more later.
+        self.listed_status = statuses.into_iter().collect();
+        let (mut found, total) = all_folders(&names, usize::MAX);
+        let account = self.fence.account.clone();
+        let stored = self.storage.folder_names(&account).await.map_err(|e| self.store_err(e))?;
+        let gone: Vec<&String> = stored.iter().filter(|s| !found.iter().any(|f| &f.path == *s)).collect();
+        if !gone.is_empty() {
+            let mut tx = self.write().await?;
+            for folder in &gone {
+                let n = tx.delete_folder(folder).await.map_err(|e| self.store_err(e))?;
+                tracing::info!(%account, folder = %folder, messages = n, "folder gone from the server: its rows deleted");
+            }
+            tx.commit().await.map_err(|e| self.store_err(e))?;
+        }
+        found.truncate(self.settings.max_folders.max(1));
+        tracing::debug!(%account, folders = found.len(), listed = total, "folders");
+        self.folders = Some((found.clone(), total));
+        Ok((found, total))
     }
 
     /// A folder name the server gave that cannot go back in a quoted
@@ -205,17 +296,25 @@ impl Connection {
             return Ok(false);
         }
         self.quotable("STATUS", name)?;
+        // What LIST-STATUS answered for this folder in this poll. (Not for
+        // the selected folder, whose counters the server gives from this
+        // session's view.)
+        let listed = self.listed_status.remove(name);
+        if let Some(c) = listed.filter(|_| self.selected.as_deref() != Some(name)) {
+            return Ok(c.unchanged(state));
+        }
         if self.selected.as_deref() == Some(name) {
             // A server answers STATUS of the selected folder from this
             // session's view, which only a command like NOOP brings up to date.
             imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
         }
         let status = imap!(self, format!("STATUS {name}"), |s| s.status(name, "(UIDNEXT UIDVALIDITY HIGHESTMODSEQ)"))?;
-        Ok(status.uid_validity == Some(state.uidvalidity)
-            && status.uid_next.is_some()
-            && status.uid_next == state.uidnext
-            && status.highest_modseq.is_some()
-            && status.highest_modseq == state.highestmodseq)
+        let c = Counters {
+            uidvalidity: status.uid_validity,
+            uidnext: status.uid_next,
+            highestmodseq: status.highest_modseq,
+        };
+        Ok(c.unchanged(state))
     }
 
     async fn write(&self) -> Result<crate::storage::FencedTx, FolderFailure> {
@@ -224,11 +323,13 @@ impl Connection {
 
     /// One folder's incremental sync.
     async fn sync_folder(&mut self, folder: &Folder) -> Result<FolderReport, FolderFailure> {
-        let name = folder.name.as_str();
+        // `name` goes on the wire, `key` (the decoded name) into storage.
+        let (name, key) = (folder.name.as_str(), folder.path.as_str());
         let account = self.fence.account.clone();
-        let stored = self.storage.folder_state(&account, name).await.map_err(|e| self.store_err(e))?;
+        let stored = self.storage.folder_state(&account, key).await.map_err(|e| self.store_err(e))?;
+        let full_rescan = self.full_rescan.as_deref() == Some(key);
         if let Some(st) = &stored {
-            if self.unchanged(name, st).await? {
+            if !full_rescan && self.unchanged(name, st).await? {
                 return Ok(FolderReport::default());
             }
         }
@@ -242,8 +343,8 @@ impl Connection {
             Some(st) if st.uidvalidity == uidvalidity => st,
             previous => {
                 let mut tx = self.write().await?;
-                tx.ensure_folder(name, folder.role.map(|r| r.as_str())).await.map_err(|e| self.store_err(e))?;
-                tx.reset_folder(name, uidvalidity).await.map_err(|e| self.store_err(e))?;
+                tx.ensure_folder(key, folder.role.map(|r| r.as_str())).await.map_err(|e| self.store_err(e))?;
+                tx.reset_folder(key, uidvalidity).await.map_err(|e| self.store_err(e))?;
                 tx.commit().await.map_err(|e| self.store_err(e))?;
                 if let Some(p) = previous {
                     tracing::info!(%account, folder = name, old = p.uidvalidity, new = uidvalidity, "UIDVALIDITY changed: folder resynced from scratch");
@@ -252,16 +353,16 @@ impl Connection {
             }
         };
         let old_last = state.last_uid;
-        let new_messages = self.fetch_new(name, &mut state, mbox.uid_next).await?;
-        self.sync_flags(name, &state, old_last, &mbox).await?;
-        self.sync_expunges(name, &state, &mbox).await?;
+        let new_messages = self.fetch_new(folder, &mut state, mbox.uid_next).await?;
+        self.sync_flags(folder, &state, old_last, &mbox, full_rescan).await?;
+        self.sync_expunges(folder, &state, &mbox).await?;
         // A connection cut mid-answer can end a FETCH stream early without an
         // error; a NOOP answered proves the answers above were whole.
         imap!(self, format!("NOOP in {name}"), |s| s.noop())?;
         // Last: the marks that say everything they cover is stored.
         let uidnext = mbox.uid_next.map(|n| n.max(state.last_uid.saturating_add(1)));
         let mut tx = self.write().await?;
-        tx.set_marks(name, uidnext, mbox.highest_modseq).await.map_err(|e| self.store_err(e))?;
+        tx.set_marks(key, uidnext, mbox.highest_modseq).await.map_err(|e| self.store_err(e))?;
         tx.commit().await.map_err(|e| self.store_err(e))?;
         Ok(FolderReport { new_messages })
     }
@@ -291,10 +392,11 @@ impl Connection {
     /// New mail above `state.last_uid`, in batches, one commit each.
     async fn fetch_new(
         &mut self,
-        name: &str,
+        folder: &Folder,
         state: &mut FolderState,
         uid_next: Option<u32>,
     ) -> Result<u64, FolderFailure> {
+        let (name, key) = (folder.name.as_str(), folder.path.as_str());
         let from = state.last_uid.saturating_add(1);
         let mut uids = self.uids_from(name, from, uid_next).await?;
         uids.sort_unstable();
@@ -312,8 +414,8 @@ impl Connection {
             let complete = batch.iter().take_while(|u| got.contains(u)).count();
             let last = if complete == 0 { state.last_uid } else { batch[complete - 1] };
             let mut tx = self.write().await?;
-            tx.insert_messages(name, state.uidvalidity, &rows).await.map_err(|e| self.store_err(e))?;
-            tx.set_last_uid(name, last).await.map_err(|e| self.store_err(e))?;
+            tx.insert_messages(key, state.uidvalidity, &rows).await.map_err(|e| self.store_err(e))?;
+            tx.set_last_uid(key, last).await.map_err(|e| self.store_err(e))?;
             tx.commit().await.map_err(|e| self.store_err(e))?;
             state.last_uid = last;
             total += rows.len() as u64;
@@ -331,13 +433,18 @@ impl Connection {
     }
 
     /// Flag changes of messages stored before this poll (`..= old_last`).
+    /// Without CONDSTORE the newest [`FLAG_RESCAN`] messages are re-read on
+    /// every poll, and every message when `full_rescan` (one folder per
+    /// poll takes its turn, so every change arrives eventually).
     async fn sync_flags(
         &mut self,
-        name: &str,
+        folder: &Folder,
         state: &FolderState,
         old_last: u32,
         mbox: &Mailbox,
+        full_rescan: bool,
     ) -> Result<(), FolderFailure> {
+        let (name, key) = (folder.name.as_str(), folder.path.as_str());
         if old_last == 0 {
             return Ok(());
         }
@@ -365,11 +472,26 @@ impl Connection {
                 if mbox.exists == 0 {
                     return Ok(());
                 }
-                let first = mbox.exists.saturating_sub(FLAG_RESCAN - 1).max(1);
-                let set = format!("{first}:{}", mbox.exists);
-                imap!(self, format!("FETCH flags rescan in {name}"), |s| async {
-                    s.fetch(&set, "(UID FLAGS)").await?.try_collect::<Vec<_>>().await
-                })?
+                let first = if full_rescan { 1 } else { mbox.exists.saturating_sub(FLAG_RESCAN - 1).max(1) };
+                let mut all = Vec::new();
+                let mut start = first;
+                // In chunks, so that one answer stays a bounded size.
+                while start <= mbox.exists {
+                    let end = start.saturating_add(FULL_RESCAN_CHUNK - 1).min(mbox.exists);
+                    let set = format!("{start}:{end}");
+                    let part: Vec<Fetch> = imap!(self, format!("FETCH flags rescan in {name}"), |s| async {
+                        s.fetch(&set, "(UID FLAGS)").await?.try_collect::<Vec<_>>().await
+                    })?;
+                    all.extend(part);
+                    start = end.saturating_add(1);
+                    if end == u32::MAX {
+                        break;
+                    }
+                }
+                if full_rescan {
+                    tracing::debug!(account = %self.fence.account, folder = key, messages = mbox.exists, "full flag rescan");
+                }
+                all
             }
         };
         let changes: Vec<(u32, String)> =
@@ -379,8 +501,8 @@ impl Connection {
             return Ok(());
         }
         let mut tx = self.write().await?;
-        let n = tx.set_flags(name, state.uidvalidity, &changes).await.map_err(|e| self.store_err(e))?;
-        let expunged = tx.delete_uids(name, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
+        let n = tx.set_flags(key, state.uidvalidity, &changes).await.map_err(|e| self.store_err(e))?;
+        let expunged = tx.delete_uids(key, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
         tx.commit().await.map_err(|e| self.store_err(e))?;
         tracing::debug!(account = %self.fence.account, folder = name, changed = n, expunged, "flags and VANISHED applied");
         Ok(())
@@ -412,12 +534,18 @@ impl Connection {
     /// Deletes stored messages the server no longer has. Storage holding no
     /// more messages below the SELECT's UIDNEXT than its EXISTS proves there
     /// is nothing to do (storage holds every one of them).
-    async fn sync_expunges(&mut self, name: &str, state: &FolderState, mbox: &Mailbox) -> Result<(), FolderFailure> {
+    async fn sync_expunges(
+        &mut self,
+        folder: &Folder,
+        state: &FolderState,
+        mbox: &Mailbox,
+    ) -> Result<(), FolderFailure> {
+        let (name, key) = (folder.name.as_str(), folder.path.as_str());
         let account = self.fence.account.clone();
         let below = mbox.uid_next.unwrap_or(u32::MAX);
         let stored: Vec<u32> = self
             .storage
-            .stored_uids(&account, name, state.uidvalidity)
+            .stored_uids(&account, key, state.uidvalidity)
             .await
             .map_err(|e| self.store_err(e))?
             .into_iter()
@@ -437,9 +565,9 @@ impl Connection {
             return Ok(());
         }
         let mut tx = self.write().await?;
-        let n = tx.delete_uids(name, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
+        let n = tx.delete_uids(key, state.uidvalidity, &gone).await.map_err(|e| self.store_err(e))?;
         tx.commit().await.map_err(|e| self.store_err(e))?;
-        tracing::debug!(%account, folder = name, expunged = n, "expunges applied");
+        tracing::debug!(%account, folder = key, expunged = n, "expunges applied");
         Ok(())
     }
 
@@ -460,12 +588,20 @@ impl Connection {
         Ok(())
     }
 
-    /// Whether INBOX has mail storage does not hold yet (STATUS UIDNEXT).
-    async fn inbox_has_new_mail(&mut self) -> Result<bool, FolderFailure> {
+    /// Whether INBOX differs from what storage holds: new mail (UIDNEXT), a
+    /// reset (UIDVALIDITY) or, on CONDSTORE servers, any change (HIGHESTMODSEQ).
+    async fn inbox_changed(&mut self) -> Result<bool, FolderFailure> {
         let account = self.fence.account.clone();
         let stored = self.storage.folder_state(&account, INBOX).await.map_err(|e| self.store_err(e))?;
-        let status = imap!(self, "STATUS INBOX", |s| s.status(INBOX, "(UIDNEXT)"))?;
-        Ok(stored.and_then(|s| s.uidnext) != status.uid_next)
+        // STATUS of the selected folder answers from this session's view: a
+        // NOOP first brings it up to date.
+        imap!(self, "NOOP in INBOX", |s| s.noop())?;
+        let items = if self.caps.condstore { "(UIDNEXT UIDVALIDITY HIGHESTMODSEQ)" } else { "(UIDNEXT UIDVALIDITY)" };
+        let status = imap!(self, "STATUS INBOX", |s| s.status(INBOX, items))?;
+        let Some(st) = stored else { return Ok(true) };
+        Ok(status.uid_next != st.uidnext
+            || status.uid_validity != Some(st.uidvalidity)
+            || (self.caps.condstore && status.highest_modseq != st.highestmodseq))
     }
 
     async fn idle_once(&mut self) -> Result<(), SourceError> {
@@ -515,15 +651,25 @@ impl Connection {
 #[async_trait]
 impl MailConnection for Connection {
     async fn poll(&mut self, scope: Scope) -> Result<PollReport, SourceError> {
-        let mut folders = Vec::new();
-        if scope != Scope::Special {
-            folders.push(Folder { name: INBOX.into(), role: None });
-        }
-        if scope != Scope::Inbox {
-            folders.extend(self.specials().await.map_err(FolderFailure::into_error)?);
-        }
-        let mut report = PollReport::default();
         let mut refused = Vec::new();
+        let folders = if scope == Scope::Inbox {
+            vec![Folder::new(INBOX, None)]
+        } else {
+            let (folders, listed) = self.folders().await.map_err(FolderFailure::into_error)?;
+            if listed > folders.len() {
+                let limit = folders.len();
+                tracing::warn!(account = %self.fence.account, listed, limit, "more folders than IMAP_MAX_FOLDERS: the rest are not synced");
+                refused.push(format!(
+                    "the server lists {listed} folders; only the first {limit} are synced (IMAP_MAX_FOLDERS)"
+                ));
+            }
+            // One folder per poll has its flags rescanned in full when the
+            // server cannot say what changed (no CONDSTORE).
+            self.full_rescan = (!self.caps.condstore)
+                .then(|| folders[self.rescan.next(&self.fence.account, folders.len())].path.clone());
+            folders
+        };
+        let mut report = PollReport::default();
         for folder in &folders {
             match self.sync_folder(folder).await {
                 Ok(r) => report.new_messages += r.new_messages,
@@ -541,6 +687,8 @@ impl MailConnection for Connection {
                 }
             }
         }
+        // LIST-STATUS counters serve the poll whose LIST they came with only.
+        self.listed_status.clear();
         let error = (!refused.is_empty()).then(|| refused.join("; "));
         self.record(error.as_deref()).await?;
         let account = self.fence.account.clone();
@@ -559,8 +707,9 @@ impl MailConnection for Connection {
             return imap!(self, "NOOP", |s| s.noop()).map_err(FolderFailure::into_error);
         }
         self.select_inbox().await.map_err(FolderFailure::into_error)?;
-        // Mail that arrived between the last FETCH and now: no IDLE needed.
-        if self.inbox_has_new_mail().await.map_err(FolderFailure::into_error)? {
+        // Mail that arrived between the last FETCH and now, or a reset or a
+        // change missed while IDLE was being (re-)issued: no IDLE needed.
+        if self.inbox_changed().await.map_err(FolderFailure::into_error)? {
             return Ok(());
         }
         self.idle_once().await

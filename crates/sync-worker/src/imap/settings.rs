@@ -27,6 +27,9 @@ pub struct ImapSettings {
     /// CLI are trusted (`true`); the API's login check takes
     /// `IMAP_ALLOW_PRIVATE` (default `false`).
     pub allow_private: bool,
+    /// `IMAP_MAX_FOLDERS`: most folders synced per account (INBOX and the
+    /// special folders first); past it the account's `last_error` says so.
+    pub max_folders: usize,
 }
 
 impl Default for ImapSettings {
@@ -40,6 +43,7 @@ impl Default for ImapSettings {
             tls: TlsSettings::default(),
             allow_plain: false,
             allow_private: true,
+            max_folders: 1_000,
         }
     }
 }
@@ -53,6 +57,7 @@ impl From<&Config> for ImapSettings {
             idle_deadline: c.idle_reissue - margin,
             tls: TlsSettings::with_ca_file(c.imap_ca_file.as_ref()),
             allow_plain: c.imap_allow_plain,
+            max_folders: c.imap_max_folders,
             ..Self::default()
         }
     }

@@ -224,6 +224,40 @@ impl FencedTx {
         Ok(())
     }
 
+    /// Removes `folder` (gone from the server): its messages, announced as
+    /// deleted, and its state row. Returns how many messages went.
+    pub async fn delete_folder(&mut self, folder: &str) -> Result<u64, StorageError> {
+        let what = format!("{}/{folder}", self.account);
+        let rows = sqlx::query("SELECT uidvalidity, uid FROM messages WHERE account_id = $1 AND folder = $2")
+            .bind(&self.account)
+            .bind(folder)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("read the messages of {what}")))?;
+        let mut gone: Vec<(u32, u32)> = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let v: i64 = r.try_get(0).map_err(query_err(format!("read uidvalidity of {what}")))?;
+            let u: i64 = r.try_get(1).map_err(query_err(format!("read uid of {what}")))?;
+            gone.push((v.clamp(0, i64::from(u32::MAX)) as u32, u.clamp(0, i64::from(u32::MAX)) as u32));
+        }
+        sqlx::query("DELETE FROM messages WHERE account_id = $1 AND folder = $2")
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("delete the messages of {what}")))?;
+        sqlx::query("DELETE FROM folders WHERE account_id = $1 AND name = $2")
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("delete the folder {what}")))?;
+        for (uidvalidity, uid) in &gone {
+            self.announce(MailEventKind::Deleted, folder, *uidvalidity, [*uid]);
+        }
+        Ok(gone.len() as u64)
+    }
+
     /// Stores new messages (a message already stored keeps its row and
     /// takes the new flags: a resumed sync never duplicates).
     pub async fn insert_messages(

@@ -23,6 +23,7 @@ mod accounts;
 mod connection;
 mod deployment;
 pub mod fence;
+mod folders;
 mod mail;
 mod sessions;
 mod views;
