@@ -339,28 +339,11 @@ const CARGO_SUITE: &[(&str, &str)] = &[
     ("tests/it.rs", "#[test]\nfn integration() {\n    assert_eq!(exact_demo::add_one(2), 3);\n}\n"),
 ];
 
-/// Plain `cargo test --no-fail-fast`'s outcome of every test, from its
-/// `test NAME ... ok|FAILED|ignored` lines.
+/// Plain `cargo test --no-fail-fast`'s outcome of every test (see
+/// [`common::plain_cargo_test`]).
 fn plain_cargo_test(dir: &Path) -> Verdict {
-    let output = Command::new("cargo")
-        .args(["test", "--no-fail-fast"])
-        .env("CARGO_TARGET_DIR", dir.join("target"))
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let (stdout, _) = texts(&output);
-    let mut tests = BTreeMap::new();
-    for line in stdout.lines() {
-        let Some((name, result)) = line.strip_prefix("test ").and_then(|l| l.rsplit_once(" ... ")) else { continue };
-        let outcome = match result {
-            "ok" => "passed",
-            "FAILED" => "failed",
-            r if r.starts_with("ignored") => "skipped",
-            other => panic!("{other}: {stdout}"),
-        };
-        tests.insert(name.to_owned(), outcome);
-    }
-    Verdict { tests, outside: BTreeSet::new(), exit: output.status.code() }
+    let (tests, exit) = common::plain_cargo_test(dir);
+    Verdict { tests, outside: BTreeSet::new(), exit }
 }
 
 #[test]
