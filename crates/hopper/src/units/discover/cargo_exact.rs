@@ -7,11 +7,12 @@
 //! in every binary and exited 0: a failing doctest "passed". So each unit's
 //! `cargo test` command gets the unit's target (`--lib`, `--test NAME`,
 //! `--doc`, from the binary discovery listed it under) and libtest's
-//! `--exact` (not for doctests: rustdoc's own names do not match exactly,
-//! the full name is a filter precise enough, and the count below catches
-//! the rest). Then libtest's own summary lines (`test result: ok. 1 passed;
-//! 0 failed; 0 ignored; ...`) must say the command ran exactly one test; none
-//! is an error, never a pass.
+//! `--exact` (not for doctests: rustdoc splits the name it is given at its
+//! spaces and runs every doctest matching a piece, so no doctest can be
+//! named exactly). Then libtest's own summary lines (`test result: ok. 1
+//! passed; 0 failed; 0 ignored; ...`) must say the command ran exactly one
+//! test; none is an error, never a pass. A doctest unit whose command ran
+//! its siblings too is judged by its own result in the output.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
