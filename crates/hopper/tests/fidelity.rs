@@ -731,3 +731,45 @@ fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
     assert!(stderr.contains("while loading ./spec/broken_spec.rb"), "{stderr}");
     assert!(stderr.contains("nope_not_a_gem"), "{stderr}");
 }
+
+/// A suite whose config runs it on xdist's workers (`-n 2` in an addopts),
+/// as `config` (a file name and its text) writes it.
+fn xdist_suite(config: (&'static str, &'static str)) -> Project {
+    Project::new(&[
+        config,
+        (
+            "test_x.py",
+            "import pytest\n\ndef test_a():\n    pass\n\ndef test_b():\n    assert 0, 'b fails'\n\n\
+                       @pytest.mark.xfail(reason='known')\ndef test_c():\n    assert 0\n",
+        ),
+        ("test_y.py", "def test_d():\n    pass\n"),
+    ])
+}
+
+#[test]
+fn xdist_in_addopts_is_turned_off_for_the_agents_with_a_note() {
+    let python = venv_python();
+    let xdist = Command::new(&python).args(["-c", "import xdist"]).output().unwrap();
+    assert!(xdist.status.success(), "pytest-xdist is required by this test: run `cargo xtask setup`");
+    let configs = [
+        ("pytest.ini", "[pytest]\naddopts = -n 2\n"),
+        ("pyproject.toml", "[tool.pytest.ini_options]\naddopts = \"-n 2\"\n"),
+        ("setup.cfg", "[tool:pytest]\naddopts = -n 2\n"),
+    ];
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    for (k, config) in configs.into_iter().enumerate() {
+        let dir = xdist_suite(config);
+        let (plain, _) = plain_pytest(dir.path(), &[]);
+        assert_eq!(plain.tests.len(), 4, "{config:?}: plain pytest ran on xdist: {plain:?}");
+        // Every mode for one config; the agents' two for the others.
+        let modes: &[&[&str]] = if k == 0 { MODES } else { &[&["-j", "2"], &[REDIS, "-j", "1"]] };
+        for mode in modes {
+            let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+            assert_same(&plain, &ours, &shown);
+            let agents = !mode.iter().any(|m| *m == "--per-process" || *m == "--batch-size");
+            let said = usize::from(agents && mode.first() != Some(&REDIS));
+            let note = "pytest-xdist's -n/--dist (from the command or addopts) is turned off in hopper's agents";
+            assert_eq!(shown.matches(note).count(), said, "{config:?}: the note, once\n{shown}");
+        }
+    }
+}
