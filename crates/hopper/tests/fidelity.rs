@@ -773,3 +773,77 @@ fn xdist_in_addopts_is_turned_off_for_the_agents_with_a_note() {
         }
     }
 }
+
+/// Reads a JUnit file with two consumers, junitparser and Python's own
+/// ElementTree (checking the shape JUnit's schema gives: `testsuites` or
+/// `testsuite` at the root, every `testcase` with a `name` and a
+/// `classname`, at most one result element); prints the counts each found
+/// as JSON: `{"junitparser": [tests, failures, errors, skipped], "etree": [...]}`.
+const JUNIT_CONSUMERS: &str = r#"
+import json, sys
+import xml.etree.ElementTree as ET
+from junitparser import JUnitXml, Failure, Error, Skipped
+
+path = sys.argv[1]
+xml = JUnitXml.fromfile(path)
+suites = [xml] if xml._tag == "testsuite" else list(xml)
+counts = [0, 0, 0, 0]
+for suite in suites:
+    for case in suite:
+        counts[0] += 1
+        kinds = {type(r) for r in case.result}
+        counts[1] += Failure in kinds
+        counts[2] += Error in kinds and Failure not in kinds
+        counts[3] += Skipped in kinds
+
+root = ET.parse(path).getroot()
+assert root.tag in ("testsuites", "testsuite"), root.tag
+tree = [0, 0, 0, 0]
+for case in root.iter("testcase"):
+    assert case.get("name") and case.get("classname") is not None, ET.tostring(case)
+    results = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+    assert len(set(results)) <= 1, ET.tostring(case)
+    tree[0] += 1
+    tree[1] += "failure" in results
+    tree[2] += "error" in results
+    tree[3] += "skipped" in results
+print(json.dumps({"junitparser": counts, "etree": tree}))
+"#;
+
+/// The counts (tests, failures, errors, skipped) both consumers of
+/// [`JUNIT_CONSUMERS`] read in `junit`; they must agree.
+fn junit_counts(junit: &Path) -> Vec<u64> {
+    let output = Command::new(venv_python()).args(["-c", JUNIT_CONSUMERS]).arg(junit).output().unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "junitparser (cargo xtask setup installs it) read {junit:?}:\n{stderr}");
+    let counts: BTreeMap<String, Vec<u64>> = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(counts["junitparser"], counts["etree"], "the two consumers differ on {junit:?}");
+    counts["junitparser"].clone()
+}
+
+#[test]
+fn junitparser_and_elementtree_read_hoppers_junit_with_pytests_own_counts() {
+    let python = venv_python();
+    let mut files = PYTEST_OUTCOMES.to_vec();
+    files.push((
+        "tests/test_setup.py",
+        "import pytest\n\n@pytest.fixture\ndef broken():\n    raise RuntimeError('setup boom')\n\ndef test_needs_it(broken):\n    pass\n",
+    ));
+    let dir = Project::new(&files);
+    let plain_xml = dir.path().join("plain.xml");
+    let plain = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--junitxml"])
+        .arg(&plain_xml)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(1), "{:?}", texts(&plain));
+    let want = junit_counts(&plain_xml);
+    assert_eq!(want, [9, 2, 1, 2], "pytest's own: 9 tests, 2 failed, a setup error, skip and xfail skipped");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
+    for mode in [&["-j", "2"][..], &["-j", "1", "--batch-size", "20"], &["--per-process", "-j", "2"]] {
+        let (_, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        let junit = dir.path().join(format!("hopper-{}.xml", mode.join("_")));
+        assert_eq!(junit_counts(&junit), want, "{mode:?}\n{shown}");
+    }
+}
