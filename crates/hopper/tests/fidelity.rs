@@ -847,3 +847,38 @@ fn junitparser_and_elementtree_read_hoppers_junit_with_pytests_own_counts() {
         assert_eq!(junit_counts(&junit), want, "{mode:?}\n{shown}");
     }
 }
+
+/// A suite with a test that hangs and one that kills its interpreter,
+/// beside tests that pass and fail.
+const PYTEST_HANG_CRASH: &[(&str, &str)] = &[
+    (
+        "test_edge.py",
+        "import os, time\n\ndef test_before():\n    pass\n\ndef test_hang():\n    time.sleep(120)\n\n\
+         def test_crash():\n    os._exit(3)\n\ndef test_fails():\n    assert 0, 'fails'\n\ndef test_after():\n    pass\n",
+    ),
+    ("test_other.py", "def test_one():\n    pass\n\ndef test_two():\n    pass\n"),
+];
+
+#[test]
+fn a_hang_and_a_crash_fail_alone_in_every_mode() {
+    let python = venv_python();
+    let dir = Project::new(PYTEST_HANG_CRASH);
+    // Plain pytest never ends with the hang and dies with the crash: it
+    // judges the rest, and those two are failures of their own.
+    let deselect = ["--deselect", "test_edge.py::test_hang", "--deselect", "test_edge.py::test_crash"];
+    let (mut plain, _) = plain_pytest(dir.path(), &deselect);
+    assert_eq!(plain.tests.len(), 5, "{plain:?}");
+    plain.tests.insert("test_edge.py::test_hang".into(), "failed");
+    plain.tests.insert("test_edge.py::test_crash".into(), "failed");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    for mode in MODES {
+        let mode: Vec<&str> = mode.iter().copied().chain(["--unit-timeout", "5"]).collect();
+        let started = Instant::now();
+        let (ours, shown) = hopper_verdict(dir.path(), &mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+        assert!(started.elapsed() < Duration::from_secs(90), "{mode:?} took {:?}\n{shown}", started.elapsed());
+        assert!(shown.contains("FAIL test_edge.py::test_hang ("), "{shown}");
+        assert!(shown.contains("timeout") || shown.contains("timed out"), "the hang's reason\n{shown}");
+        assert!(shown.contains("crash"), "the crash's reason\n{shown}");
+    }
+}
