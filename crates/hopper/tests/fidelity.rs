@@ -916,3 +916,32 @@ fn rspec_ids_with_spaces_quotes_and_unicode_keep_their_verdicts_in_every_mode() 
         assert_same(&plain, &ours, &shown);
     }
 }
+
+#[test]
+fn doctests_and_ignored_tests_keep_their_verdicts_on_redis() {
+    let dir = Project::new(CARGO_SUITE);
+    let mut plain = plain_cargo_test(dir.path());
+    assert_eq!(plain.tests["src/lib.rs - add_one (line 5)"], "failed", "{plain:?}");
+    assert_eq!(plain.tests["tests::slow"], "skipped", "{plain:?}");
+    // hopper's red is 1, cargo's 101: the verdict is what must agree.
+    plain.exit = Some(1);
+    for mode in [&[REDIS, "-j", "2"][..], &[REDIS, "--per-process", "-j", "1"]] {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "cargo-test", &["cargo", "test", "-q", "{unit}"]);
+        assert_same(&plain, &ours, &shown);
+    }
+    // nextest runs no doctests; its ignored test is a skip on Redis too.
+    plain.tests.retain(|name, _| !name.contains(" - "));
+    let (ours, shown) = hopper_verdict(dir.path(), &[REDIS, "-j", "2"], "nextest", &[]);
+    let ours = Verdict {
+        tests: ours
+            .tests
+            .into_iter()
+            .map(|(id, outcome)| {
+                let test = id.split_once(") & test(=").map_or(id.as_str(), |(_, t)| t.trim_end_matches(')'));
+                (test.to_owned(), outcome)
+            })
+            .collect(),
+        ..ours
+    };
+    assert_same(&plain, &ours, &shown);
+}
