@@ -54,7 +54,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest (target/test-venv).
+    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist and junitparser (target/test-venv).
     Setup,
     /// Run the library examples (examples/library) on mem:// and on a private redis-server.
     Examples,
@@ -184,13 +184,21 @@ fn install_system_packages() -> Result<()> {
 /// pytest) that hopper's end-to-end tests run their suites in.
 pub const TEST_VENV: &str = "target/test-venv";
 
+/// The PyPI packages of the tests' venv: pytest; pytest-xdist (hopper's
+/// agents turn its `-n` off); junitparser (a second reader of hopper's JUnit).
+const TEST_VENV_PACKAGES: [&str; 3] = ["pytest", "pytest-xdist", "junitparser"];
+
 /// hopper's pytest tests run a real pytest from a private venv, so they never
 /// depend on (or change) the system's Python packages.
 fn install_pytest(root: &Path) -> Result<()> {
     let venv = root.join(TEST_VENV);
     let python = venv.join("bin/python");
+    // Every package imports (xdist is pytest-xdist's module).
     let works = |python: &Path| {
-        Command::new(python).args(["-m", "pytest", "--version"]).output().is_ok_and(|o| o.status.success())
+        Command::new(python)
+            .args(["-c", "import pytest, xdist, junitparser"])
+            .output()
+            .is_ok_and(|o| o.status.success())
     };
     if works(&python) {
         return Ok(());
@@ -198,15 +206,21 @@ fn install_pytest(root: &Path) -> Result<()> {
     if !have("python3") {
         bail!("the tests need python3 (3.8 or newer, with its venv module) to make {}", venv.display());
     }
-    let mut make = Command::new("python3");
-    make.args(["-m", "venv"]).arg(&venv);
-    run("python3 -m venv", make).context("could not make the tests' venv; on Debian, install python3-venv")?;
-    eprintln!("xtask: installing pytest into {}", venv.display());
+    if !python.exists() {
+        let mut make = Command::new("python3");
+        make.args(["-m", "venv"]).arg(&venv);
+        run("python3 -m venv", make).context("could not make the tests' venv; on Debian, install python3-venv")?;
+    }
+    eprintln!("xtask: installing {} into {}", TEST_VENV_PACKAGES.join(", "), venv.display());
     let mut install = Command::new(&python);
-    install.args(["-m", "pip", "install", "--quiet", "pytest"]);
-    run("pip install pytest", install)?;
+    install.args(["-m", "pip", "install", "--quiet"]).args(TEST_VENV_PACKAGES);
+    run("pip install pytest pytest-xdist junitparser", install)?;
     if !works(&python) {
-        bail!("pip installed pytest but `{} -m pytest --version` still fails", python.display());
+        bail!(
+            "pip installed {} but `{} -c 'import pytest, xdist, junitparser'` still fails",
+            TEST_VENV_PACKAGES.join(", "),
+            python.display()
+        );
     }
     Ok(())
 }

@@ -85,6 +85,20 @@ impl AgentCommand {
     }
 }
 
+/// Prints each of an agent's notes on stderr, once per hopper process:
+/// every agent of every slot (and every fresh one after a crash) says the
+/// same thing.
+fn show_once(notes: &[String]) {
+    static SHOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut shown) = SHOWN.lock() else { return };
+    for note in notes {
+        if !shown.contains(note) {
+            eprintln!("hopper: {note}");
+            shown.push(note.clone());
+        }
+    }
+}
+
 /// Why an agent did not become ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotReady {
@@ -165,7 +179,10 @@ impl AgentChild {
         loop {
             match self.next_line().await {
                 Ok(Some(line)) => match Reply::parse(&line) {
-                    Ok(Reply::Ready { protocol, tests }) if protocol == PROTOCOL => return Ok(tests),
+                    Ok(Reply::Ready { protocol, tests, notes }) if protocol == PROTOCOL => {
+                        show_once(&notes);
+                        return Ok(tests);
+                    }
                     Ok(Reply::Ready { protocol, .. }) => return Err(NotReady::Protocol(protocol)),
                     Ok(reply @ (Reply::Error { .. } | Reply::Skipped { .. })) => {
                         self.early_errors.extend(reply.outside_error())

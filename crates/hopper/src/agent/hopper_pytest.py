@@ -92,6 +92,37 @@ def _send_outside_error(group, phase, message, output):
     _send(_outside_error(group, phase, message, output))
 
 
+# What the agent changed in pytest's settings, sent with `ready` (hopper
+# shows each note once).
+_notes = []
+XDIST_NOTE = (
+    "pytest-xdist's -n/--dist (from the command or addopts) is turned off in hopper's agents "
+    "(-n 0): hopper spreads the tests over its own slots (-j); xdist's workers would run them where "
+    "no agent sees them"
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    # xdist's `-n N`, often in an addopts, makes the session a controller of
+    # xdist's own workers: the agent itself would run no test, and hopper saw
+    # an empty collection. It is turned off before xdist's own cmdline_main
+    # reads it, as `-n 0` would (which the agent cannot add to the command:
+    # without xdist installed, `-n` is an unknown option). Not in collect mode:
+    # xdist does nothing under --collect-only, and batches keep xdist's say.
+    if MODE != "agent":
+        return None
+    numprocesses = getattr(config.option, "numprocesses", None)
+    dist = getattr(config.option, "dist", "no")
+    if numprocesses or dist not in (None, "no"):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        if hasattr(config.option, "tx"):
+            config.option.tx = []
+        _notes.append(XDIST_NOTE)
+    return None
+
+
 # The collection errors seen, for HOPPER_COLLECT_OUT (collect mode).
 _collect_errors = []
 
@@ -377,7 +408,7 @@ def pytest_runtestloop(session):
     _write_collected(session, session.testscollected)
     collector = _Collector()
     session.config.pluginmanager.register(collector, "hopper-collector")
-    _send({"event": "ready", "protocol": PROTOCOL, "tests": len(session.items)})
+    _send({"event": "ready", "protocol": PROTOCOL, "tests": len(session.items), "notes": _notes})
     lines = _Lines(_requests)
     setup_state = session._setupstate
     pending = None

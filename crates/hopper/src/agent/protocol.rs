@@ -43,6 +43,10 @@ pub enum Reply {
         /// How many tests it collected (checked against discovery).
         #[serde(default)]
         tests: Option<u64>,
+        /// What the agent changed in the tool's own settings, for the user
+        /// (xdist's `-n` turned off): hopper shows each note once.
+        #[serde(default)]
+        notes: Vec<String>,
     },
     /// The test of request `seq` starts now (its time limit runs from here).
     Started {
@@ -144,7 +148,7 @@ mod tests {
     fn replies_parse() {
         assert_eq!(
             Reply::parse(r#"{"event":"ready","protocol":1,"tests":5}"#).unwrap(),
-            Reply::Ready { protocol: 1, tests: Some(5) }
+            Reply::Ready { protocol: 1, tests: Some(5), notes: Vec::new() }
         );
         assert_eq!(Reply::parse(r#"{"event":"started","seq":7}"#).unwrap(), Reply::Started { seq: 7 });
         let result = Reply::parse(r#"{"event":"result","seq":7,"outcome":"failed","duration_ms":3,"message":"boom"}"#);

@@ -194,7 +194,8 @@ fn advice(format: ResultsFormat) -> &'static str {
         }
         ResultsFormat::LibtestJson => {
             "libtest prints its JSON on stdout (unstable: nightly, or RUSTC_BOOTSTRAP=1): run e.g. `sh -c 'cargo \
-             test -q --lib -- -Z unstable-options --format json --report-time --exact \"$@\" > {report}' sh {unit}`"
+             test -q --no-fail-fast --tests -- -Z unstable-options --format json --report-time --exact \"$@\" > \
+             {report}' sh {unit}` (and doctests with --doc, as the README shows)"
         }
         ResultsFormat::RspecJson => "add --format progress --format json --out {report}",
         ResultsFormat::ExitCode => "",

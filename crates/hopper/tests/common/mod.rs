@@ -236,3 +236,38 @@ pub fn children_named(parent: i32, needle: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A JUnit case's outcome in one word: `passed`, `failed` (a failure or an
+/// error) or `skipped`.
+pub fn outcome(status: &quick_junit::TestCaseStatus) -> &'static str {
+    match status {
+        quick_junit::TestCaseStatus::Success { .. } => "passed",
+        quick_junit::TestCaseStatus::NonSuccess { .. } => "failed",
+        quick_junit::TestCaseStatus::Skipped { .. } => "skipped",
+    }
+}
+
+/// Plain `cargo test --no-fail-fast` in `dir` (its own target directory):
+/// every test's outcome (`passed`, `failed`, `skipped`) by libtest's name,
+/// from its `test NAME ... ok|FAILED|ignored` lines, and the exit code.
+pub fn plain_cargo_test(dir: &Path) -> (std::collections::BTreeMap<String, &'static str>, Option<i32>) {
+    let output = Command::new("cargo")
+        .args(["test", "--no-fail-fast"])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .current_dir(dir)
+        .output()
+        .expect("cargo is required by this test");
+    let (stdout, _) = texts(&output);
+    let mut tests = std::collections::BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((name, result)) = line.strip_prefix("test ").and_then(|l| l.rsplit_once(" ... ")) else { continue };
+        let outcome = match result {
+            "ok" => "passed",
+            "FAILED" => "failed",
+            r if r.starts_with("ignored") => "skipped",
+            other => panic!("{other}: {stdout}"),
+        };
+        tests.insert(name.to_owned(), outcome);
+    }
+    (tests, output.status.code())
+}

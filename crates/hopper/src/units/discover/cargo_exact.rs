@@ -7,11 +7,12 @@
 //! in every binary and exited 0: a failing doctest "passed". So each unit's
 //! `cargo test` command gets the unit's target (`--lib`, `--test NAME`,
 //! `--doc`, from the binary discovery listed it under) and libtest's
-//! `--exact` (not for doctests: rustdoc's own names do not match exactly,
-//! the full name is a filter precise enough, and the count below catches
-//! the rest). Then libtest's own summary lines (`test result: ok. 1 passed;
-//! 0 failed; 0 ignored; ...`) must say the command ran exactly one test; none
-//! is an error, never a pass.
+//! `--exact` (not for doctests: rustdoc splits the name it is given at its
+//! spaces and runs every doctest matching a piece, so no doctest can be
+//! named exactly). Then libtest's own summary lines (`test result: ok. 1
+//! passed; 0 failed; 0 ignored; ...`) must say the command ran exactly one
+//! test; none is an error, never a pass. A doctest unit whose command ran
+//! its siblings too is judged by its own result in the output.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -228,6 +229,48 @@ pub fn ignore_reason(output: &str) -> Option<String> {
     })
 }
 
+/// Whether `name` is a doctest's (`src/lib.rs - add_one (line 5)`): a
+/// libtest name holds no space, rustdoc's always do.
+fn is_doctest(name: &str) -> bool {
+    name.contains(" - ") && name.ends_with(')')
+}
+
+/// A doctest unit's own result in an output where rustdoc ran more than it.
+/// rustdoc splits the name it is given at its spaces (`src/lib.rs`, `-`,
+/// `add_one`, ...) and runs every doctest matching any piece, so the item's
+/// other doctests ran too, and their failure sets the exit code: the unit
+/// is judged by its own lines. Failed when its `---- NAME stdout ----`
+/// section is there (with its panic message); skipped when libtest says it
+/// was ignored; passed when it says `test NAME ... ok`, or, in `-q`'s terse
+/// output that names only failures, when it is not among them and
+/// something passed. `None` when the output is not such a run (not a
+/// doctest, or it ran only this one: the counts judge it as any unit).
+fn own_doctest_verdict(unit: &str, output: &str) -> Option<UnitResult> {
+    let (passed, failed, ignored) = counts(output)?;
+    if !is_doctest(unit) || passed + failed + ignored <= 1 {
+        return None;
+    }
+    let section = format!("---- {unit} stdout ----");
+    if let Some(at) = output.find(&section) {
+        let own = &output[at + section.len()..];
+        // Its section ends at the next test's, or at the list of failures.
+        let own = own.split("\n---- ").next().unwrap_or(own);
+        let own = own.split("\nfailures:").next().unwrap_or(own);
+        let detail = panic_message(own).unwrap_or_else(|| "the doctest failed".to_owned());
+        let verdict = UnitVerdict::Failed { reason: "exit", detail };
+        return Some(UnitResult { verdict, duration: None, output: Some(own.trim().to_owned()) });
+    }
+    let line = |result: &str| output.lines().any(|l| l.trim() == format!("test {unit} ... {result}"));
+    if line("ignored") {
+        return Some(UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: None });
+    }
+    let named = output.lines().any(|l| l.trim().starts_with("test ") && l.contains(" ... "));
+    if line("ok") || (!named && passed > 0) {
+        return Some(UnitVerdict::Passed.into());
+    }
+    None
+}
+
 /// A Rust unit's verdict: the exit code's, checked against libtest's own
 /// count. A command that ran no test, or more than one, is an error; a test
 /// that libtest only ignored is skipped; a failure's message is its panic
@@ -244,7 +287,13 @@ impl BatchResults for CountedResults {
         _report: Option<&Path>,
     ) -> HashMap<UnitId, UnitResult> {
         let verdict = termination_verdict(&result.termination, limits);
-        let verdict = match (verdict, counts(&result.output.text(usize::MAX))) {
+        let text = result.output.text(usize::MAX);
+        if let ([unit], UnitVerdict::Passed | UnitVerdict::Failed { reason: "exit", .. }) = (units, &verdict) {
+            if let Some(own) = own_doctest_verdict(unit.as_str(), &text) {
+                return [(unit.clone(), own)].into_iter().collect();
+            }
+        }
+        let verdict = match (verdict, counts(&text)) {
             (UnitVerdict::Passed, None) => UnitVerdict::Failed {
                 reason: "no_tests",
                 detail: "the command printed no libtest summary (`test result: ...`): it ran no test".into(),
@@ -353,6 +402,28 @@ mod tests {
         assert_eq!(ignore_reason("test tests::slow ... ignored, too slow\n").as_deref(), Some("too slow"));
         assert_eq!(ignore_reason("i\ntest: tests::slow, ignore_message: too slow\n").as_deref(), Some("too slow"));
         assert_eq!(ignore_reason("test tests::slow ... ignored\n"), None);
+    }
+
+    #[test]
+    fn a_doctest_is_judged_by_its_own_result_when_rustdoc_ran_its_siblings() {
+        let (five, nine) = ("src/lib.rs - add_one (line 5)", "src/lib.rs - add_one (line 9)");
+        let terse = "running 2 tests\n.F\nfailures:\n\n---- src/lib.rs - add_one (line 9) stdout ----\nTest executable \
+                     failed (exit status: 101).\n\nthread 'main' (1) panicked at src/lib.rs:5:1:\nassertion failed: a \
+                     failing doctest\n\nfailures:\n    src/lib.rs - add_one (line 9)\n\ntest result: FAILED. 1 passed; 1 \
+                     failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.2s\n";
+        assert_eq!(own_doctest_verdict(five, terse).map(|r| r.verdict), Some(UnitVerdict::Passed));
+        let failed = own_doctest_verdict(nine, terse).map(|r| r.verdict);
+        assert_eq!(
+            failed,
+            Some(UnitVerdict::Failed { reason: "exit", detail: "assertion failed: a failing doctest".into() })
+        );
+        let pretty = "test src/lib.rs - add_one (line 5) ... ignored\ntest src/lib.rs - add_one (line 9) ... ok\n\
+                      test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(own_doctest_verdict(five, pretty).map(|r| r.verdict), Some(UnitVerdict::Skipped));
+        assert_eq!(own_doctest_verdict(nine, pretty).map(|r| r.verdict), Some(UnitVerdict::Passed));
+        let alone = "running 1 test\n.\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured\n";
+        assert!(own_doctest_verdict(five, alone).is_none(), "one test ran: the counts judge it");
+        assert!(own_doctest_verdict("tests::parse", terse).is_none(), "not a doctest");
     }
 
     #[test]
