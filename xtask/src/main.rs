@@ -15,6 +15,10 @@
 //!   readable lines and ends with one JSON line of figures.
 //! * `cargo xtask bench --list` names the benchmarks.
 //! * `cargo xtask examples` runs only the library examples, as `test` does.
+//! * `cargo xtask soak [--secs N] [--seed N]` runs sync-worker's fencing
+//!   soak (two worker processes, 20 accounts, 20 random pauses, kills and
+//!   empty Redis restarts while mail changes) for 5 minutes; `test` runs
+//!   the same soak for 45 s.
 //! * `cargo xtask imports [--root DIR]` lists the import circles of more than
 //!   two files in hopper's and sync-worker's `src/` (of this workspace, or of
 //!   the workspace at DIR), and fails when there is one (see [`imports`]).
@@ -58,6 +62,19 @@ enum Cmd {
     Setup,
     /// Run the library examples (examples/library) on mem:// and on a private redis-server.
     Examples,
+    /// sync-worker's fencing soak: 2 worker processes, 20 accounts, random pauses, kills and empty
+    /// Redis restarts while mail is appended, expunged and flagged (5 minutes, 20 faults by default).
+    Soak {
+        /// Its length in seconds.
+        #[arg(long, default_value_t = 300)]
+        secs: u64,
+        /// How many faults it injects, spread evenly (default: 20 for 5 minutes or more).
+        #[arg(long)]
+        faults: Option<u64>,
+        /// The random seed (a run prints its own, to replay a failure).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// List the import circles of more than two files in hopper's and sync-worker's src/.
     Imports {
         /// The workspace whose apps to read (default: this one).
@@ -74,8 +91,28 @@ fn main() -> Result<()> {
         Cmd::Bench { name, list } => bench(&root, name.as_deref(), list),
         Cmd::Setup => setup(&root),
         Cmd::Examples => run_library_examples(&root),
+        Cmd::Soak { secs, faults, seed } => soak(&root, secs, faults, seed),
         Cmd::Imports { root: other } => print_import_circles(other.as_deref().unwrap_or(&root)),
     }
+}
+
+/// Runs the fencing soak test of `crates/sync-worker/tests/fence.rs` with
+/// its length, fault count and seed.
+fn soak(root: &Path, secs: u64, faults: Option<u64>, seed: Option<u64>) -> Result<()> {
+    setup(root)?;
+    ensure_postgres()?;
+    let mut cmd = cargo();
+    cmd.current_dir(root)
+        .args(["test", "-p", "sync-worker", "--test", "fence", "--", "--exact", "--nocapture"])
+        .arg("a_soak_of_pauses_kills_and_empty_redis_restarts_keeps_every_row_fenced")
+        .env("SOAK_SECS", secs.to_string());
+    if let Some(faults) = faults {
+        cmd.env("SOAK_FAULTS", faults.to_string());
+    }
+    if let Some(seed) = seed {
+        cmd.env("SOAK_SEED", seed.to_string());
+    }
+    run("soak", cmd)
 }
 
 /// Prints each app's import circles; fails when any app has one.

@@ -6,66 +6,33 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
+use leasehold_core::{FencingToken, Tier};
 use sqlx::Row;
 use sync_worker::both_databases;
-use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::secret::SecretKey;
-use sync_worker::storage::{Email, NewAccount, Security, Storage, StorageError};
-use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, TestDb};
-use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
+use sync_worker::storage::{Storage, StorageError};
+use sync_worker::testing::{mail_gen, DovecotOptions, FenceAudit, ImapWorld, TestDb};
+use sync_worker::{MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
 
-const USER: &str = "alice";
-const PASSWORD: &str = "secret-pw";
+const USER: &str = ImapWorld::USER;
+const PASSWORD: &str = ImapWorld::PASSWORD;
 
-struct World {
-    dovecot: Dovecot,
-    storage: Storage,
-    account: LeaseKey,
-    _db: TestDb,
+async fn world(db: TestDb, password: &str) -> ImapWorld {
+    ImapWorld::start(db, &DovecotOptions::default(), password).await
 }
 
-async fn world(db: TestDb, password: &str) -> World {
-    let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
-    dovecot.add_user(USER, PASSWORD).expect("add user");
-    let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url()));
-    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
-    let account = storage
-        .add_account(&NewAccount {
-            user: user.id,
-            host: dovecot.host().to_string(),
-            port: dovecot.port(),
-            security: Security::Plain,
-            username: USER.into(),
-            password: password.into(),
-        })
-        .await
-        .expect("account");
-    World { dovecot, storage, account, _db: db }
+/// What these tests read of their world, beside what [`ImapWorld`] gives.
+trait Checks {
+    async fn connect(&self, token: u64) -> Box<dyn MailConnection>;
+    async fn rows(&self, folder: &str) -> Vec<(i64, String)>;
+    async fn all_rows(&self) -> i64;
+    fn server_count(&self, folder: &str) -> u32;
 }
 
-impl World {
-    fn source(&self) -> ImapSource {
-        ImapSource::new(self.storage.clone(), ImapSettings::default())
-    }
-
-    fn fence(&self, token: u64) -> Fence {
-        Fence {
-            account: self.account.clone(),
-            worker: WorkerId::new(format!("w{token}")).unwrap(),
-            token: FencingToken(token),
-            deadline: LeaseDeadline::unbounded(),
-        }
-    }
-
+impl Checks for ImapWorld {
     async fn connect(&self, token: u64) -> Box<dyn MailConnection> {
         self.source().connect(&self.fence(token)).await.unwrap_or_else(|e| panic!("connect: {e:?}"))
-    }
-
-    fn append(&self, folder: &str, n: u64, seed: u64) {
-        let msgs: Vec<Vec<u8>> = (0..n).map(|i| mail_gen::message(seed, i).raw).collect();
-        self.dovecot.append_many(USER, folder, msgs.iter().map(|m| m.as_slice())).expect("append");
     }
 
     /// (uid, flags) of every stored message of `folder`, by UID.
@@ -92,10 +59,6 @@ impl World {
 
     fn server_count(&self, folder: &str) -> u32 {
         self.dovecot.mailbox_status(USER, folder).expect("status").messages
-    }
-
-    async fn last_error(&self) -> Option<String> {
-        self.storage.account(self.account.as_str()).await.expect("account").expect("exists").last_error
     }
 }
 
@@ -277,7 +240,7 @@ async fn stale_owner_writes_nothing(db: TestDb) {
 /// one was recorded.
 async fn the_token_takes_effect_at_claim_time(db: TestDb) {
     let w = world(db, PASSWORD).await;
-    let audit = w._db.postgres_db().map(|db| FenceAudit::install(db).expect("install the audit trigger"));
+    let audit = w.db.postgres_db().map(|db| FenceAudit::install(db).expect("install the audit trigger"));
     let source = w.source();
     w.append("INBOX", 2, 7);
     source.take_over(&w.fence(1)).await.expect("the first owner records its claim");
@@ -322,7 +285,7 @@ async fn the_token_takes_effect_at_claim_time(db: TestDb) {
 /// treats it as permanent (a whole interval between attempts, not a storm).
 async fn a_secret_key_that_does_not_decrypt_sets_last_error(db: TestDb) {
     let w = world(db, PASSWORD).await;
-    let url = w._db.url().to_string();
+    let url = w.db.url().to_string();
     let other = Storage::open(&url, SecretKey::generate()).await.expect("open with another key");
     let source = ImapSource::new(other, ImapSettings::default());
     source.take_over(&w.fence(1)).await.expect("claim");

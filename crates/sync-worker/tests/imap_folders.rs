@@ -5,75 +5,32 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
-use parking_lot::Mutex;
+use leasehold_core::Tier;
 use sqlx::Row;
 use sync_worker::both_databases;
-use sync_worker::deadline::LeaseDeadline;
-use sync_worker::events::{EventSink, MailEventKind, SyncEvent};
+use sync_worker::events::{MailEventKind, SyncEvent};
 use sync_worker::imap::{ImapSettings, ImapSource};
-use sync_worker::storage::{Email, NewAccount, Security, Storage};
-use sync_worker::testing::{mail_gen, Dovecot, DovecotOptions, TestDb};
-use sync_worker::{Fence, MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope};
+use sync_worker::testing::{DovecotOptions, ImapWorld, TestDb};
+use sync_worker::{MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope};
 
-const USER: &str = "alice";
-const PASSWORD: &str = "secret-pw";
+const USER: &str = ImapWorld::USER;
 
-/// Every event storage publishes, kept for the test to read.
-#[derive(Debug, Default)]
-struct Collected(Mutex<Vec<SyncEvent>>);
-
-impl EventSink for Collected {
-    fn publish(&self, events: Vec<SyncEvent>) {
-        self.0.lock().extend(events);
-    }
+async fn world(db: TestDb, options: &DovecotOptions) -> ImapWorld {
+    ImapWorld::start(db, options, ImapWorld::PASSWORD).await
 }
 
-struct World {
-    dovecot: Dovecot,
-    storage: Storage,
-    account: LeaseKey,
-    events: Arc<Collected>,
-    _db: TestDb,
+/// What these tests read of their world, beside what [`ImapWorld`] gives.
+trait Checks {
+    async fn connect_with(&self, source: &ImapSource) -> Box<dyn MailConnection>;
+    async fn counts(&self) -> Vec<(String, i64)>;
+    async fn flagged(&self, folder: &str, flag: &str) -> usize;
+    fn server_counts(&self) -> Vec<(String, i64)>;
+    fn deleted_events(&self, folder: &str) -> usize;
 }
 
-async fn world(db: TestDb, options: &DovecotOptions) -> World {
-    let dovecot = Dovecot::start_with(options).unwrap_or_else(|e| panic!("Dovecot: {e}"));
-    dovecot.add_user(USER, PASSWORD).expect("add user");
-    let events = Arc::new(Collected::default());
-    let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url())).with_events(events.clone());
-    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.expect("user");
-    let account = storage
-        .add_account(&NewAccount {
-            user: user.id,
-            host: dovecot.host().to_string(),
-            port: dovecot.port(),
-            security: Security::Plain,
-            username: USER.into(),
-            password: PASSWORD.into(),
-        })
-        .await
-        .expect("account");
-    World { dovecot, storage, account, events, _db: db }
-}
-
-impl World {
-    fn fence(&self, token: u64) -> Fence {
-        Fence {
-            account: self.account.clone(),
-            worker: WorkerId::new(format!("w{token}")).unwrap(),
-            token: FencingToken(token),
-            deadline: LeaseDeadline::unbounded(),
-        }
-    }
-
+impl Checks for ImapWorld {
     async fn connect_with(&self, source: &ImapSource) -> Box<dyn MailConnection> {
         source.connect(&self.fence(1)).await.unwrap_or_else(|e| panic!("connect: {e:?}"))
-    }
-
-    fn append(&self, folder: &str, n: u64, seed: u64) {
-        let msgs: Vec<Vec<u8>> = (0..n).map(|i| mail_gen::message(seed, i).raw).collect();
-        self.dovecot.append_many(USER, folder, msgs.iter().map(|m| m.as_slice())).expect("append");
     }
 
     /// folder -> stored messages, for every folder storage holds.
@@ -120,15 +77,10 @@ impl World {
 
     fn deleted_events(&self, folder: &str) -> usize {
         self.events
-            .0
-            .lock()
+            .all()
             .iter()
             .filter(|e| matches!(e, SyncEvent::Mail(m) if m.kind == MailEventKind::Deleted && m.folder == folder))
             .count()
-    }
-
-    async fn last_error(&self) -> Option<String> {
-        self.storage.account(self.account.as_str()).await.expect("account").expect("exists").last_error
     }
 }
 

@@ -10,7 +10,9 @@
 //!   its own config, users, mail and log in a temp dir. [`ImapSession`] is a
 //!   small raw IMAP client for checking what a real client sees;
 //!   [`ImapProxy`] records every command a client sends through it (and can
-//!   cut its connections).
+//!   cut its connections). [`ImapWorld`] is one account on a private Dovecot
+//!   in a fresh database, the engine tests' starting point;
+//!   [`CollectedEvents`] keeps what storage publishes.
 //! * [`Postgres`]: a fresh, uniquely named database per test on the machine's
 //!   server (`TEST_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432`),
 //!   dropped when the handle is dropped. [`PostgresServer`] is a private
@@ -35,6 +37,7 @@ mod dovecot;
 mod fence_audit;
 mod imap;
 mod imap_proxy;
+mod imap_world;
 pub mod mail_gen;
 mod memory_directory;
 mod postgres;
@@ -54,6 +57,7 @@ pub use dovecot::{Appended, Dovecot, DovecotOptions, DovecotTls, MailboxStatus, 
 pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
+pub use imap_world::{CollectedEvents, ImapWorld};
 pub use memory_directory::MemoryDirectory;
 pub use postgres::{Postgres, PostgresServer};
 pub use scripted::{Activity, PollRecord, ScriptedSource};
