@@ -788,3 +788,62 @@ async fn a_soak_of_pauses_kills_and_empty_redis_restarts_keeps_every_row_fenced(
     assert!(handovers >= rig.accounts.len(), "only {handovers} re-claims: the faults did not bite");
     rig.assert_no_stale_write();
 }
+
+/// An owner stopped (SIGSTOP) while its write transaction is open, with
+/// processes: the old owner's session is caught `idle in transaction`
+/// holding the account's row, then stopped. The new owner's claim is
+/// recorded within TTL + the transaction timeout (TTL/3) + 2 s, nothing
+/// the stopped transaction wrote ever commits (no audit row carries its
+/// transaction id), and once resumed the old owner writes nothing stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_stopped_inside_its_transaction_never_holds_up_the_new_owner() {
+    let db = Postgres::fresh("stopped_in_tx").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let rig = Rig::new("stopped_in_tx", db, 1, 3000).await;
+    let ttl = Duration::from_secs(3);
+    let account = rig.accounts[0].0.clone();
+    let old = rig.worker_process("w1", ttl);
+    let audit = FenceAudit::of(&rig.db);
+    until(Duration::from_secs(60), "w1 claims the account", || {
+        !audit.claims(account.as_str()).expect("claims").is_empty()
+    })
+    .await;
+    let _new = rig.worker_process("w2", ttl);
+    // w1's open write transaction: a session of w1's with a transaction id
+    // (running a statement, or between two); once w1 is stopped it is
+    // caught if it waits, still open, for w1's next statement.
+    let open_tx = |states: &str| {
+        format!(
+            "SELECT pid, backend_xid FROM pg_stat_activity WHERE application_name = 'w1' \
+             AND state IN ({states}) AND backend_xid IS NOT NULL"
+        )
+    };
+    let (writing, waiting) = (open_tx("'active', 'idle in transaction'"), open_tx("'idle in transaction'"));
+    let started = Instant::now();
+    let (pid, xid) = loop {
+        assert!(started.elapsed() < Duration::from_secs(90), "w1 was never caught inside a write transaction");
+        assert!(rig.counts().await[0] < 3000, "the initial sync ended before w1 was caught in a transaction");
+        let Some(row) = rig.db.query(&writing).expect("pg_stat_activity").into_iter().next() else {
+            continue;
+        };
+        old.signal(nix::sys::signal::Signal::SIGSTOP);
+        // Caught only if that very transaction is still open once w1 is stopped.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let still = rig.db.query(&waiting).expect("pg_stat_activity");
+        if still.contains(&row) {
+            break (row[0].clone(), row[1].clone());
+        }
+        old.signal(nix::sys::signal::Signal::SIGCONT);
+    };
+    let stopped = Instant::now();
+    let claims_before = audit.claims(account.as_str()).expect("claims").len();
+    until(ttl + ttl / 3 + Duration::from_secs(2), "the new owner's claim, past the stopped transaction", || {
+        audit.claims(account.as_str()).expect("claims").len() > claims_before
+    })
+    .await;
+    eprintln!("w1 stopped in transaction {xid} (backend {pid}); w2 claimed {:?} later", stopped.elapsed());
+    old.signal(nix::sys::signal::Signal::SIGCONT);
+    rig.wait_synced(Duration::from_secs(120), "after the handover").await;
+    let from_stopped = audit.rows().expect("audit").into_iter().filter(|r| r.txid.to_string() == xid).count();
+    assert_eq!(from_stopped, 0, "rows of the stopped transaction {xid} were committed");
+    rig.assert_no_stale_write();
+}
