@@ -325,15 +325,16 @@ fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
 }
 
 /// A crate whose `tests::parse` passes while `tests::parse_fails` (a name
-/// that `tests::parse` is a prefix of) fails, with a failing and a passing
-/// doctest of one item (rustdoc runs both for either name), an ignored
-/// test and an integration test.
+/// that `tests::parse` is a prefix of) fails, with a failing, a passing
+/// and an ignored doctest of one item (rustdoc runs all three for any of
+/// their names), an ignored test and an integration test.
 const CARGO_SUITE: &[(&str, &str)] = &[
     ("Cargo.toml", "[package]\nname = \"exact-demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n# Not part of any workspace above.\n[workspace]\n"),
     (
         "src/lib.rs",
         "//! A crate whose doctest fails.\n\n/// Adds one.\n///\n/// ```\n/// assert_eq!(exact_demo::add_one(1), 3, \"a failing doctest\");\n/// ```\n\
          ///\n/// ```\n/// assert_eq!(exact_demo::add_one(1), 2);\n/// ```\n\
+         ///\n/// ```ignore\n/// this is not Rust\n/// ```\n\
          pub fn add_one(x: u32) -> u32 {\n    x + 1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn parse() {\n        assert_eq!(super::add_one(1), 2);\n    }\n\n\
          \x20   #[test]\n    fn parse_fails() {\n        assert_eq!(super::add_one(1), 5, \"parse_fails fails\");\n    }\n\n\
          \x20   #[test]\n    #[ignore = \"too slow\"]\n    fn slow() {}\n}\n",
@@ -352,8 +353,9 @@ fn plain_cargo_test(dir: &Path) -> Verdict {
 fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
     let dir = Project::new(CARGO_SUITE);
     let mut plain = plain_cargo_test(dir.path());
-    assert_eq!(plain.tests.len(), 6, "{plain:?}");
+    assert_eq!(plain.tests.len(), 7, "{plain:?}");
     assert_eq!(plain.tests["src/lib.rs - add_one (line 9)"], "passed", "{plain:?}");
+    assert_eq!(plain.tests["src/lib.rs - add_one (line 13)"], "skipped", "{plain:?}");
     assert_eq!(plain.tests["src/lib.rs - add_one (line 5)"], "failed", "{plain:?}");
     assert_eq!(plain.exit, Some(101));
     // hopper's red is 1, cargo's 101: the verdict is what must agree.
@@ -402,8 +404,9 @@ fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
     let dir = Project::new(CARGO_SUITE);
     // `{unit}-gone` names no libtest test: each such command runs zero tests
     // and exits 0. rustdoc splits a name at its spaces and runs every doctest
-    // matching a piece (`-`, `(line`), so both doctests still run: the passing
-    // one passes on its own result, the failing one fails on its own.
+    // matching a piece (`-`, `(line`), so the three doctests still run: the
+    // passing one passes, the failing one fails and the ignored one is
+    // skipped, each on its own result.
     let output = hopper(dir.path())
         .env("CARGO_TARGET_DIR", dir.path().join("target"))
         .args(["run", "-j", "2", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test"])
@@ -412,7 +415,7 @@ fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
         .unwrap();
     let (stdout, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("6 units, 1 passed (0 flaky), 5 failed"), "{stdout}");
+    assert!(stdout.contains("7 units, 1 passed (0 flaky), 5 failed, 0 unfinished, 1 skipped"), "{stdout}");
     assert!(stdout.contains("FAIL tests::parse (ran no test"), "{stdout}");
 }
 

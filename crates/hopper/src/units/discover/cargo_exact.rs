@@ -143,6 +143,12 @@ pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String>
     if doc {
         // rustdoc's names do not match `--exact`: the full name filters.
         argv.retain(|a| a != "--exact");
+        // Every test's own line (`test NAME ... ignored`), even under `-q`,
+        // whose terse dots cannot tell which of the item's doctests was
+        // ignored: a unit is judged by its own line.
+        if !argv[end + 1..].iter().any(|a| a == "--format" || a.starts_with("--format=")) {
+            argv.push("--format=pretty".into());
+        }
     } else if !argv[end + 1..].iter().any(|a| a == "--exact") {
         argv.insert(end + 1, "--exact".into());
     }
@@ -242,8 +248,8 @@ fn is_doctest(name: &str) -> bool {
 /// is judged by its own lines. Failed when its `---- NAME stdout ----`
 /// section is there (with its panic message); skipped when libtest says it
 /// was ignored; passed when it says `test NAME ... ok`, or, in `-q`'s terse
-/// output that names only failures, when it is not among them and
-/// something passed. `None` when the output is not such a run (not a
+/// output that names only failures, when it is not among them, something
+/// passed and nothing was ignored. `None` when the output is not such a run (not a
 /// doctest, or it ran only this one: the counts judge it as any unit).
 fn own_doctest_verdict(unit: &str, output: &str) -> Option<UnitResult> {
     let (passed, failed, ignored) = counts(output)?;
@@ -264,8 +270,10 @@ fn own_doctest_verdict(unit: &str, output: &str) -> Option<UnitResult> {
     if line("ignored") {
         return Some(UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: None });
     }
+    // Terse output names only failures: a doctest not among them passed,
+    // unless one of those that ran was ignored (it may be this one).
     let named = output.lines().any(|l| l.trim().starts_with("test ") && l.contains(" ... "));
-    if line("ok") || (!named && passed > 0) {
+    if line("ok") || (!named && passed > 0 && ignored == 0) {
         return Some(UnitVerdict::Passed.into());
     }
     None
@@ -370,8 +378,10 @@ mod tests {
         );
         assert_eq!(
             exact(argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)"]), Some(&CargoTarget::Doc)),
-            argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)", "--doc", "--"])
+            argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)", "--doc", "--", "--format=pretty"])
         );
+        let json = argv(&["cargo", "test", "x - f (line 5)", "--doc", "--", "-Zunstable-options", "--format", "json"]);
+        assert_eq!(exact(json.clone(), Some(&CargoTarget::Doc)), json, "a format of the command's own is kept");
         let mine = argv(&["cargo", "test", "-q", "--lib", "--", "--exact", "tests::parse"]);
         assert_eq!(exact(mine.clone(), Some(&CargoTarget::Lib)), mine, "the command's own choices are kept");
         assert_eq!(
@@ -421,6 +431,9 @@ mod tests {
                       test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out\n";
         assert_eq!(own_doctest_verdict(five, pretty).map(|r| r.verdict), Some(UnitVerdict::Skipped));
         assert_eq!(own_doctest_verdict(nine, pretty).map(|r| r.verdict), Some(UnitVerdict::Passed));
+        // memchr's case: terse dots, one of the item's doctests ignored.
+        let dots = "running 3 tests\ni..\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured\n";
+        assert!(own_doctest_verdict(five, dots).is_none(), "terse output cannot tell which one was ignored");
         let alone = "running 1 test\n.\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured\n";
         assert!(own_doctest_verdict(five, alone).is_none(), "one test ran: the counts judge it");
         assert!(own_doctest_verdict("tests::parse", terse).is_none(), "not a doctest");
