@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{junit_cases, require_rspec, spawn_worker, status_of, texts, Project};
+use common::{junit_cases, require_rspec, rust_lib_rs, spawn_worker, status_of, texts, Project};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
@@ -291,18 +291,8 @@ fn rspec_agents_run_every_example_once_and_survive_failures_hangs_and_crashes() 
 const NEXTEST_CARGO_TOML: &str =
     "[package]\nname = \"agent-demo\"\nversion = \"0.3.0\"\nedition = \"2021\"\n\n[workspace]\n";
 
-const NEXTEST_LIB_RS: &str = r#"#[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    fn ran(name: &str) {
-        let log = std::env::var("RAN_LOG").expect("RAN_LOG is set");
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
-        // One write per line: `writeln!` on a File is two writes, which
-        // two test processes appending at once can interleave.
-        file.write_all(format!("{name}\n").as_bytes()).expect("append to the log");
-    }
-
+/// The items of its `mod tests`.
+const NEXTEST_TESTS: &str = r#"
     #[test]
     fn passes() {
         ran("passes");
@@ -335,13 +325,14 @@ mod tests {
         ran("crashes");
         std::process::abort();
     }
-}
 "#;
 
 #[test]
 fn nextest_tests_run_from_their_binaries_one_process_each_without_cargo() {
-    let project =
-        Project::new(&[("Cargo.toml", NEXTEST_CARGO_TOML.to_owned()), ("src/lib.rs", NEXTEST_LIB_RS.to_owned())]);
+    let project = Project::new(&[
+        ("Cargo.toml", NEXTEST_CARGO_TOML.to_owned()),
+        ("src/lib.rs", rust_lib_rs("A throwaway suite for hopper's nextest agents.", NEXTEST_TESTS)),
+    ]);
     // A cargo that only nextest's listing may use: running a test through it fails the build.
     let bin = project.path().join("bin");
     std::fs::create_dir(&bin).unwrap();

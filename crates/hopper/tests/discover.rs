@@ -14,7 +14,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{junit_cases, texts, venv_python, Project};
+use common::{junit_cases, rust_lib_rs, texts, venv_python, Project};
 use quick_junit::TestCaseStatus;
 
 /// A throwaway cargo package: a lib with two passing tests and one failing test.
@@ -27,20 +27,8 @@ edition = "2021"
 [workspace]
 "#;
 
-const LIB_RS: &str = r#"//! A throwaway suite for hopper's discovery tests.
-
-#[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    fn ran(name: &str) {
-        let log = std::env::var("RAN_LOG").expect("RAN_LOG is set");
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
-        // One write per line (`writeln!` on a File is two writes, which
-        // concurrent test processes can interleave).
-        file.write_all(format!("{name}\n").as_bytes()).expect("append to the log");
-    }
-
+/// The items of its `mod tests`.
+const TESTS: &str = r#"
     #[test]
     fn passes() {
         ran("passes");
@@ -57,7 +45,6 @@ mod tests {
         ran("fails");
         assert_eq!(1 + 1, 3, "deliberate failure");
     }
-}
 "#;
 
 /// A throwaway pytest file: two passing tests and one failing test.
@@ -86,7 +73,10 @@ def test_fails():
 
 /// The throwaway cargo project.
 fn cargo_project() -> Project {
-    Project::new(&[("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB_RS)])
+    Project::new(&[
+        ("Cargo.toml", CARGO_TOML.to_owned()),
+        ("src/lib.rs", rust_lib_rs("A throwaway suite for hopper's discovery tests.", TESTS)),
+    ])
 }
 
 /// Runs `hopper run --discover KIND -- COMMAND` on two slots, no retries.

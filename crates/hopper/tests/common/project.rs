@@ -14,6 +14,29 @@ use super::{hopper, venv_bin};
 /// it runs (so a test can check what ran, and how often).
 pub const RAN_LOG_VAR: &str = "RAN_LOG";
 
+/// A throwaway Rust crate's `src/lib.rs`: `tests` (the items of its
+/// `#[cfg(test)] mod tests`) after `//! doc` and a `ran(name)` helper
+/// that appends `name` to the file [`RAN_LOG_VAR`] names.
+pub fn rust_lib_rs(doc: &str, tests: &str) -> String {
+    format!(
+        r#"//! {doc}
+
+#[cfg(test)]
+mod tests {{
+    use std::io::Write;
+
+    fn ran(name: &str) {{
+        let log = std::env::var("{RAN_LOG_VAR}").expect("{RAN_LOG_VAR} is set");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open the log");
+        // One write per line: `writeln!` on a File is two writes, which
+        // two test processes appending at once can interleave.
+        file.write_all(format!("{{name}}\n").as_bytes()).expect("append to the log");
+    }}
+{tests}}}
+"#
+    )
+}
+
 /// A temporary directory holding a throwaway suite.
 pub struct Project {
     dir: tempfile::TempDir,

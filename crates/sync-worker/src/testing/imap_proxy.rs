@@ -146,12 +146,14 @@ fn relay_commands(client: TcpStream, mut server: TcpStream, connection: u64, sha
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        if server.write_all(&line).is_err() {
-            break;
-        }
+        // Recorded before it is sent: once the server's answer reaches the
+        // client, the command is in the record.
         let text = String::from_utf8_lossy(&line).trim_end().to_owned();
         if let Some(command) = parse_command(connection, &text) {
             shared.commands.lock().unwrap_or_else(|p| p.into_inner()).push(command);
+        }
+        if server.write_all(&line).is_err() {
+            break;
         }
         if let Some(len) = trailing_literal(&text) {
             if std::io::copy(&mut (&mut reader).take(len), &mut server).map_or(true, |n| n < len) {
