@@ -267,6 +267,27 @@ fn a_collection_error_without_keep_going_names_the_file_and_its_traceback() {
     }
 }
 
+/// A pytest that dies of an INTERNALERROR while collecting (a conftest
+/// hook that raises): pytest names no file, so hopper's error shows the
+/// traceback pytest printed, not only its last line.
+#[test]
+fn an_internal_error_at_collection_shows_pytests_traceback() {
+    let python = venv_python();
+    let conftest = "def pytest_collection_modifyitems(items):\n    raise RuntimeError('hook boom')\n";
+    let dir = Project::new(&[("test_ok.py", "def test_ok():\n    pass\n"), ("conftest.py", conftest)]);
+    let plain = Command::new(&python).args(["-m", "pytest", "-q"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(3), "pytest's exit code for an internal error");
+    let output = hopper(dir.path())
+        .args(["run", "--no-timings", "-j", "1", "--discover", "pytest"])
+        .args(["--", python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    assert_ne!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("INTERNALERROR>"), "pytest's traceback: {stderr}");
+    assert!(stderr.contains("RuntimeError: hook boom"), "{stderr}");
+}
+
 const RSPEC_SUITE: &[(&str, &str)] = &[
     (
         "spec/ctx_spec.rb",
@@ -515,6 +536,8 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
         assert_eq!(reason("tests/test_outcomes.py::test_skip").as_deref(), Some("not today"), "{shown}");
         assert_eq!(reason("tests/test_outcomes.py::test_xfail").as_deref(), Some("xfail: known bug"), "{shown}");
         assert!(shown.contains("SKIPPED [1] not today"), "{shown}");
+        // Counted as pytest counts them: `1 skipped, 1 xfailed`.
+        assert!(shown.contains(", 1 skipped, 1 xfailed;"), "{shown}");
     }
 }
 

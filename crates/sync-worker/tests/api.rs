@@ -263,15 +263,28 @@ async fn sign_up_log_in_add_an_account_and_see_its_mail(db: TestDb) {
     let (st, _) = s.call("GET", &format!("/v1/accounts/{id}/messages/bm9wZQ"), Some(&token), None).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
 
-    let (st, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
-    assert_eq!(st, StatusCode::OK, "{a}");
+    // The account's folders and GET .../folders agree; the first poll
+    // stores the folders one by one, so both are read until it is over.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let a = loop {
+        let (st, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{a}");
+        let (_, folders) = s.call("GET", &format!("/v1/accounts/{id}/folders"), Some(&token), None).await;
+        if folders == a["folders"] {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the account's folders {} and /folders {folders} never agreed",
+            a["folders"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(a["owner"], s.worker);
     assert!(a["tier"].is_string() && a["last_sync_at"].as_i64().unwrap() > 0, "{a}");
     assert_eq!(a["last_error"], Value::Null);
     let inbox = a["folders"].as_array().unwrap().iter().find(|f| f["name"] == "INBOX").expect("INBOX").clone();
     assert_eq!(inbox["messages"], 4);
-    let (_, folders) = s.call("GET", &format!("/v1/accounts/{id}/folders"), Some(&token), None).await;
-    assert_eq!(folders, a["folders"]);
     let (_, list) = s.call("GET", "/v1/accounts", Some(&token), None).await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert_eq!(list[0]["id"], id.as_str());

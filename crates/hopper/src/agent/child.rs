@@ -99,13 +99,20 @@ fn show_once(notes: &[String]) {
     }
 }
 
+/// How many lines before its last one a dead agent's error says.
+pub const DIED_CONTEXT_LINES: usize = 30;
+
 /// Why an agent did not become ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotReady {
     /// Its stdout closed first (it exited): the last line of its stderr.
     Died {
-        /// The last line of its error output.
+        /// The last line of its error output (and the errors it reported).
         last_line: String,
+        /// The lines before that last one (at most [`DIED_CONTEXT_LINES`]),
+        /// when it reported no error of a file: what else says why it
+        /// died (an `INTERNALERROR>` traceback, a plugin's complaint).
+        context: String,
     },
     /// It speaks another protocol version.
     Protocol(u32),
@@ -191,9 +198,15 @@ impl AgentChild {
                     Err(error) => tracing::warn!(%error, line, "agent wrote a line that is not the protocol; ignored"),
                 },
                 Ok(None) | Err(_) => {
-                    let tail = self.stderr_tail(4096);
-                    let mut last_line =
-                        tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                    let tail = self.stderr_tail(16 * 1024);
+                    let lines: Vec<&str> = tail.lines().filter(|l| !l.trim().is_empty()).collect();
+                    let mut last_line = lines.last().map_or("no output", |l| l.trim()).to_owned();
+                    let context = match self.early_errors.iter().all(|e| e.is_skip()) {
+                        true => lines
+                            [lines.len().saturating_sub(DIED_CONTEXT_LINES + 1)..lines.len().saturating_sub(1)]
+                            .join("\n"),
+                        false => String::new(),
+                    };
                     // The errors it reported say which file failed and why, with the traceback.
                     for error in self.early_errors.iter().filter(|e| !e.is_skip()) {
                         last_line.push_str(&format!(
@@ -204,7 +217,7 @@ impl AgentChild {
                             error.output.trim_end()
                         ));
                     }
-                    return Err(NotReady::Died { last_line });
+                    return Err(NotReady::Died { last_line, context });
                 }
             }
         }

@@ -316,11 +316,15 @@ impl RunReport {
         let flaky: Vec<&UnitReport> = self.flaky().collect();
         let unfinished = self.unfinished();
         let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count();
-        // Said only when there are any, so that every unit is counted somewhere.
-        let skipped = match self.units.iter().filter(|u| u.outcome == Some(Outcome::Skipped)).count() {
-            0 => String::new(),
-            n => format!(", {n} skipped"),
-        };
+        // Said only when there are any, so that every unit is counted
+        // somewhere; expected failures apart, as pytest counts them.
+        let skips = self.units.iter().filter(|u| u.outcome == Some(Outcome::Skipped));
+        let xfailed = skips.clone().filter(|u| u.skip_reason.as_deref().is_some_and(skips::is_xfail)).count();
+        let skipped: String = [(skips.count() - xfailed, "skipped"), (xfailed, "xfailed")]
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!(", {n} {what}"))
+            .collect();
         let skipped = match self.outside_skips.len() {
             0 => skipped,
             n => format!("{skipped}, {n} file(s) skipped"),
@@ -768,6 +772,10 @@ mod tests {
         report.apply(&index, finalized("todo", Outcome::Skipped, 1, None));
         let text = report.render(5);
         assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 0 unfinished, 1 skipped; "), "{text}");
+        // An expected failure is counted apart, as pytest counts it.
+        report.units[3].skip_reason = Some("xfail: known bug".into());
+        let text = report.render(5);
+        assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 0 unfinished, 1 xfailed; "), "{text}");
     }
 
     /// Twice 90 s of waiting for the queue (an outage) is not the workers'

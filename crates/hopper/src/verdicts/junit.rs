@@ -5,6 +5,7 @@ use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
 use super::case::{CaseStatus, ReportedCase};
 use super::outside::OutsideError;
+use super::skips;
 
 /// How pytest's JUnit words an error in a test's teardown.
 const PYTEST_TEARDOWN: &str = "failed on teardown with ";
@@ -47,7 +48,11 @@ pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeErr
                 TestCaseStatus::Skipped { message, ty, .. } => {
                     let reason = message.as_ref().map(|m| m.as_str().to_owned());
                     let xfail = ty.as_ref().is_some_and(|t| t.as_str() == "pytest.xfail");
-                    (CaseStatus::Skipped, reason.map(|r| if xfail { format!("xfail: {r}") } else { r }))
+                    let reason = match (xfail, reason) {
+                        (true, r) => Some(format!("{}: {}", skips::XFAIL, r.unwrap_or_default())),
+                        (false, r) => r,
+                    };
+                    (CaseStatus::Skipped, reason)
                 }
                 TestCaseStatus::NonSuccess { kind, message, ty, description, .. } => {
                     if let Some(text) = description {

@@ -22,6 +22,16 @@ pub fn finalize_request(outcome: Outcome, duration_ms: u64, reason: Option<&str>
     request
 }
 
+/// The word an expected failure's reason starts with (`xfail: known bug`),
+/// from the pytest agent and from pytest's JUnit alike.
+pub const XFAIL: &str = "xfail";
+
+/// Whether a skip `reason` is an expected failure's (pytest counts those
+/// apart, as `xfailed`).
+pub fn is_xfail(reason: &str) -> bool {
+    reason.strip_prefix(XFAIL).is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
 /// The skip reason in a finalized event's `errors` payload.
 pub fn reason_of(errors: Option<&serde_json::Value>) -> Option<String> {
     errors?.get(SKIP_REASON)?.as_str().map(str::to_owned)

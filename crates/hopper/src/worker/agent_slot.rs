@@ -263,7 +263,7 @@ impl Slot {
                 agent.kill().await;
                 Err(AgentError::Protocol { got, want: PROTOCOL }.into())
             }
-            Err(NotReady::Died { last_line }) => {
+            Err(NotReady::Died { last_line, .. }) => {
                 let status = agent.finish(config.limits.kill_grace, false).await;
                 Err(AgentError::DiedBeforeReady { command: shown, status, last_line }.into())
             }

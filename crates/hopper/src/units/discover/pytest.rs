@@ -222,12 +222,16 @@ async fn not_ready_error(children: Vec<AgentChild>, failed: usize, not_ready: No
         }
     }
     match not_ready {
-        NotReady::Died { last_line } => {
+        NotReady::Died { last_line, context } => {
             // Collected nothing: pytest exits before the test loop.
             if status == format!("exit code {NO_TESTS_COLLECTED}") {
                 return UnitsError::Empty { source_name: "--discover pytest".into() };
             }
-            UnitsError::DiscoverFailed { command: shown, status, detail: last_line }
+            let detail = match context.is_empty() {
+                true => last_line,
+                false => format!("{last_line}\n{context}"),
+            };
+            UnitsError::DiscoverFailed { command: shown, status, detail }
         }
         NotReady::Protocol(got) => inconsistent(shown, format!("agent protocol version {got}")),
     }
