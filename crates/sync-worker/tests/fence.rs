@@ -451,6 +451,48 @@ async fn a_cancelled_write_leaves_no_connection_in_a_transaction() {
     assert_eq!(uids, [10, 11, 12, 13], "only the committed writes are stored");
 }
 
+/// Removing an account while its owner is inside a write never deadlocks:
+/// the removal waits for the account row, as every fenced write takes it
+/// first, so the write commits and the removal then takes everything. (The
+/// removal once took the mail rows first; an owner updating one of them
+/// while the removal waited on the account row was a deadlock, and the API
+/// answered the DELETE with a 500.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_an_account_while_its_owner_writes_never_deadlocks() {
+    let db = Postgres::fresh("remove_while_writing").unwrap_or_else(|e| panic!("Postgres: {e}"));
+    let storage = worker_storage(&db, "w-owner", Duration::from_secs(120)).await;
+    let account = one_account(&storage).await;
+    let fence = fence_of(&account, "w-owner", 1);
+    storage.record_claim(&fence).await.expect("claim");
+    let mut tx = storage.write(&fence).await.expect("write");
+    put(&mut tx, 1).await.expect("insert");
+    tx.commit().await.expect("commit");
+
+    let mut tx = storage.write(&fence).await.expect("write");
+    let remover = worker_storage(&db, "w-remover", Duration::from_secs(120)).await;
+    let key = account.as_str().to_owned();
+    let removal = tokio::spawn(async move { remover.remove_account(&key).await });
+    until(Duration::from_secs(5), "the removal waits on the owner's transaction", || {
+        sessions(&db, "w-remover", "active") == 1
+    })
+    .await;
+    let changed = tx.set_flags("INBOX", 1, &[(1, "\\Seen".into())]).await.expect("the owner's update");
+    assert_eq!(changed, 1);
+    tx.commit().await.expect("the owner's commit");
+    let removed = removal.await.expect("removal task").unwrap_or_else(|e| panic!("removal: {e:?}"));
+    assert!(removed, "the account existed");
+    for table in ["messages", "folders"] {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table} WHERE account_id = $1")))
+            .bind(account.as_str())
+            .fetch_one(storage.pool())
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(n, 0, "{table} rows of the removed account");
+    }
+    assert!(storage.account(account.as_str()).await.expect("account").is_none());
+}
+
 /// An owner stalled inside a write transaction (as SIGSTOP would leave it)
 /// loses that transaction to `idle_in_transaction_session_timeout`: the new
 /// owner's claim goes through within TTL + the timeout + 2 s, and nothing of

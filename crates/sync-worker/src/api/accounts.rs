@@ -14,9 +14,7 @@ use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::state::ApiState;
 use crate::imap::{ImapSource, LoginError};
-use crate::storage::{
-    AccountSummary, Credentials, FolderInfo, MessageDetail, MessageKey, MessageSummary, NewAccount, Security,
-};
+use crate::storage::{AccountSummary, Credentials, FolderInfo, MessageSummary, NewAccount, Security};
 
 /// Default page size of a message list.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -168,7 +166,7 @@ pub async fn add(
 }
 
 /// The account `id` when `auth`'s user owns it; 404 otherwise.
-async fn owned(state: &ApiState, auth: &AuthUser, id: &str) -> Result<AccountSummary, ApiError> {
+pub(super) async fn owned(state: &ApiState, auth: &AuthUser, id: &str) -> Result<AccountSummary, ApiError> {
     let not_found = || ApiError::NotFound { what: "account", id: id.to_string() };
     if state.storage.account_user(id).await?.as_ref() != Some(&auth.user) {
         return Err(not_found());
@@ -392,28 +390,6 @@ fn check_cursor(cursor: Option<(u32, u32)>, uidvalidity: u32) -> Result<(), ApiE
         }
         _ => Ok(()),
     }
-}
-
-/// `GET /v1/accounts/{id}/messages/{message_id}`.
-#[utoipa::path(get, path = "/v1/accounts/{id}/messages/{message_id}", tag = "mail", security(("bearer" = [])),
-    params(("id" = String, Path, description = "The account id (a UUID)"),
-        ("message_id" = String, Path, description = "A message's `id` from a list or an event"),
-    ),
-    responses(
-        (status = 200, description = "The message with its header", body = MessageDetail),
-        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
-        (status = 404, description = "No such account of the caller's, or no such message", body = ErrorBody),
-        (status = 500, description = "Internal failure", body = ErrorBody),
-    ))]
-pub async fn message(
-    State(state): State<ApiState>,
-    auth: AuthUser,
-    Path((id, message_id)): Path<(String, String)>,
-) -> Result<Json<MessageDetail>, ApiError> {
-    owned(&state, &auth, &id).await?;
-    let not_found = || ApiError::NotFound { what: "message", id: message_id.clone() };
-    let key = MessageKey::decode(&message_id).ok_or_else(not_found)?;
-    Ok(Json(state.storage.message(&id, &key).await?.ok_or_else(not_found)?))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
     /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`, `imap_unusable`,
-    /// `method_not_allowed` or `internal`.
+    /// `imap_unavailable`, `method_not_allowed` or `internal`.
     #[schema(example = "bad_request")]
     pub code: String,
     /// A sentence; for `bad_request` it starts with the field (`port: ...`).
@@ -94,6 +94,16 @@ pub enum ApiError {
         /// Why, in words.
         reason: String,
     },
+    /// The account's IMAP server could not give what was asked for (a
+    /// whole message, a part): unreachable, refusing the stored login, or
+    /// failing the command.
+    #[error("could not read from the IMAP server of account {account}: {reason}; retry later")]
+    ImapRead {
+        /// The account.
+        account: String,
+        /// Why, in words (the error chain).
+        reason: String,
+    },
     /// `GET /v1/ws` without a valid WebSocket upgrade (a plain GET, a
     /// missing or wrong `Connection`, `Upgrade` or `Sec-WebSocket-*` header).
     #[error("not a WebSocket upgrade request: {source}; connect with a WebSocket client")]
@@ -137,6 +147,7 @@ impl ApiError {
             ApiError::ImapUnreachable { .. } => (StatusCode::BAD_REQUEST, "imap_unreachable"),
             ApiError::ImapUnusable { .. } => (StatusCode::BAD_REQUEST, "imap_unusable"),
             ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
+            ApiError::ImapRead { .. } => (StatusCode::BAD_GATEWAY, "imap_unavailable"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -9,7 +9,9 @@
 //! | `GET`, `DELETE /v1/accounts/{id}` | status (tier, owner, last sync / error, folders), remove |
 //! | `GET /v1/accounts/{id}/folders` | folders with counts |
 //! | `GET /v1/accounts/{id}/messages` | newest first, `?folder=&limit=&cursor=` |
-//! | `GET /v1/accounts/{id}/messages/{message_id}` | one message |
+//! | `GET /v1/accounts/{id}/messages/{message_id}` | one message, whole: header fields, text and HTML, attachments ([`messages`]) |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
@@ -18,7 +20,8 @@
 //! [`ApiSettings`] (both in `state`). Every error is
 //! `{"error":{"code","message"}}` ([`errors::ApiError`]).
 //! Settings from the environment: `LISTEN` (default `127.0.0.1:8080`),
-//! `SIGNUP` (`open`, the default, or `closed`), `SESSION_TTL` (default
+//! `SIGNUP` (`open`, the default, or `closed`), `BODY_CACHE_MB` (whole
+//! messages cached per account, default 25), `SESSION_TTL` (default
 //! `24h`); presence lasts `TIER_SESSION_GRACE_MIN`.
 
 pub mod accounts;
@@ -26,6 +29,8 @@ pub mod auth;
 pub mod errors;
 pub mod json;
 pub mod limiter;
+pub mod messages;
+pub mod mime;
 mod state;
 pub mod ws;
 
@@ -90,7 +95,9 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(accounts::get, accounts::delete))
         .routes(routes!(accounts::folders))
         .routes(routes!(accounts::messages))
-        .routes(routes!(accounts::message))
+        .routes(routes!(messages::message))
+        .routes(routes!(messages::raw_message))
+        .routes(routes!(messages::attachment))
         .routes(routes!(ws::upgrade))
 }
 

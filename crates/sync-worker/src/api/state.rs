@@ -1,5 +1,5 @@
 //! What every handler shares: the API's settings (`LISTEN`, `SIGNUP`,
-//! `SESSION_TTL`, presence and the failed-login bounds) and its state (the
+//! `SESSION_TTL`, `BODY_CACHE_MB`, presence and the failed-login bounds) and its state (the
 //! storage, the lease store, the bus), and the presence refresh a login or
 //! a WebSocket ping makes.
 
@@ -40,7 +40,13 @@ pub struct ApiSettings {
     pub login_failures_per_client: u32,
     /// The window of the failed-login bounds.
     pub login_window: Duration,
+    /// `BODY_CACHE_MB`: the bytes of whole messages read from IMAP kept in
+    /// SQL per account (0: none).
+    pub body_cache_bytes: u64,
 }
+
+/// The default `BODY_CACHE_MB`.
+pub const DEFAULT_BODY_CACHE_MB: u64 = 25;
 
 impl ApiSettings {
     /// The defaults, with presence and IMAP timeouts from `config`.
@@ -56,6 +62,7 @@ impl ApiSettings {
             login_failures_per_email: 10,
             login_failures_per_client: 100,
             login_window: Duration::from_secs(300),
+            body_cache_bytes: DEFAULT_BODY_CACHE_MB << 20,
         }
     }
 
@@ -78,6 +85,14 @@ impl ApiSettings {
                     return Err(ConfigError::Invalid { var: "SIGNUP", value: v, expected: "`open` or `closed`".into() })
                 }
             };
+        }
+        if let Some(v) = var("BODY_CACHE_MB") {
+            let mb: u64 = v.trim().parse().ok().filter(|mb| *mb <= 1 << 20).ok_or(ConfigError::Invalid {
+                var: "BODY_CACHE_MB",
+                value: v.clone(),
+                expected: "whole megabytes per account, 0 to 1048576 (0 caches nothing)".into(),
+            })?;
+            s.body_cache_bytes = mb << 20;
         }
         if let Some(v) = var("SESSION_TTL") {
             s.session_ttl = parse_duration(&v, PlainUnit::Seconds).ok().filter(|d| d.as_millis() > 0).ok_or(

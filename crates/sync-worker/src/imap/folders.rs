@@ -162,6 +162,44 @@ pub fn decode_modified_utf7(name: &str) -> String {
     decoded.unwrap_or_else(|| name.to_string())
 }
 
+/// Encodes a mailbox name in modified UTF-7 (RFC 3501 §5.1.3), the
+/// inverse of [`decode_modified_utf7`]: printable ASCII stays, `&` becomes
+/// `&-`, and every other run of characters becomes `&` + modified base64
+/// of its UTF-16BE + `-`.
+pub fn encode_modified_utf7(name: &str) -> String {
+    use base64::Engine as _;
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::IMAP_MUTF7,
+        base64::engine::GeneralPurposeConfig::new().with_encode_padding(false),
+    );
+    let direct = |c: char| (' '..='~').contains(&c);
+    let mut out = String::with_capacity(name.len());
+    let mut run: Vec<u16> = Vec::new();
+    let flush = |run: &mut Vec<u16>, out: &mut String| {
+        if !run.is_empty() {
+            let bytes: Vec<u8> = run.iter().flat_map(|u| u.to_be_bytes()).collect();
+            out.push('&');
+            out.push_str(&engine.encode(bytes));
+            out.push('-');
+            run.clear();
+        }
+    };
+    for c in name.chars() {
+        if direct(c) {
+            flush(&mut run, &mut out);
+            if c == '&' {
+                out.push_str("&-");
+            } else {
+                out.push(c);
+            }
+        } else {
+            run.extend(c.encode_utf16(&mut [0; 2]).iter());
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
 /// The special folders among a LIST answer: by attribute first, then (for
 /// roles no folder carries) by usual name. Unselectable names are skipped.
 pub fn special_folders(names: &[Name]) -> Vec<Folder> {
@@ -209,6 +247,22 @@ mod tests {
         // Not modified UTF-7 (an unterminated run, raw UTF-8): kept as sent.
         assert_eq!(decode_modified_utf7("a&AMQ"), "a&AMQ");
         assert_eq!(decode_modified_utf7("Ärger"), "Ärger");
+    }
+
+    #[test]
+    fn names_are_encoded_as_servers_spell_them() {
+        assert_eq!(encode_modified_utf7("Projekte/Ärger"), "Projekte/&AMQ-rger");
+        assert_eq!(encode_modified_utf7("日本語"), "&ZeVnLIqe-");
+        assert_eq!(encode_modified_utf7("Tom & Jerry"), "Tom &- Jerry");
+        assert_eq!(encode_modified_utf7("INBOX"), "INBOX");
+        assert_eq!(encode_modified_utf7("😀 smile"), "&2D3eAA- smile");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn encoding_then_decoding_gives_the_name_back(name in "\\PC{0,16}") {
+            proptest::prop_assert_eq!(decode_modified_utf7(&encode_modified_utf7(&name)), name);
+        }
     }
 
     #[test]

@@ -50,6 +50,7 @@
 mod folders;
 pub mod framing;
 mod message;
+pub mod reader;
 mod session;
 mod settings;
 pub mod tls;
@@ -62,7 +63,8 @@ use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
 pub use folders::{
-    all_folders, all_folders_of, decode_modified_utf7, special_folders, special_folders_of, Folder, Role,
+    all_folders, all_folders_of, decode_modified_utf7, encode_modified_utf7, special_folders, special_folders_of,
+    Folder, Role,
 };
 pub use settings::ImapSettings;
 pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};

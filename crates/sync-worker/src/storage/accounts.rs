@@ -379,7 +379,19 @@ impl Storage {
     /// Removes `account` and all its mail; `false` when it did not exist.
     pub async fn remove_account(&self, account: &str) -> Result<bool, StorageError> {
         let mut tx = self.pool.begin().await.map_err(query_err(format!("begin removing {account}")))?;
+        // The account row is locked first, as a fenced write locks it: taking
+        // the mail rows first would deadlock with a sync committing right now.
+        let exists = sqlx::query("UPDATE accounts SET fence_token = fence_token WHERE id = $1")
+            .bind(account)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_err(format!("lock account {account} for removal")))?
+            .rows_affected();
+        if exists == 0 {
+            return Ok(false);
+        }
         for (table, sql) in [
+            ("cached views", "DELETE FROM message_views WHERE account_id = $1"),
             ("messages", "DELETE FROM messages WHERE account_id = $1"),
             ("folders", "DELETE FROM folders WHERE account_id = $1"),
         ] {

@@ -25,6 +25,7 @@ mod deployment;
 pub mod fence;
 mod folders;
 mod mail;
+mod message_views;
 mod sessions;
 mod views;
 

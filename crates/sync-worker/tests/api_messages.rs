@@ -1,0 +1,282 @@
+//! Whole messages through the API, end to end: awkward mail appended to the
+//! private Dovecot by an IMAP client, synced, then read back whole, raw and
+//! by attachment, on SQLite and Postgres. What the API shows is held to
+//! mail-parser's own reading of the bytes that were appended.
+
+use std::time::{Duration, Instant};
+
+use mail_parser::{MessageParser, PartType};
+use reqwest::StatusCode;
+use serde_json::Value;
+use sync_worker::both_databases;
+use sync_worker::testing::TestDb;
+
+mod api_harness;
+use api_harness::*;
+
+both_databases!(
+    async:
+    awkward_mail_is_read_whole_as_mail_parser_reads_it_and_stays_unseen,
+    a_20_mb_attachment_comes_back_whole,
+    the_cache_keeps_the_most_recently_read_within_its_cap,
+    a_message_gone_from_the_server_is_a_404_and_leaves_the_cache,
+    an_unreachable_server_is_a_502_and_cached_messages_still_read,
+);
+
+/// Mail that breaks naive readers, each with a subject to find it by.
+fn corpus() -> Vec<(&'static str, Vec<u8>)> {
+    let head = |subject: &str, extra: &str| {
+        format!(
+            "From: Carol <carol@example.org>\r\nTo: alice@example.org\r\nSubject: {subject}\r\n\
+             Message-ID: <{subject}@example.org>\r\nDate: Tue, 1 Dec 2026 09:00:00 +0000\r\nMIME-Version: 1.0\r\n{extra}"
+        )
+    };
+    let alternative = head("alternative", "Content-Type: multipart/alternative; boundary=\"alt\"\r\n\r\n")
+        + "--alt\r\nContent-Type: text/plain; charset=iso-8859-1\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n\
+           Gr=FC=DFe, das ist ein sehr langer Satz, der umbrochen =\r\nwird.\r\n\
+           --alt\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n\
+           PHA+R3LDvMOfZTwvcD4=\r\n--alt--\r\n";
+    let charsets = head("charsets", "Content-Type: multipart/mixed; boundary=mix\r\n\r\n")
+        + "--mix\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nsee attached\r\n\
+           --mix\r\nContent-Type: text/plain; charset=koi8-r\r\nContent-Disposition: attachment; filename=\"ru.txt\"\r\n\
+           Content-Transfer-Encoding: base64\r\n\r\n8NLJ18XU\r\n\
+           --mix\r\nContent-Type: text/plain; charset=shift_jis\r\n\
+           Content-Disposition: attachment; filename*=UTF-8''%E6%97%A5%E6%9C%AC.txt\r\n\
+           Content-Transfer-Encoding: base64\r\n\r\ngrGC8YLJgr+CzQ==\r\n\
+           --mix\r\nContent-Type: application/pdf; name=\"=?UTF-8?B?w7xiZXIucGRm?=\"\r\n\
+           Content-Disposition: attachment\r\nContent-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQKJcOkw7w=\r\n--mix--\r\n";
+    let forwarded = head("forwarded", "Content-Type: multipart/mixed; boundary=fw\r\n\r\n")
+        + "--fw\r\nContent-Type: text/plain\r\n\r\nFYI, below.\r\n\
+           --fw\r\nContent-Type: message/rfc822\r\nContent-Disposition: attachment\r\n\r\n\
+           From: dave@example.org\r\nSubject: the original\r\nContent-Type: multipart/mixed; boundary=in\r\n\r\n\
+           --in\r\nContent-Type: text/plain\r\n\r\noriginal text\r\n\
+           --in\r\nContent-Type: image/gif; name=dot.gif\r\nContent-Transfer-Encoding: base64\r\n\r\n\
+           R0lGODlhAQABAAAAACw=\r\n--in--\r\n--fw--\r\n";
+    let eight_bit = "From: J\u{f6}rg M\u{fc}ller <jm@example.org>\r\nTo: alice@example.org\r\n\
+                     Subject: 8bit caf\u{e9} \u{65e5}\u{672c}\r\nDate: Tue, 1 Dec 2026 09:00:00 +0000\r\n\
+                     Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n\
+                     K\u{f6}ln \u{2013} na\u{ef}ve\r\n"
+        .to_string();
+    let broken = head("broken", "Content-Type: multipart/mixed; boundary=b\r\n\r\n")
+        + "--b\r\nContent-Type: text/plain\r\nContent-Transfer-Encoding: base64\r\n\r\n!!!not base64@@\r\n\
+           --b\r\nContent-Type: text/html; charset=no-such-charset\r\n\r\n<b>never closed";
+    vec![
+        ("alternative", alternative.into_bytes()),
+        ("charsets", charsets.into_bytes()),
+        ("forwarded", forwarded.into_bytes()),
+        ("8bit café 日本", eight_bit.into_bytes()),
+        ("broken", broken.into_bytes()),
+    ]
+}
+
+/// Appends `mail` to alice's INBOX, adds the account and waits until all is listed: (token, account, listed).
+async fn with_mail(s: &Server, mail: &[(&str, Vec<u8>)]) -> (String, String, Vec<Value>) {
+    for (_, raw) in mail {
+        tokio::task::block_in_place(|| s.dovecot.append("alice", "INBOX", raw)).expect("APPEND");
+    }
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    let listed = s.wait_listed(&token, &id, mail.len()).await;
+    (token, id, listed)
+}
+
+fn id_of<'a>(listed: &'a [Value], subject: &str) -> &'a str {
+    listed.iter().find(|m| m["subject"] == subject).unwrap_or_else(|| panic!("{subject} not listed"))["id"]
+        .as_str()
+        .expect("an id")
+}
+
+async fn awkward_mail_is_read_whole_as_mail_parser_reads_it_and_stays_unseen(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let mail = corpus();
+    let (token, id, listed) = with_mail(&s, &mail).await;
+    for (subject, raw) in &mail {
+        let mid = id_of(&listed, subject);
+        let (st, m) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{subject}: {m}");
+        let parsed = MessageParser::default().parse(raw).expect("mail-parser reads it");
+        assert_eq!(m["headers"]["subject"], *subject);
+        assert_eq!(m["headers"]["subject"].as_str(), parsed.subject(), "{subject}");
+        let from = parsed.from().and_then(|f| f.first()).expect("a sender");
+        assert_eq!(m["headers"]["from"][0]["address"].as_str(), from.address(), "{subject}");
+        assert_eq!(m["headers"]["from"][0]["name"].as_str(), from.name(), "{subject}");
+        let text = m["text"].as_str().unwrap_or_else(|| panic!("{subject}: no text: {m}"));
+        if let Some(first) = parsed.body_text(0) {
+            assert!(text.starts_with(first.as_ref()), "{subject}: {text:?} vs mail-parser's {first:?}");
+        }
+        let html_part = parsed.html_body.first().and_then(|i| parsed.part(*i));
+        if let Some(PartType::Html(h)) = html_part.map(|p| &p.body) {
+            assert!(m["html"].as_str().unwrap().starts_with(h.as_ref()), "{subject}");
+        }
+        // Every attachment mail-parser sees, decoded the same, under the part number shown.
+        let attachments = m["attachments"].as_array().expect("attachments");
+        assert_eq!(attachments.len(), parsed.attachments.len(), "{subject}: {m}");
+        for (shown, part) in attachments.iter().zip(parsed.attachments()) {
+            let path = format!("/v1/accounts/{id}/messages/{mid}/attachments/{}", shown["part"].as_str().unwrap());
+            let (st, headers, bytes) = s.get_bytes(&path, &token).await;
+            assert_eq!(st, StatusCode::OK, "{subject} {shown}");
+            assert_eq!(bytes, part.contents(), "{subject} {shown}");
+            assert_eq!(shown["size"].as_u64(), Some(bytes.len() as u64));
+            assert_eq!(headers["content-type"].to_str().unwrap(), shown["content_type"].as_str().unwrap());
+        }
+        // The raw route gives back what was appended, byte for byte.
+        let (st, headers, bytes) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/raw"), &token).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(headers["content-type"], "message/rfc822");
+        assert_eq!(bytes, *raw, "{subject}");
+    }
+    // The awkward cases, named.
+    let get = |subject: &str| {
+        let path = format!("/v1/accounts/{id}/messages/{}", id_of(&listed, subject));
+        let (s, token) = (&s, &token);
+        async move { s.call("GET", &path, Some(token), None).await.1 }
+    };
+    let alt = get("alternative").await;
+    assert_eq!(alt["text"], "Grüße, das ist ein sehr langer Satz, der umbrochen wird.");
+    assert_eq!(alt["html"], "<p>Grüße</p>");
+    let charsets = get("charsets").await;
+    let names: Vec<&str> =
+        charsets["attachments"].as_array().unwrap().iter().map(|a| a["filename"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ru.txt", "日本.txt", "über.pdf"]);
+    let (_, headers, ru) =
+        s.get_bytes(&format!("/v1/accounts/{id}/messages/{}/attachments/2", id_of(&listed, "charsets")), &token).await;
+    assert_eq!(String::from_utf8(ru).unwrap(), "Привет");
+    assert_eq!(headers["content-disposition"], "attachment; filename=\"ru.txt\"; filename*=UTF-8''ru.txt");
+    let fw = get("forwarded").await;
+    assert_eq!(fw["attachments"][0]["content_type"], "message/rfc822");
+    assert_eq!(fw["attachments"][0]["part"], "2");
+    let eight = get("8bit café 日本").await;
+    assert_eq!(eight["headers"]["from"][0]["name"], "Jörg Müller");
+    assert_eq!(eight["text"], "Köln – naïve\r\n");
+    let broken = get("broken").await;
+    assert!(broken["html"].as_str().unwrap().contains("never closed"), "{broken}");
+
+    // Reading set no flag on the server.
+    let flags = tokio::task::block_in_place(|| {
+        s.dovecot.doveadm(&["fetch", "-u", "alice", "flags", "mailbox", "INBOX", "all"])
+    })
+    .expect("doveadm fetch");
+    assert!(!flags.contains("\\Seen"), "reading marked mail seen: {flags}");
+    let (cached, bytes) = s.storage.cached_views(&id).await.expect("cache");
+    assert_eq!(cached, mail.len() as u64);
+    assert!(bytes > 0);
+}
+
+async fn a_20_mb_attachment_comes_back_whole(db: TestDb) {
+    use base64::Engine as _;
+    let s = server(db, |_| {}).await;
+    let data: Vec<u8> = (0..20u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
+    let mut raw = "From: carol@example.org\r\nTo: alice@example.org\r\nSubject: big\r\nMIME-Version: 1.0\r\n\
+                   Content-Type: multipart/mixed; boundary=big\r\n\r\n--big\r\nContent-Type: text/plain\r\n\r\n\
+                   twenty megabytes attached\r\n--big\r\nContent-Type: application/octet-stream; name=big.bin\r\n\
+                   Content-Disposition: attachment; filename=big.bin\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+        .to_string();
+    for line in encoded.as_bytes().chunks(76) {
+        raw.push_str(std::str::from_utf8(line).unwrap());
+        raw.push_str("\r\n");
+    }
+    raw.push_str("--big--\r\n");
+    let (token, id, listed) = with_mail(&s, &[("big", raw.into_bytes())]).await;
+    let mid = id_of(&listed, "big");
+    let (st, m) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK, "{m}");
+    assert_eq!(m["text"], "twenty megabytes attached");
+    assert_eq!(m["attachments"][0]["size"], data.len());
+    let (st, headers, bytes) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/attachments/2"), &token).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/octet-stream");
+    assert_eq!(bytes.len(), data.len());
+    assert!(bytes == data, "the attachment's bytes differ");
+}
+
+async fn the_cache_keeps_the_most_recently_read_within_its_cap(db: TestDb) {
+    // Room for about two of the views below (each is ~1.5 KB of JSON).
+    let s = server(db, |a| a.body_cache_bytes = 3_500).await;
+    let mail: Vec<(&str, Vec<u8>)> =
+        ["one", "two", "three"].iter().map(|subject| (*subject, padded(subject, 1_000))).collect();
+    let (token, id, listed) = with_mail(&s, &mail).await;
+    for subject in ["one", "two", "three", "two"] {
+        let (st, m) =
+            s.call("GET", &format!("/v1/accounts/{id}/messages/{}", id_of(&listed, subject)), Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{m}");
+        let (n, bytes) = s.storage.cached_views(&id).await.expect("cache");
+        assert!(bytes <= 3_500 && n <= 2, "{n} views, {bytes} bytes cached");
+    }
+    // "one" was least recently used: it went; "two" and "three" stay.
+    let cached: Vec<String> = sqlx::query_scalar::<_, i64>("SELECT uid FROM message_views ORDER BY uid")
+        .fetch_all(s.storage.pool())
+        .await
+        .expect("cached uids")
+        .iter()
+        .map(|uid| listed.iter().find(|m| m["uid"] == *uid).unwrap()["subject"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cached, ["two", "three"]);
+}
+
+fn padded(subject: &str, body: usize) -> Vec<u8> {
+    let mut raw = mail(subject);
+    raw.extend(std::iter::repeat_n(b'x', body));
+    raw.extend_from_slice(b"\r\n");
+    raw
+}
+
+async fn a_message_gone_from_the_server_is_a_404_and_leaves_the_cache(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let inbox = vec![("keep", mail("keep")), ("gone", mail("gone"))];
+    let (token, id, listed) = with_mail(&s, &inbox).await;
+    let path = format!("/v1/accounts/{id}/messages/{}", id_of(&listed, "gone"));
+    let (st, _) = s.call("GET", &path, Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(s.storage.cached_views(&id).await.unwrap().0, 1);
+    tokio::task::block_in_place(|| s.dovecot.expunge("alice", "INBOX", &["subject", "gone"])).expect("expunge");
+    // What is read from the server answers 404 at once, before the sync
+    // has seen the expunge; the cached view goes with the row the sync
+    // deletes, within a poll.
+    for route in [format!("{path}/raw"), format!("{path}/attachments/1")] {
+        let (st, v) = s.call("GET", &route, Some(&token), None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "{route}: {v}");
+        assert_eq!(v["error"]["code"], "not_found");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (st, v) = s.call("GET", &path, Some(&token), None).await;
+        if st == StatusCode::NOT_FOUND {
+            assert_eq!(v["error"]["code"], "not_found");
+            break;
+        }
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert!(Instant::now() < deadline, "the expunged message still reads: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.storage.cached_views(&id).await.unwrap().0, 0, "the expunged message's view is still cached");
+    let (st, _) =
+        s.call("GET", &format!("/v1/accounts/{id}/messages/{}", id_of(&listed, "keep")), Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    // A part the message does not have, and a part number that is none.
+    let keep = format!("/v1/accounts/{id}/messages/{}", id_of(&listed, "keep"));
+    let (st, v) = s.call("GET", &format!("{keep}/attachments/7"), Some(&token), None).await;
+    assert_eq!((st, v["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")), "{v}");
+    let (st, v) = s.call("GET", &format!("{keep}/attachments/1.MIME"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("part:"), "{v}");
+}
+
+async fn an_unreachable_server_is_a_502_and_cached_messages_still_read(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let inbox = vec![("read-before", mail("read-before")), ("never-read", mail("never-read"))];
+    let (token, id, listed) = with_mail(&s, &inbox).await;
+    let before = format!("/v1/accounts/{id}/messages/{}", id_of(&listed, "read-before"));
+    let (st, first) = s.call("GET", &before, Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    tokio::task::block_in_place(|| s.dovecot.stop());
+    let (st, v) = s
+        .call("GET", &format!("/v1/accounts/{id}/messages/{}", id_of(&listed, "never-read")), Some(&token), None)
+        .await;
+    assert_eq!(st, StatusCode::BAD_GATEWAY, "{v}");
+    assert_eq!(v["error"]["code"], "imap_unavailable");
+    assert!(v["error"]["message"].as_str().unwrap().contains(&id), "{v}");
+    let (st, again) = s.call("GET", &before, Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK, "{again}");
+    assert_eq!(again["text"], first["text"]);
+}
