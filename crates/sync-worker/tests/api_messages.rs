@@ -21,6 +21,7 @@ both_databases!(
     the_cache_keeps_the_most_recently_read_within_its_cap,
     a_message_gone_from_the_server_is_a_404_and_leaves_the_cache,
     an_unreachable_server_is_a_502_and_cached_messages_still_read,
+    the_eml_corpus_mail_parser_ships_is_read_whole,
 );
 
 /// Mail that breaks naive readers, each with a subject to find it by.
@@ -279,4 +280,100 @@ async fn an_unreachable_server_is_a_502_and_cached_messages_still_read(db: TestD
     let (st, again) = s.call("GET", &before, Some(&token), None).await;
     assert_eq!(st, StatusCode::OK, "{again}");
     assert_eq!(again["text"], first["text"]);
+}
+
+/// The `.eml` files mail-parser's crate ships for its own tests (RFC
+/// examples, third-party and legacy mail, malformed MIME): real mail we did
+/// not write, in the registry sources cargo extracted to build this test
+/// (the version Cargo.lock names).
+fn mail_parser_corpus() -> Vec<(String, Vec<u8>)> {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).expect("Cargo.lock");
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"mail-parser\""))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = \"")))
+        .map(|v| v.trim_end_matches('"').to_string())
+        .expect("mail-parser in Cargo.lock");
+    let home =
+        std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").expect("HOME")));
+    let root = std::fs::read_dir(format!("{home}/registry/src"))
+        .expect("cargo's registry sources")
+        .map(|d| d.unwrap().path().join(format!("mail-parser-{version}/resources/eml")))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("mail-parser {version}'s sources are not under {home}/registry/src"));
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display())) {
+        for f in std::fs::read_dir(dir.unwrap().path()).unwrap() {
+            let path = f.unwrap().path();
+            if path.extension().is_some_and(|e| e == "eml") {
+                let name = path.strip_prefix(&root).unwrap().display().to_string();
+                files.push((name, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() > 100, "only {} .eml files under {}", files.len(), root.display());
+    files
+}
+
+async fn the_eml_corpus_mail_parser_ships_is_read_whole(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let corpus = mail_parser_corpus();
+    let mut refused = Vec::new();
+    for (name, raw) in &corpus {
+        if let Err(e) = tokio::task::block_in_place(|| s.dovecot.append("alice", "INBOX", raw)) {
+            refused.push(format!("{name}: {e}"));
+        }
+    }
+    let stored = corpus.len() - refused.len();
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    let listed = s.wait_listed(&token, &id, stored).await;
+    let mut unreadable = Vec::new();
+    for m in &listed {
+        let mid = m["id"].as_str().unwrap();
+        let (st, shown) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+        let (raw_st, _, raw) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/raw"), &token).await;
+        if st != StatusCode::OK || raw_st != StatusCode::OK {
+            unreadable.push(format!("uid {}: {st} / raw {raw_st}: {shown}", m["uid"]));
+            continue;
+        }
+        let Some(parsed) = MessageParser::default().parse(&raw) else {
+            continue;
+        };
+        let mut wrong = Vec::new();
+        if shown["headers"]["subject"].as_str() != parsed.subject() {
+            wrong.push("subject");
+        }
+        if shown["attachments"].as_array().map(Vec::len) != Some(parsed.attachments.len()) {
+            wrong.push("attachments");
+        }
+        if let Some(first) = parsed.body_text(0) {
+            if !shown["text"].as_str().is_some_and(|t| t.starts_with(first.as_ref())) {
+                wrong.push("text");
+            }
+        }
+        if shown["text"].is_null() && shown["html"].is_null() && shown["attachments"].as_array().unwrap().is_empty() {
+            wrong.push("nothing to show");
+        }
+        for a in shown["attachments"].as_array().unwrap() {
+            let path = format!("/v1/accounts/{id}/messages/{mid}/attachments/{}", a["part"].as_str().unwrap());
+            let (st, _, bytes) = s.get_bytes(&path, &token).await;
+            if st != StatusCode::OK || bytes.len() as u64 != a["size"].as_u64().unwrap() {
+                wrong.push("an attachment");
+            }
+        }
+        if !wrong.is_empty() {
+            unreadable.push(format!("uid {} ({:?}): {wrong:?}", m["uid"], parsed.subject()));
+        }
+    }
+    eprintln!(
+        "mail-parser's corpus: {} .eml files, {} refused by Dovecot, {} stored and read, {} unreadable",
+        corpus.len(),
+        refused.len(),
+        listed.len(),
+        unreadable.len()
+    );
+    assert!(refused.len() * 10 < corpus.len(), "Dovecot refused many: {refused:#?}");
+    assert!(unreadable.is_empty(), "{unreadable:#?}");
 }

@@ -1,6 +1,8 @@
 //! Folder state and messages: what the engine reads, and the fenced
 //! transaction through which it writes.
 
+use std::borrow::Cow;
+
 use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::{Any, Row, Transaction};
 
@@ -54,6 +56,17 @@ pub struct MessageRow {
 
 fn uid_of(v: i64, account: &str, field: &'static str) -> Result<u32, StorageError> {
     u32::try_from(v).map_err(|_| StorageError::Corrupt { account: account.into(), field, value: v.to_string() })
+}
+
+/// `text` as both databases store it: Postgres refuses a NUL in text (and
+/// with it the whole batch), and real mail has NULs in headers, so each
+/// becomes U+FFFD.
+pub(crate) fn storable_text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 impl Storage {
@@ -283,9 +296,16 @@ impl FencedTx {
                 sql.push(')');
             }
             sql.push_str(" ON CONFLICT (account_id, folder, uidvalidity, uid) DO UPDATE SET flags = excluded.flags");
+            let texts: Vec<[Option<Cow<'_, str>>; 6]> = chunk
+                .iter()
+                .map(|r| {
+                    [&r.message_id, &r.subject, &r.from_addr, &r.to_addrs, &r.header, &r.preview]
+                        .map(|t| t.as_deref().map(storable_text))
+                })
+                .collect();
             // Only generated placeholders are spliced in, never a value.
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for r in chunk {
+            for (r, [message_id, subject, from_addr, to_addrs, header, preview]) in chunk.iter().zip(&texts) {
                 q = q
                     .bind(&self.account)
                     .bind(folder)
@@ -294,12 +314,12 @@ impl FencedTx {
                     .bind(r.internal_date)
                     .bind(r.size)
                     .bind(&r.flags)
-                    .bind(&r.message_id)
-                    .bind(&r.subject)
-                    .bind(&r.from_addr)
-                    .bind(&r.to_addrs)
-                    .bind(&r.header)
-                    .bind(&r.preview);
+                    .bind(message_id.as_deref())
+                    .bind(subject.as_deref())
+                    .bind(from_addr.as_deref())
+                    .bind(to_addrs.as_deref())
+                    .bind(header.as_deref())
+                    .bind(preview.as_deref());
             }
             q.execute(&mut *self.tx)
                 .await
@@ -406,7 +426,7 @@ impl FencedTx {
             Some(e) => sqlx::query(
                 "UPDATE accounts SET last_error = $1 WHERE id = $2 AND (last_error IS NULL OR last_error <> $1)",
             )
-            .bind(e.to_string()),
+            .bind(storable_text(e).into_owned()),
         };
         let changed = q
             .bind(&self.account)
@@ -469,5 +489,16 @@ impl FencedTx {
             sink.publish(events);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::storable_text;
+
+    #[test]
+    fn a_nul_in_text_is_stored_as_a_replacement_character() {
+        assert_eq!(storable_text("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        assert!(matches!(storable_text("plain"), std::borrow::Cow::Borrowed("plain")));
     }
 }

@@ -146,7 +146,10 @@ impl Server {
             if s == StatusCode::OK && v["messages"].as_array().unwrap().len() == n {
                 return v["messages"].as_array().unwrap().clone();
             }
-            assert!(Instant::now() < deadline, "INBOX never listed {n} messages: {s} {v}");
+            if Instant::now() >= deadline {
+                let (_, a) = self.call("GET", &format!("/v1/accounts/{account}"), Some(token), None).await;
+                panic!("INBOX never listed {n} messages: {s} {v}; the account: {a}");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
