@@ -165,16 +165,6 @@ async fn message_new_is_pushed_within_2s_of_an_append(db: TestDb) {
 }
 
 /// The first event of type `kind`.
-async fn wait_kind(ws: &mut Ws, kind: &str, within: Duration) -> Option<Value> {
-    let deadline = Instant::now() + within;
-    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
-        if ev["type"] == kind {
-            return Some(ev);
-        }
-    }
-    None
-}
-
 async fn websocket_presence_promotes_a_warm_account_to_hot_within_5s(db: TestDb) {
     // Presence lasts 2 s here, so the login's wears off and the account
     // settles warm: its newest mail is a day old (neither recent enough for
@@ -280,24 +270,34 @@ async fn two_users_are_isolated(db: TestDb) {
     let ev = wait_new(&mut a_ws, "for-alice", Duration::from_secs(10)).await.expect("alice's push");
     let mid = ev["id"].as_str().unwrap().to_string();
 
-    for (method, path) in [
-        ("GET", format!("/v1/accounts/{a_id}")),
-        ("GET", format!("/v1/accounts/{a_id}/folders")),
-        ("GET", format!("/v1/accounts/{a_id}/messages")),
-        ("GET", format!("/v1/accounts/{a_id}/messages/{mid}")),
-        ("GET", format!("/v1/accounts/{a_id}/messages/{mid}/raw")),
-        ("GET", format!("/v1/accounts/{a_id}/messages/{mid}/attachments/1")),
-        ("DELETE", format!("/v1/accounts/{a_id}")),
+    let message = format!("/v1/accounts/{a_id}/messages/{mid}");
+    for (method, path, body) in [
+        ("GET", format!("/v1/accounts/{a_id}"), None),
+        ("GET", format!("/v1/accounts/{a_id}/folders"), None),
+        ("GET", format!("/v1/accounts/{a_id}/messages"), None),
+        ("GET", message.clone(), None),
+        ("GET", format!("{message}/raw"), None),
+        ("GET", format!("{message}/attachments/1"), None),
+        ("PATCH", message.clone(), Some(json!({"seen": true}))),
+        ("POST", format!("{message}/move"), Some(json!({"folder": "Trash"}))),
+        ("DELETE", message.clone(), None),
+        ("POST", format!("/v1/accounts/{a_id}/messages/actions"), Some(json!({"ids": [mid], "action": "delete"}))),
+        ("DELETE", format!("/v1/accounts/{a_id}"), None),
     ] {
-        let (st, v) = s.call(method, &path, Some(&bob), None).await;
+        let (st, v) = s.call(method, &path, Some(&bob), body).await;
         assert_eq!(st, StatusCode::NOT_FOUND, "{method} {path}: {v}");
         assert_eq!(v["error"]["code"], "not_found");
     }
     let (_, bobs) = s.call("GET", "/v1/accounts", Some(&bob), None).await;
     let ids: Vec<&str> = bobs.as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [b_id.as_str()]);
-    // Alice's account survived bob's DELETE, and bob's socket saw none of her mail.
+    // Alice's account and mail survived bob's tries, and bob's socket saw none of her mail.
     s.wait_listed(&alice, &a_id, 1).await;
+    let flags = tokio::task::block_in_place(|| {
+        s.dovecot.doveadm(&["fetch", "-u", "alice", "flags", "mailbox", "INBOX", "all"])
+    })
+    .expect("doveadm");
+    assert!(!flags.contains("\\Seen"), "bob's PATCH reached alice's mail: {flags}");
     s.append("bob", "for-bob");
     let ev = wait_new(&mut b_ws, "for-bob", Duration::from_secs(10)).await.expect("bob's push");
     assert_eq!(ev["account"], b_id.as_str());

@@ -13,7 +13,7 @@ use sync_worker::app::wiring;
 use sync_worker::testing::TestDb;
 use sync_worker::Config;
 
-const ROUTES: [&str; 11] = [
+const ROUTES: [&str; 15] = [
     "/",
     "/v1/openapi.json",
     "/v1/users",
@@ -24,9 +24,16 @@ const ROUTES: [&str; 11] = [
     "/v1/accounts/{id}/folders",
     "/v1/accounts/{id}/messages",
     "/v1/accounts/{id}/messages/{id}",
+    "/v1/accounts/{id}/messages/{id}/raw",
+    "/v1/accounts/{id}/messages/{id}/attachments/{id}",
+    "/v1/accounts/{id}/messages/{id}/move",
+    "/v1/accounts/{id}/messages/actions",
     "/v1/ws",
 ];
-const FIELDS: [&str; 9] = ["email", "password", "host", "port", "security", "username", "folder", "limit", "x"];
+const FIELDS: [&str; 15] = [
+    "email", "password", "host", "port", "security", "username", "folder", "limit", "x", "ids", "action", "update",
+    "seen", "flagged", "keywords",
+];
 
 struct Api {
     rt: tokio::runtime::Runtime,

@@ -94,11 +94,11 @@ pub enum ApiError {
         /// Why, in words.
         reason: String,
     },
-    /// The account's IMAP server could not give what was asked for (a
-    /// whole message, a part): unreachable, refusing the stored login, or
-    /// failing the command.
-    #[error("could not read from the IMAP server of account {account}: {reason}; retry later")]
-    ImapRead {
+    /// The account's IMAP server could not do what was asked (read a
+    /// message, change one): unreachable, refusing the stored login, failing
+    /// or refusing the command, or lacking what the action needs.
+    #[error("the IMAP server of account {account} failed: {reason}; retry later")]
+    ImapFailed {
         /// The account.
         account: String,
         /// Why, in words (the error chain).
@@ -147,7 +147,7 @@ impl ApiError {
             ApiError::ImapUnreachable { .. } => (StatusCode::BAD_REQUEST, "imap_unreachable"),
             ApiError::ImapUnusable { .. } => (StatusCode::BAD_REQUEST, "imap_unusable"),
             ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
-            ApiError::ImapRead { .. } => (StatusCode::BAD_GATEWAY, "imap_unavailable"),
+            ApiError::ImapFailed { .. } => (StatusCode::BAD_GATEWAY, "imap_unavailable"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

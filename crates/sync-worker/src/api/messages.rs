@@ -23,7 +23,7 @@ use super::auth::AuthUser;
 use super::errors::{ApiError, ErrorBody};
 use super::mime::{self, MessageBody};
 use super::state::ApiState;
-use crate::imap::reader::{read_raw, ReadError};
+use crate::imap::remote::{read_raw, RemoteError};
 use crate::storage::{MessageDetail, MessageKey};
 
 /// A whole message: what the list shows, the stored header, and what was
@@ -39,7 +39,7 @@ pub struct MessageView {
 }
 
 /// The account's message `message_id`, checked to be the caller's and still stored.
-async fn stored(
+pub(super) async fn stored(
     state: &ApiState,
     auth: &AuthUser,
     id: &str,
@@ -67,10 +67,11 @@ async fn raw(state: &ApiState, id: &str, message_id: &str, key: &MessageKey) -> 
     }
 }
 
-fn imap_failure(account: &str, e: &ReadError) -> ApiError {
+/// A failure of the account's IMAP server, logged here.
+pub(super) fn imap_failure(account: &str, e: &RemoteError) -> ApiError {
     let reason = crate::errors::error_chain(e);
-    tracing::warn!(%account, error = %reason, "reading a message from IMAP failed");
-    ApiError::ImapRead { account: account.to_string(), reason }
+    tracing::warn!(%account, error = %reason, "the IMAP server failed an API request");
+    ApiError::ImapFailed { account: account.to_string(), reason }
 }
 
 /// Runs the (CPU-bound) MIME reading off the async threads.

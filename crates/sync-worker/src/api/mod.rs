@@ -10,6 +10,9 @@
 //! | `GET /v1/accounts/{id}/folders` | folders with counts |
 //! | `GET /v1/accounts/{id}/messages` | newest first, `?folder=&limit=&cursor=` |
 //! | `GET /v1/accounts/{id}/messages/{message_id}` | one message, whole: header fields, text and HTML, attachments ([`messages`]) |
+//! | `PATCH`, `DELETE /v1/accounts/{id}/messages/{message_id}` | seen, flagged, answered, keywords; to Trash ([`actions`]) |
+//! | `POST /v1/accounts/{id}/messages/{message_id}/move` | to another folder |
+//! | `POST /v1/accounts/{id}/messages/actions` | one of these on up to 500 messages |
 //! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes |
 //! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
@@ -25,6 +28,7 @@
 //! `24h`); presence lasts `TIER_SESSION_GRACE_MIN`.
 
 pub mod accounts;
+pub mod actions;
 pub mod auth;
 pub mod errors;
 pub mod json;
@@ -95,7 +99,9 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(accounts::get, accounts::delete))
         .routes(routes!(accounts::folders))
         .routes(routes!(accounts::messages))
-        .routes(routes!(messages::message))
+        .routes(routes!(messages::message, actions::update_message, actions::delete_message))
+        .routes(routes!(actions::move_message))
+        .routes(routes!(actions::batch))
         .routes(routes!(messages::raw_message))
         .routes(routes!(messages::attachment))
         .routes(routes!(ws::upgrade))

@@ -50,7 +50,7 @@
 mod folders;
 pub mod framing;
 mod message;
-pub mod reader;
+pub mod remote;
 mod session;
 mod settings;
 pub mod tls;

@@ -13,7 +13,7 @@ use sync_worker::api::ApiSettings;
 use sync_worker::app::serve::{self, Parts, Running};
 use sync_worker::app::wiring;
 use sync_worker::storage::Storage;
-use sync_worker::testing::{Dovecot, TestDb};
+use sync_worker::testing::{Dovecot, DovecotOptions, TestDb};
 use sync_worker::Config;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -46,7 +46,12 @@ pub fn config() -> Config {
 }
 
 pub async fn server(db: TestDb, tune: impl FnOnce(&mut ApiSettings)) -> Server {
-    let dovecot = Dovecot::start().unwrap_or_else(|e| panic!("Dovecot: {e}"));
+    server_with(db, &DovecotOptions::default(), tune).await
+}
+
+/// [`server`] on a Dovecot started with `options`.
+pub async fn server_with(db: TestDb, options: &DovecotOptions, tune: impl FnOnce(&mut ApiSettings)) -> Server {
+    let dovecot = Dovecot::start_with(options).unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_users([("alice", IMAP_PASSWORD), ("bob", IMAP_PASSWORD)]).expect("Dovecot users");
     let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url()));
     let config = config();
@@ -206,4 +211,15 @@ impl Drop for Server {
         // Dropping the handle aborts the server and the worker's tasks.
         drop(self.running.take());
     }
+}
+
+/// The next event of type `kind`.
+pub async fn wait_kind(ws: &mut Ws, kind: &str, within: Duration) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    while let Some(ev) = next_json(ws, deadline.saturating_duration_since(Instant::now())).await {
+        if ev["type"] == kind {
+            return Some(ev);
+        }
+    }
+    None
 }
