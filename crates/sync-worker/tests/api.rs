@@ -275,6 +275,7 @@ async fn two_users_are_isolated(db: TestDb) {
         ("GET", format!("/v1/accounts/{a_id}"), None),
         ("GET", format!("/v1/accounts/{a_id}/folders"), None),
         ("GET", format!("/v1/accounts/{a_id}/messages"), None),
+        ("GET", format!("/v1/accounts/{a_id}/messages?q=alice"), None),
         ("GET", message.clone(), None),
         ("GET", format!("{message}/raw"), None),
         ("GET", format!("{message}/attachments/1"), None),

@@ -14,7 +14,9 @@ use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::state::ApiState;
 use crate::imap::{ImapSource, LoginError};
-use crate::storage::{AccountSummary, Credentials, FolderInfo, MessageSummary, NewAccount, Security};
+use crate::storage::{
+    search_terms, AccountSummary, Credentials, FolderInfo, MessageSummary, NewAccount, SearchCursor, Security,
+};
 
 /// Default page size of a message list.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -290,6 +292,19 @@ pub struct ListQuery {
     pub limit: u32,
     /// Where the previous page ended: (UIDVALIDITY, last UID).
     pub cursor: Option<(u32, u32)>,
+    /// A search (`q=`) instead of a plain list.
+    pub search: Option<Search>,
+}
+
+/// What a search (`q=`) asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Search {
+    /// The query's words ([`search_terms`]).
+    pub terms: Vec<String>,
+    /// Only this folder (`folder=`); every folder without it.
+    pub folder: Option<String>,
+    /// Where the previous page ended.
+    pub after: Option<SearchCursor>,
 }
 
 /// A cursor: after `uid` of a folder under `uidvalidity`.
@@ -306,10 +321,11 @@ fn decode_cursor(s: &str) -> Option<(u32, u32)> {
 impl ListQuery {
     /// Reads `folder`, `limit` and `cursor`; anything else, or a bad value, is a 400 naming it.
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
-        let mut q = ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None };
+        let mut q = ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None, search: None };
+        let (mut folder, mut cursor, mut words) = (None, None, None);
         for (k, v) in pairs {
             match k.as_str() {
-                "folder" if !v.is_empty() => q.folder = v.clone(),
+                "folder" if !v.is_empty() => folder = Some(v.clone()),
                 "folder" => return Err(ApiError::field("folder", "must not be empty")),
                 "limit" => {
                     q.limit = v
@@ -318,13 +334,29 @@ impl ListQuery {
                         .filter(|n| (1..=MAX_LIMIT).contains(n))
                         .ok_or_else(|| ApiError::field("limit", format!("must be 1 to {MAX_LIMIT}, got {v:?}")))?
                 }
-                "cursor" => {
-                    q.cursor = Some(decode_cursor(v).ok_or_else(|| {
-                        ApiError::field("cursor", "is not a cursor from a previous page's next_cursor")
-                    })?)
+                "cursor" => cursor = Some(v.as_str()),
+                "q" => {
+                    let terms = search_terms(v);
+                    if terms.is_empty() {
+                        return Err(ApiError::field("q", "give at least one word (letters or digits) to search for"));
+                    }
+                    words = Some(terms);
                 }
                 other => {
-                    return Err(ApiError::field(other, "unknown parameter: expected folder, limit or cursor"));
+                    return Err(ApiError::field(other, "unknown parameter: expected folder, limit, cursor or q"));
+                }
+            }
+        }
+        let bad_cursor = || ApiError::field("cursor", "is not a cursor from a previous page's next_cursor");
+        match words {
+            Some(terms) => {
+                let after = cursor.map(|c| SearchCursor::decode(c).ok_or_else(bad_cursor)).transpose()?;
+                q.search = Some(Search { terms, folder, after });
+            }
+            None => {
+                q.cursor = cursor.map(|c| decode_cursor(c).ok_or_else(bad_cursor)).transpose()?;
+                if let Some(f) = folder {
+                    q.folder = f;
                 }
             }
         }
@@ -333,15 +365,20 @@ impl ListQuery {
 }
 
 /// `GET /v1/accounts/{id}/messages?folder=INBOX&limit=50&cursor=…`: newest
-/// first; `next_cursor` is set when there may be more.
+/// first; `next_cursor` is set when there may be more. With `q=`, a search
+/// of subject, sender, recipients and preview (every folder unless
+/// `folder=` names one), newest first by date.
 #[utoipa::path(get, path = "/v1/accounts/{id}/messages", tag = "mail", security(("bearer" = [])),
     params(("id" = String, Path, description = "The account id (a UUID)"),
-        ("folder" = Option<String>, Query, description = "The folder (default `INBOX`)"),
+        ("folder" = Option<String>, Query, description = "The folder (default `INBOX`; with `q`, every folder)"),
+        ("q" = Option<String>, Query, description = "Search: messages whose subject, sender, recipients or \
+            preview hold every word (or a word starting with it), newest first; up to 16 words",
+            min_length = 1, max_length = 1000),
         ("limit" = Option<u32>, Query, description = "The page size, 1 to 500 (default 50)"),
         ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
     ),
     responses(
-        (status = 200, description = "One page, newest first", body = MessagePage),
+        (status = 200, description = "One page, newest first (by UID; by date for a search)", body = MessagePage),
         (status = 400, description = "A bad or unknown parameter (the message names it), or a cursor from \
             before the folder's UIDVALIDITY changed", body = ErrorBody),
         (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
@@ -362,6 +399,19 @@ pub async fn messages(
             return Err(bad);
         }
     };
+    if let Some(search) = q.search {
+        let auth = authenticate(&state, &token).await?;
+        owned(&state, &auth, &id).await?;
+        let found = state
+            .storage
+            .search_messages(&id, search.folder.as_deref(), &search.terms, search.after.as_ref(), q.limit)
+            .await?;
+        let next_cursor = match found.last() {
+            Some((_, last)) if found.len() == q.limit as usize => Some(last.encode()),
+            _ => None,
+        };
+        return Ok(Json(MessagePage { messages: found.into_iter().map(|(m, _)| m).collect(), next_cursor }));
+    }
     // The hot path: one query checks the session and the owner, and reads the page.
     let before = q.cursor.map(|(_, uid)| uid);
     if let Some((uidvalidity, page)) =
@@ -410,10 +460,17 @@ mod tests {
     #[test]
     fn list_queries_default_and_name_bad_parameters() {
         let q = ListQuery::parse(&[]).unwrap();
-        assert_eq!(q, ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None });
+        assert_eq!(q, ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None, search: None });
         let c = encode_cursor(7, 99);
         let q = ListQuery::parse(&pairs(&[("folder", "Sent"), ("limit", "10"), ("cursor", &c)])).unwrap();
-        assert_eq!(q, ListQuery { folder: "Sent".into(), limit: 10, cursor: Some((7, 99)) });
+        assert_eq!(q, ListQuery { folder: "Sent".into(), limit: 10, cursor: Some((7, 99)), search: None });
+        let after = SearchCursor { date: 5, folder: "Sent".into(), uid: 3 };
+        let q = ListQuery::parse(&pairs(&[("cursor", &after.encode()), ("q", "Carol's invoice")])).unwrap();
+        let search =
+            Search { terms: vec!["carol".into(), "s".into(), "invoice".into()], folder: None, after: Some(after) };
+        assert_eq!(q.search, Some(search));
+        assert_eq!(bad_field(&[("q", " ?! ")]), "q");
+        assert_eq!(bad_field(&[("q", "x"), ("cursor", &c)]), "cursor");
         assert_eq!(bad_field(&[("limit", "0")]), "limit");
         assert_eq!(bad_field(&[("limit", "x")]), "limit");
         assert_eq!(bad_field(&[("limit", "100000")]), "limit");

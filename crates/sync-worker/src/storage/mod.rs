@@ -26,6 +26,7 @@ pub mod fence;
 mod folders;
 mod mail;
 mod message_views;
+mod search;
 mod sessions;
 mod views;
 
@@ -41,6 +42,7 @@ pub use accounts::{AccountSummary, Credentials, Email, FolderCount, NewAccount, 
 pub use connection::ConnectionSettings;
 pub use fence::SyncState;
 pub use mail::{FencedTx, FolderState, MessageRow};
+pub use search::{search_terms, SearchCursor, MAX_TERMS};
 pub use sessions::SessionRecord;
 pub use views::{FolderInfo, MessageDetail, MessageKey, MessageSummary};
 
@@ -245,7 +247,9 @@ impl Storage {
             .run(&pool)
             .await
             .map_err(|source| StorageError::Migrate { url: shown, source })?;
-        Ok(Self { pool, kind, secret, events: None })
+        let storage = Self { pool, kind, secret, events: None };
+        storage.ensure_search_index().await?;
+        Ok(storage)
     }
 
     /// This storage, announcing every committed message write and poll outcome to `events`

@@ -98,7 +98,7 @@ const MESSAGE_COLUMNS: &str =
 
 /// What a list shows of a message: the first columns of [`MESSAGE_COLUMNS`],
 /// so a page does not read (and copy) every stored header.
-const SUMMARY_COLUMNS: &str = "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview";
+pub(super) const SUMMARY_COLUMNS: &str = "uid, subject, from_addr, to_addrs, internal_date, flags, size, preview";
 
 /// The error of reading column `c` of a message row of `account`/`folder`,
 /// its text made only when it happens (a page reads hundreds of columns).
@@ -108,7 +108,7 @@ fn column_err<'a>(account: &'a str, folder: &'a str, c: &'static str) -> impl Fn
 
 /// The values of [`SUMMARY_COLUMNS`], in order, as a row or a JSON array.
 #[derive(serde::Deserialize)]
-struct SummaryColumns(
+pub(super) struct SummaryColumns(
     i64,
     Option<String>,
     Option<String>,
@@ -121,7 +121,7 @@ struct SummaryColumns(
 
 impl SummaryColumns {
     /// Reads a row whose first columns are [`SUMMARY_COLUMNS`].
-    fn of_row(account: &str, folder: &str, row: &sqlx::any::AnyRow) -> Result<Self, StorageError> {
+    pub(super) fn of_row(account: &str, folder: &str, row: &sqlx::any::AnyRow) -> Result<Self, StorageError> {
         let get = |c| column_err(account, folder, c);
         Ok(SummaryColumns(
             row.try_get(0).map_err(get("uid"))?,
@@ -135,7 +135,7 @@ impl SummaryColumns {
         ))
     }
 
-    fn summary(self, account: &str, folder: &str, uidvalidity: u32) -> Result<MessageSummary, StorageError> {
+    pub(super) fn summary(self, account: &str, folder: &str, uidvalidity: u32) -> Result<MessageSummary, StorageError> {
         let SummaryColumns(uid, subject, from, to, date, flags, size, preview) = self;
         let uid = u32::try_from(uid).map_err(|_| corrupt(account, "uid", uid))?;
         Ok(MessageSummary {
