@@ -4,7 +4,12 @@
 //! * APPEND-to-WebSocket-push latency of a hot account, p50 and p99;
 //! * message-list requests/s (pages of 50) on an account of
 //!   `SYNC_API_MESSAGES` (default 10,000) messages, 16 concurrent clients;
-//! * login requests/s (argon2id bounds it), 4 concurrent clients.
+//! * login requests/s (argon2id bounds it), 4 concurrent clients;
+//! * whole-message reads: the first read of a message (from IMAP) and
+//!   reads from the SQL cache, p50 / p99 and requests/s;
+//! * search latency, p50 / p99, of selective and broad queries (target
+//!   p99 <= 50 ms on 100,000 messages: `SYNC_API_MESSAGES=100000`);
+//! * a 20 MB attachment's download: throughput and the server's RSS growth.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -229,6 +234,10 @@ pub async fn run() -> Result<Value> {
     let login_rps = logins.load(Ordering::Relaxed) as f64 / MEASURE.as_secs_f64();
     println!("login (argon2id, 4 clients): {login_rps:.1} req/s");
 
+    let reads = whole_messages(&http, &base, &id, &token, server_pid).await?;
+    let search = searches(&http, &base, &id, &token, n).await?;
+    let attachment = big_attachment(&http, &base, &id, &token, &dovecot, server_pid, n).await?;
+
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/v1/ws?token={token}")).await?;
     let dovecot = Arc::new(dovecot);
     let mut latencies = Vec::with_capacity(PUSHES);
@@ -266,5 +275,173 @@ pub async fn run() -> Result<Value> {
         "list_server_cpu_us": list_server_cpu_us.round(),
         "list_client_cpu_us": list_client_cpu_us.round(),
         "login_rps": (login_rps * 10.0).round() / 10.0,
+        "detail_imap_p50_ms": reads.imap_p50,
+        "detail_imap_p99_ms": reads.imap_p99,
+        "detail_cached_p99_ms": reads.cached_p99,
+        "detail_cached_rps": reads.cached_rps.round(),
+        "search_p50_ms": search.0,
+        "search_p99_ms": search.1,
+        "attachment_mb_per_s": attachment.0,
+        "attachment_rss_growth_mb": attachment.1,
     }))
+}
+
+/// What reading whole messages measured.
+struct Reads {
+    imap_p50: f64,
+    imap_p99: f64,
+    cached_p99: f64,
+    cached_rps: f64,
+}
+
+/// The ids of the first `n` messages of INBOX, newest first.
+async fn message_ids(http: &reqwest::Client, base: &str, id: &str, token: &str, n: usize) -> Result<Vec<String>> {
+    let page: Value =
+        http.get(format!("{base}/v1/accounts/{id}/messages?limit={n}")).bearer_auth(token).send().await?.json().await?;
+    Ok(page["messages"]
+        .as_array()
+        .context("no messages")?
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_string))
+        .collect())
+}
+
+async fn timed_get(http: &reqwest::Client, url: String, token: &str) -> Result<Duration> {
+    let t0 = Instant::now();
+    let r = http.get(&url).bearer_auth(token).send().await?;
+    if !r.status().is_success() {
+        bail!("GET {url}: {}", r.status());
+    }
+    r.bytes().await?;
+    Ok(t0.elapsed())
+}
+
+/// 200 messages read once each (from IMAP), then again from the cache by
+/// 16 clients for [`MEASURE`].
+async fn whole_messages(http: &reqwest::Client, base: &str, id: &str, token: &str, _server: u32) -> Result<Reads> {
+    let ids = message_ids(http, base, id, token, 200).await?;
+    let mut first = Vec::with_capacity(ids.len());
+    for m in &ids {
+        first.push(timed_get(http, format!("{base}/v1/accounts/{id}/messages/{m}"), token).await?);
+    }
+    first.sort();
+    let (imap_p50, imap_p99) = (pct(&first, 0.5), pct(&first, 0.99));
+    let ids = Arc::new(ids);
+    let end = Instant::now() + MEASURE;
+    let mut tasks = Vec::new();
+    for t in 0..16usize {
+        let (http, base, id, token, ids) =
+            (http.clone(), base.to_string(), id.to_string(), token.to_string(), ids.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut i, mut took) = (t, Vec::new());
+            while Instant::now() < end {
+                took.push(
+                    timed_get(&http, format!("{base}/v1/accounts/{id}/messages/{}", ids[i % ids.len()]), &token)
+                        .await?,
+                );
+                i += 16;
+            }
+            Ok::<_, anyhow::Error>(took)
+        }));
+    }
+    let mut cached = Vec::new();
+    for t in tasks {
+        cached.extend(t.await??);
+    }
+    cached.sort();
+    let cached_rps = cached.len() as f64 / MEASURE.as_secs_f64();
+    let cached_p99 = pct(&cached, 0.99);
+    println!(
+        "message detail: from IMAP p50 {imap_p50:.1} ms, p99 {imap_p99:.1} ms (200 reads); from the cache \
+         {cached_rps:.0} req/s, p99 {cached_p99:.1} ms (16 clients)"
+    );
+    Ok(Reads { imap_p50, imap_p99, cached_p99, cached_rps })
+}
+
+/// Selective (`bench 4242`: a few matches) and broad (`carol`: every
+/// message) searches, pages of 50, one at a time: (p50, p99) in ms.
+async fn searches(http: &reqwest::Client, base: &str, id: &str, token: &str, n: usize) -> Result<(f64, f64)> {
+    let mut took = Vec::new();
+    for i in 0..100usize {
+        let q = if i % 2 == 0 { format!("bench%20{}", (i * 7919) % n) } else { "carol".to_string() };
+        took.push(timed_get(http, format!("{base}/v1/accounts/{id}/messages?q={q}&limit=50"), token).await?);
+    }
+    took.sort();
+    let (p50, p99) = (pct(&took, 0.5), pct(&took, 0.99));
+    println!("search on {n} messages (100 queries, half selective, half matching all): p50 {p50:.1} ms, p99 {p99:.1} ms (target p99 <= 50 ms on 100,000)");
+    Ok((p50, p99))
+}
+
+/// The server's resident set (MiB).
+fn rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("no VmRSS")?;
+    Ok(kib / 1024.0)
+}
+
+/// A 20 MB attachment appended, synced, downloaded: (MB/s, RSS growth MiB).
+async fn big_attachment(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    token: &str,
+    dovecot: &Dovecot,
+    server: u32,
+    n: usize,
+) -> Result<(f64, f64)> {
+    use base64::Engine as _;
+    let data: Vec<u8> = (0..20u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut raw = "From: carol@example.org\r\nTo: bench@example.org\r\nSubject: big attachment\r\n\
+                   MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
+                   Content-Type: text/plain\r\n\r\nattached\r\n--b\r\nContent-Type: application/octet-stream\r\n\
+                   Content-Disposition: attachment; filename=big.bin\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+        .to_string();
+    for line in base64::engine::general_purpose::STANDARD.encode(&data).as_bytes().chunks(76) {
+        raw.push_str(std::str::from_utf8(line)?);
+        raw.push_str("\r\n");
+    }
+    raw.push_str("--b--\r\n");
+    dovecot.append("bench", "INBOX", raw.as_bytes())?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mid = loop {
+        let ids = message_ids(http, base, id, token, 1).await?;
+        let page: Value = http
+            .get(format!("{base}/v1/accounts/{id}/messages?limit=1"))
+            .bearer_auth(token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if page["messages"][0]["subject"] == "big attachment" {
+            break ids[0].clone();
+        }
+        if Instant::now() > deadline {
+            bail!("the big message was never synced (after {n} others)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let before = rss_mib(server)?;
+    let t0 = Instant::now();
+    let r = http.get(format!("{base}/v1/accounts/{id}/messages/{mid}/attachments/2")).bearer_auth(token).send().await?;
+    if !r.status().is_success() {
+        bail!("attachment: {}", r.status());
+    }
+    let mut r = r;
+    let (mut got, mut peak) = (0usize, before);
+    while let Some(chunk) = r.chunk().await? {
+        got += chunk.len();
+        peak = peak.max(rss_mib(server)?);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if got != data.len() {
+        bail!("the attachment came back with {got} bytes, not {}", data.len());
+    }
+    let (mb_s, growth) = (data.len() as f64 / 1e6 / secs, peak - before);
+    println!("20 MB attachment: {mb_s:.1} MB/s, server RSS +{growth:.1} MiB while it was sent (not streamed yet)");
+    Ok(((mb_s * 10.0).round() / 10.0, (growth * 10.0).round() / 10.0))
 }

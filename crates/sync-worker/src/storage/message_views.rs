@@ -10,36 +10,42 @@ use sqlx::Row;
 use super::views::MessageKey;
 use super::{now_ms, query_err, Storage, StorageError};
 
+/// How stale a view's last use may be before a read records it again.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
 const KEY_MATCH: &str = "account_id = $1 AND folder = $2 AND uidvalidity = $3 AND uid = $4";
 
 impl Storage {
-    /// The cached view of message `key` of `account`, marked as used now;
-    /// `None` when it is not cached.
+    /// The cached view of message `key` of `account`, marked as used now
+    /// (to the minute: a read of a view read within the minute writes
+    /// nothing); `None` when it is not cached.
     pub async fn cached_view(&self, account: &str, key: &MessageKey) -> Result<Option<String>, StorageError> {
         let op = || format!("read the cached view of {account}/{}/{}", key.folder, key.uid);
-        let touched =
+        let row =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT body, used_at FROM message_views WHERE {KEY_MATCH}")))
+                .bind(account)
+                .bind(&key.folder)
+                .bind(i64::from(key.uidvalidity))
+                .bind(i64::from(key.uid))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_err(op()))?;
+        let Some(row) = row else { return Ok(None) };
+        let body: String = row.try_get(0).map_err(query_err(op()))?;
+        let used_at: i64 = row.try_get(1).map_err(query_err(op()))?;
+        let now = now_ms();
+        if now - used_at > TOUCH_EVERY_MS {
             sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE message_views SET used_at = $5 WHERE {KEY_MATCH}")))
                 .bind(account)
                 .bind(&key.folder)
                 .bind(i64::from(key.uidvalidity))
                 .bind(i64::from(key.uid))
-                .bind(now_ms())
+                .bind(now)
                 .execute(&self.pool)
                 .await
-                .map_err(query_err(op()))?
-                .rows_affected();
-        if touched == 0 {
-            return Ok(None);
+                .map_err(query_err(op()))?;
         }
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT body FROM message_views WHERE {KEY_MATCH}")))
-            .bind(account)
-            .bind(&key.folder)
-            .bind(i64::from(key.uidvalidity))
-            .bind(i64::from(key.uid))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_err(op()))?;
-        row.map(|r| r.try_get::<String, _>(0)).transpose().map_err(query_err(op()))
+        Ok(Some(body))
     }
 
     /// Caches `body` as the view of message `key` of `account`, then drops

@@ -134,9 +134,11 @@ impl Storage {
         limit: u32,
     ) -> Result<Vec<(MessageSummary, SearchCursor)>, StorageError> {
         let (from, matches, query) = match self.kind {
+            // The matches are found once, then joined: a join on the FTS
+            // table let SQLite run the MATCH once per message of the account.
             DbKind::Sqlite => (
-                "messages_fts JOIN messages m ON m.rowid = messages_fts.rowid",
-                "messages_fts MATCH $1",
+                "messages m",
+                "m.rowid IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH $1)",
                 terms.iter().map(|t| format!("\"{t}\"*")).collect::<Vec<_>>().join(" "),
             ),
             DbKind::Postgres => (
@@ -146,7 +148,7 @@ impl Storage {
             ),
         };
         let folder_match = if folder.is_some() { "AND m.folder = $3" } else { "AND $3 = $3" };
-        // FTS5's columns share the names: every column is `m.`'s.
+        // Every column is `m.`'s (FTS5's share the names).
         let columns: Vec<String> = SUMMARY_COLUMNS.split(", ").map(|c| format!("m.{c}")).collect();
         let columns = columns.join(", ");
         // Only constant SQL and the limit (a `u32`) are spliced in.
