@@ -20,6 +20,7 @@ both_databases!(
     paging_through_results_gives_each_match_once_newest_first,
     new_and_expunged_mail_is_found_and_forgotten,
     a_database_made_before_the_index_is_indexed_when_opened,
+    a_body_search_asks_the_server_and_says_so,
 );
 
 /// A message from `from` to `to` with this subject and body, dated `date` (seconds).
@@ -184,4 +185,53 @@ async fn a_database_made_before_the_index_is_indexed_when_opened(db: TestDb) {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].0.subject.as_deref(), Some("kept from before"));
     drop(token);
+}
+
+async fn a_body_search_asks_the_server_and_says_so(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    // The word sits past the stored preview: only the server's search finds it.
+    let deep = format!("{} platypus", "filler ".repeat(80));
+    let mail = [
+        ("INBOX", message("carol@example.org", "alice@example.org", "deep inbox", &deep)),
+        ("Archive", message("carol@example.org", "alice@example.org", "deep archive", &deep)),
+        ("INBOX", message("dave@example.org", "alice@example.org", "platypus in the subject", "short")),
+        ("INBOX", message("dave@example.org", "alice@example.org", "unrelated", "nothing")),
+    ];
+    let (token, id) = setup(&s, &mail).await;
+    let get = |query: &'static str| {
+        let (s, token, id) = (&s, &token, &id);
+        async move {
+            let (st, v) = s.call("GET", &format!("/v1/accounts/{id}/messages?{query}"), Some(token), None).await;
+            assert_eq!(st, StatusCode::OK, "{query}: {v}");
+            v
+        }
+    };
+    let subjects = |v: &Value| -> Vec<String> {
+        v["messages"].as_array().unwrap().iter().map(|m| m["subject"].as_str().unwrap().to_string()).collect()
+    };
+    let v = get("q=platypus").await;
+    assert_eq!(subjects(&v), ["platypus in the subject"]);
+    assert_eq!(v["searched_bodies"], false);
+    let v = get("q=platypus&body=true").await;
+    assert_eq!(subjects(&v), ["platypus in the subject", "deep archive", "deep inbox"]);
+    assert_eq!(v["searched_bodies"], true);
+    let v = get("q=platypus&body=true&folder=INBOX").await;
+    assert_eq!(subjects(&v), ["platypus in the subject", "deep inbox"]);
+    // Paged by one cursor, each match once.
+    let v = get("q=platypus&body=true&limit=2").await;
+    assert_eq!(subjects(&v), ["platypus in the subject", "deep archive"]);
+    let cursor = v["next_cursor"].as_str().unwrap();
+    let (_, v) = s
+        .call(
+            "GET",
+            &format!("/v1/accounts/{id}/messages?q=platypus&body=true&limit=2&cursor={cursor}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(subjects(&v), ["deep inbox"]);
+    assert_eq!(v["next_cursor"], Value::Null);
+    // A plain list has no searched_bodies at all.
+    let v = get("folder=INBOX").await;
+    assert!(v.get("searched_bodies").is_none(), "{v}");
 }

@@ -72,6 +72,10 @@ pub struct MessagePage {
     pub messages: Vec<MessageSummary>,
     /// The `cursor` of the next page; `null` when this page is the last.
     pub next_cursor: Option<String>,
+    /// Only in a search's answer: whether the IMAP server's own search of
+    /// the bodies (`body=true`) was added to the index's matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub searched_bodies: Option<bool>,
 }
 
 impl MessagePage {
@@ -81,7 +85,7 @@ impl MessagePage {
             Some(last) if messages.len() == limit as usize => Some(encode_cursor(uidvalidity, last.uid)),
             _ => None,
         };
-        MessagePage { messages, next_cursor }
+        MessagePage { messages, next_cursor, searched_bodies: None }
     }
 }
 
@@ -305,6 +309,8 @@ pub struct Search {
     pub folder: Option<String>,
     /// Where the previous page ended.
     pub after: Option<SearchCursor>,
+    /// `body=true`: also ask the IMAP server to search the bodies.
+    pub body: bool,
 }
 
 /// A cursor: after `uid` of a folder under `uidvalidity`.
@@ -322,7 +328,7 @@ impl ListQuery {
     /// Reads `folder`, `limit` and `cursor`; anything else, or a bad value, is a 400 naming it.
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
         let mut q = ListQuery { folder: "INBOX".into(), limit: DEFAULT_LIMIT, cursor: None, search: None };
-        let (mut folder, mut cursor, mut words) = (None, None, None);
+        let (mut folder, mut cursor, mut words, mut body) = (None, None, None, None);
         for (k, v) in pairs {
             match k.as_str() {
                 "folder" if !v.is_empty() => folder = Some(v.clone()),
@@ -335,6 +341,13 @@ impl ListQuery {
                         .ok_or_else(|| ApiError::field("limit", format!("must be 1 to {MAX_LIMIT}, got {v:?}")))?
                 }
                 "cursor" => cursor = Some(v.as_str()),
+                "body" => {
+                    body = Some(match v.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(ApiError::field("body", format!("must be true or false, got {v:?}"))),
+                    })
+                }
                 "q" => {
                     let terms = search_terms(v);
                     if terms.is_empty() {
@@ -343,7 +356,7 @@ impl ListQuery {
                     words = Some(terms);
                 }
                 other => {
-                    return Err(ApiError::field(other, "unknown parameter: expected folder, limit, cursor or q"));
+                    return Err(ApiError::field(other, "unknown parameter: expected folder, limit, cursor, q or body"));
                 }
             }
         }
@@ -351,8 +364,9 @@ impl ListQuery {
         match words {
             Some(terms) => {
                 let after = cursor.map(|c| SearchCursor::decode(c).ok_or_else(bad_cursor)).transpose()?;
-                q.search = Some(Search { terms, folder, after });
+                q.search = Some(Search { terms, folder, after, body: body.unwrap_or(false) });
             }
+            None if body.is_some() => return Err(ApiError::field("body", "searches bodies only with q")),
             None => {
                 q.cursor = cursor.map(|c| decode_cursor(c).ok_or_else(bad_cursor)).transpose()?;
                 if let Some(f) = folder {
@@ -374,6 +388,8 @@ impl ListQuery {
         ("q" = Option<String>, Query, description = "Search: messages whose subject, sender, recipients or \
             preview hold every word (or a word starting with it), newest first; up to 16 words",
             min_length = 1, max_length = 1000),
+        ("body" = Option<bool>, Query, description = "With `q`: also ask the IMAP server to search the bodies \
+            (`UID SEARCH TEXT`), which are not stored; the answer says so (`searched_bodies`)"),
         ("limit" = Option<u32>, Query, description = "The page size, 1 to 500 (default 50)"),
         ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
     ),
@@ -402,15 +418,7 @@ pub async fn messages(
     if let Some(search) = q.search {
         let auth = authenticate(&state, &token).await?;
         owned(&state, &auth, &id).await?;
-        let found = state
-            .storage
-            .search_messages(&id, search.folder.as_deref(), &search.terms, search.after.as_ref(), q.limit)
-            .await?;
-        let next_cursor = match found.last() {
-            Some((_, last)) if found.len() == q.limit as usize => Some(last.encode()),
-            _ => None,
-        };
-        return Ok(Json(MessagePage { messages: found.into_iter().map(|(m, _)| m).collect(), next_cursor }));
+        return Ok(Json(super::search::search_page(&state, &id, &search, q.limit).await?));
     }
     // The hot path: one query checks the session and the owner, and reads the page.
     let before = q.cursor.map(|(_, uid)| uid);
@@ -466,10 +474,17 @@ mod tests {
         assert_eq!(q, ListQuery { folder: "Sent".into(), limit: 10, cursor: Some((7, 99)), search: None });
         let after = SearchCursor { date: 5, folder: "Sent".into(), uid: 3 };
         let q = ListQuery::parse(&pairs(&[("cursor", &after.encode()), ("q", "Carol's invoice")])).unwrap();
-        let search =
-            Search { terms: vec!["carol".into(), "s".into(), "invoice".into()], folder: None, after: Some(after) };
+        let search = Search {
+            terms: vec!["carol".into(), "s".into(), "invoice".into()],
+            folder: None,
+            after: Some(after),
+            body: false,
+        };
         assert_eq!(q.search, Some(search));
         assert_eq!(bad_field(&[("q", " ?! ")]), "q");
+        assert_eq!(bad_field(&[("body", "true")]), "body");
+        assert_eq!(bad_field(&[("q", "x"), ("body", "yes")]), "body");
+        assert!(ListQuery::parse(&pairs(&[("q", "x"), ("body", "true")])).unwrap().search.unwrap().body);
         assert_eq!(bad_field(&[("q", "x"), ("cursor", &c)]), "cursor");
         assert_eq!(bad_field(&[("limit", "0")]), "limit");
         assert_eq!(bad_field(&[("limit", "x")]), "limit");

@@ -35,6 +35,7 @@ pub mod json;
 pub mod limiter;
 pub mod messages;
 pub mod mime;
+mod search;
 mod state;
 pub mod ws;
 

@@ -188,6 +188,24 @@ impl Remote {
             .collect())
     }
 
+    /// The UIDs of the folder entered whose text (header and body) holds
+    /// every one of `terms` (`UID SEARCH CHARSET UTF-8 TEXT ...`; the terms
+    /// are letters and digits only, so they quote safely).
+    pub async fn search_text(&mut self, terms: &[String]) -> Result<Vec<u32>, RemoteError> {
+        let criteria: Vec<String> =
+            terms.iter().filter(|t| t.chars().all(char::is_alphanumeric)).map(|t| format!("TEXT \"{t}\"")).collect();
+        if criteria.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query = format!("CHARSET UTF-8 {}", criteria.join(" "));
+        let mut uids: Vec<u32> =
+            run!(self, format!("UID SEARCH {query}"), "UID SEARCH", |s| s.uid_search(&query).await)?
+                .into_iter()
+                .collect();
+        uids.sort_unstable();
+        Ok(uids)
+    }
+
     /// Adds then removes flags of `uids` in the folder entered (UID STORE).
     pub async fn store(&mut self, uids: &[u32], add: &[String], remove: &[String]) -> Result<(), RemoteError> {
         let set = uid_set(uids);

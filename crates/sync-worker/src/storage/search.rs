@@ -185,6 +185,50 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// The stored messages `uids` of `account`/`folder` under `uidvalidity`
+    /// (what an IMAP body search found), with their cursors; UIDs not
+    /// stored are left out.
+    pub async fn summaries_of(
+        &self,
+        account: &str,
+        folder: &str,
+        uidvalidity: u32,
+        uids: &[u32],
+    ) -> Result<Vec<(MessageSummary, SearchCursor)>, StorageError> {
+        let op = || format!("read found messages of {account}/{folder}");
+        let mut out = Vec::new();
+        for chunk in uids.chunks(500) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
+            // Only generated placeholders are spliced in.
+            let sql = format!(
+                "SELECT {SUMMARY_COLUMNS} FROM messages WHERE account_id = $1 AND folder = $2 AND uidvalidity = $3 \
+                 AND uid IN ({})",
+                list.join(", ")
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(account).bind(folder).bind(i64::from(uidvalidity));
+            for uid in chunk {
+                q = q.bind(i64::from(*uid));
+            }
+            for row in q.fetch_all(&self.pool).await.map_err(query_err(op()))? {
+                let summary = SummaryColumns::of_row(account, folder, &row)?.summary(account, folder, uidvalidity)?;
+                let cursor =
+                    SearchCursor { date: summary.date.unwrap_or(0), folder: folder.to_string(), uid: summary.uid };
+                out.push((summary, cursor));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl SearchCursor {
+    /// Whether a result at `self` comes after one at `other` (newest first:
+    /// older date, then folder and UID downward), as the SQL orders them.
+    pub fn is_after(&self, other: &SearchCursor) -> bool {
+        (self.date, &self.folder, self.uid) < (other.date, &other.folder, other.uid)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
