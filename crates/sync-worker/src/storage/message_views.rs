@@ -15,31 +15,35 @@ const TOUCH_EVERY_MS: i64 = 60_000;
 
 const KEY_MATCH: &str = "account_id = $1 AND folder = $2 AND uidvalidity = $3 AND uid = $4";
 
+/// `sql` (constant text around [`KEY_MATCH`]) with the key bound to `$1`..`$4`.
+fn keyed<'q>(
+    sql: String,
+    account: &'q str,
+    key: &'q MessageKey,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(account)
+        .bind(key.folder.as_str())
+        .bind(i64::from(key.uidvalidity))
+        .bind(i64::from(key.uid))
+}
+
 impl Storage {
     /// The cached view of message `key` of `account`, marked as used now
     /// (to the minute: a read of a view read within the minute writes
     /// nothing); `None` when it is not cached.
     pub async fn cached_view(&self, account: &str, key: &MessageKey) -> Result<Option<String>, StorageError> {
         let op = || format!("read the cached view of {account}/{}/{}", key.folder, key.uid);
-        let row =
-            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT body, used_at FROM message_views WHERE {KEY_MATCH}")))
-                .bind(account)
-                .bind(&key.folder)
-                .bind(i64::from(key.uidvalidity))
-                .bind(i64::from(key.uid))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(query_err(op()))?;
+        let row = keyed(format!("SELECT body, used_at FROM message_views WHERE {KEY_MATCH}"), account, key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(op()))?;
         let Some(row) = row else { return Ok(None) };
         let body: String = row.try_get(0).map_err(query_err(op()))?;
         let used_at: i64 = row.try_get(1).map_err(query_err(op()))?;
         let now = now_ms();
         if now - used_at > TOUCH_EVERY_MS {
-            sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE message_views SET used_at = $5 WHERE {KEY_MATCH}")))
-                .bind(account)
-                .bind(&key.folder)
-                .bind(i64::from(key.uidvalidity))
-                .bind(i64::from(key.uid))
+            keyed(format!("UPDATE message_views SET used_at = $5 WHERE {KEY_MATCH}"), account, key)
                 .bind(now)
                 .execute(&self.pool)
                 .await
@@ -125,11 +129,7 @@ impl Storage {
     /// Forgets the cached view of message `key` of `account` (the server no
     /// longer has the message).
     pub async fn forget_view(&self, account: &str, key: &MessageKey) -> Result<(), StorageError> {
-        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM message_views WHERE {KEY_MATCH}")))
-            .bind(account)
-            .bind(&key.folder)
-            .bind(i64::from(key.uidvalidity))
-            .bind(i64::from(key.uid))
+        keyed(format!("DELETE FROM message_views WHERE {KEY_MATCH}"), account, key)
             .execute(&self.pool)
             .await
             .map_err(query_err(format!("forget the view of {account}/{}/{}", key.folder, key.uid)))?;
