@@ -130,6 +130,21 @@ async fn paging_through_results_gives_each_match_once_newest_first(db: TestDb) {
     let expected: Vec<String> = (0..23).rev().map(|i| format!("report {i:02}")).collect();
     assert_eq!(order, expected);
     assert_eq!(pages, 5);
+    // The plan for queries that match most mail (walk newest first, check
+    // each) pages to the same answers as the one that sorts the matches.
+    let terms = vec!["weekly".to_string()];
+    for folder in [None, Some("INBOX")] {
+        let mut after = None;
+        loop {
+            let sorted = s.storage.search_messages(&id, folder, &terms, after.as_ref(), 4).await.expect("search");
+            let walked = s.storage.search_messages_walking(&id, folder, &terms, after.as_ref(), 4).await.expect("walk");
+            assert_eq!(sorted, walked, "{folder:?} after {after:?}");
+            match sorted.last() {
+                Some((_, c)) if sorted.len() == 4 => after = Some(c.clone()),
+                _ => break,
+            }
+        }
+    }
 }
 
 async fn new_and_expunged_mail_is_found_and_forgotten(db: TestDb) {

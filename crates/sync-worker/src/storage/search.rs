@@ -23,6 +23,11 @@ use crate::storage::MessageSummary;
 /// Most words a query may have.
 pub const MAX_TERMS: usize = 16;
 
+/// Matches (in the whole index) above which a SQLite search walks the
+/// account newest first instead of sorting its matches: sorting a few
+/// thousand rows costs about what walking to a page does.
+const BROAD: i64 = 2_000;
+
 /// Where a page of search results ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchCursor {
@@ -133,14 +138,54 @@ impl Storage {
         after: Option<&SearchCursor>,
         limit: u32,
     ) -> Result<Vec<(MessageSummary, SearchCursor)>, StorageError> {
+        self.search_with(account, folder, terms, after, limit, None).await
+    }
+
+    /// [`Storage::search_messages`] by the plan for a query that matches
+    /// most mail (SQLite), whatever it matches: tests hold both plans to
+    /// the same answers.
+    #[cfg(any(test, feature = "test-support"))]
+    pub async fn search_messages_walking(
+        &self,
+        account: &str,
+        folder: Option<&str>,
+        terms: &[String],
+        after: Option<&SearchCursor>,
+        limit: u32,
+    ) -> Result<Vec<(MessageSummary, SearchCursor)>, StorageError> {
+        self.search_with(account, folder, terms, after, limit, Some(true)).await
+    }
+
+    async fn search_with(
+        &self,
+        account: &str,
+        folder: Option<&str>,
+        terms: &[String],
+        after: Option<&SearchCursor>,
+        limit: u32,
+        walk: Option<bool>,
+    ) -> Result<Vec<(MessageSummary, SearchCursor)>, StorageError> {
         let (from, matches, query) = match self.kind {
-            // The matches are found once, then joined: a join on the FTS
-            // table let SQLite run the MATCH once per message of the account.
-            DbKind::Sqlite => (
-                "messages m",
-                "m.rowid IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH $1)",
-                terms.iter().map(|t| format!("\"{t}\"*")).collect::<Vec<_>>().join(" "),
-            ),
+            DbKind::Sqlite => {
+                let query = terms.iter().map(|t| format!("\"{t}\"*")).collect::<Vec<_>>().join(" ");
+                let walk = match walk {
+                    Some(walk) => walk,
+                    None => self.matches_more_than(&query, BROAD).await?,
+                };
+                if walk {
+                    // Most mail matches: walk the account newest first and
+                    // check each message, stopping at a page, rather than
+                    // sort every match.
+                    (
+                        "messages m INDEXED BY messages_newest_first",
+                        "EXISTS (SELECT 1 FROM messages_fts WHERE messages_fts MATCH $1 AND messages_fts.rowid = m.rowid)",
+                        query,
+                    )
+                } else {
+                    // Few matches: found once, then joined and sorted.
+                    ("messages m", "m.rowid IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH $1)", query)
+                }
+            }
             DbKind::Postgres => (
                 "messages m",
                 "m.search @@ to_tsquery('simple', $1)",
@@ -186,6 +231,20 @@ impl Storage {
 }
 
 impl Storage {
+    /// Whether the FTS5 query `query` matches more than `n` messages (of
+    /// every account): it reads at most `n + 1` of its matches.
+    async fn matches_more_than(&self, query: &str, n: i64) -> Result<bool, StorageError> {
+        let count: i64 =
+            sqlx::query("SELECT COUNT(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH $1 LIMIT $2)")
+                .bind(query)
+                .bind(n + 1)
+                .fetch_one(&self.pool)
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(query_err("count search matches"))?;
+        Ok(count > n)
+    }
+
     /// The stored messages `uids` of `account`/`folder` under `uidvalidity`
     /// (what an IMAP body search found), with their cursors; UIDs not
     /// stored are left out.
