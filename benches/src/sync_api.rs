@@ -361,14 +361,26 @@ async fn whole_messages(http: &reqwest::Client, base: &str, id: &str, token: &st
 /// Selective (`bench 4242`: a few matches) and broad (`carol`: every
 /// message) searches, pages of 50, one at a time: (p50, p99) in ms.
 async fn searches(http: &reqwest::Client, base: &str, id: &str, token: &str, n: usize) -> Result<(f64, f64)> {
-    let mut took = Vec::new();
+    let (mut selective, mut broad) = (Vec::new(), Vec::new());
     for i in 0..100usize {
-        let q = if i % 2 == 0 { format!("bench%20{}", (i * 7919) % n) } else { "carol".to_string() };
-        took.push(timed_get(http, format!("{base}/v1/accounts/{id}/messages?q={q}&limit=50"), token).await?);
+        let (q, into) = if i % 2 == 0 {
+            (format!("bench%20{}", (i * 7919) % n), &mut selective)
+        } else {
+            ("carol".to_string(), &mut broad)
+        };
+        into.push(timed_get(http, format!("{base}/v1/accounts/{id}/messages?q={q}&limit=50"), token).await?);
     }
-    took.sort();
-    let (p50, p99) = (pct(&took, 0.5), pct(&took, 0.99));
-    println!("search on {n} messages (100 queries, half selective, half matching all): p50 {p50:.1} ms, p99 {p99:.1} ms (target p99 <= 50 ms on 100,000)");
+    selective.sort();
+    broad.sort();
+    let mut all: Vec<Duration> = selective.iter().chain(&broad).copied().collect();
+    all.sort();
+    let (p50, p99) = (pct(&all, 0.5), pct(&all, 0.99));
+    println!(
+        "search on {n} messages (100 queries): p50 {p50:.1} ms, p99 {p99:.1} ms (target p99 <= 50 ms on 100,000); \
+         selective (`bench <number>`) p99 {:.1} ms, matching every message (`carol`) p99 {:.1} ms",
+        pct(&selective, 0.99),
+        pct(&broad, 0.99)
+    );
     Ok((p50, p99))
 }
 
