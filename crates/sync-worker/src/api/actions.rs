@@ -17,9 +17,10 @@ use leasehold_core::LeaseKey;
 
 use super::accounts::owned;
 use super::auth::AuthUser;
+use super::errors::imap_failure;
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::messages::{imap_failure, stored};
+use super::messages::stored;
 use super::state::ApiState;
 use crate::imap::remote::{Remote, RemoteError};
 use crate::storage::MessageKey;

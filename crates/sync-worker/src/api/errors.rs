@@ -153,6 +153,13 @@ impl ApiError {
     }
 }
 
+/// A failure of the account's IMAP server, logged here.
+pub(super) fn imap_failure(account: &str, e: &crate::imap::remote::RemoteError) -> ApiError {
+    let reason = crate::errors::error_chain(e);
+    tracing::warn!(%account, error = %reason, "the IMAP server failed an API request");
+    ApiError::ImapFailed { account: account.to_string(), reason }
+}
+
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         match e {

@@ -20,10 +20,10 @@ use leasehold_core::LeaseKey;
 
 use super::accounts::owned;
 use super::auth::AuthUser;
-use super::errors::{ApiError, ErrorBody};
+use super::errors::{imap_failure, ApiError, ErrorBody};
 use super::mime::{self, MessageBody};
 use super::state::ApiState;
-use crate::imap::remote::{read_raw, RemoteError};
+use crate::imap::remote::read_raw;
 use crate::storage::{MessageDetail, MessageKey};
 
 /// A whole message: what the list shows, the stored header, and what was
@@ -65,13 +65,6 @@ async fn raw(state: &ApiState, id: &str, message_id: &str, key: &MessageKey) -> 
         }
         Err(e) => Err(imap_failure(id, &e)),
     }
-}
-
-/// A failure of the account's IMAP server, logged here.
-pub(super) fn imap_failure(account: &str, e: &RemoteError) -> ApiError {
-    let reason = crate::errors::error_chain(e);
-    tracing::warn!(%account, error = %reason, "the IMAP server failed an API request");
-    ApiError::ImapFailed { account: account.to_string(), reason }
 }
 
 /// Runs the (CPU-bound) MIME reading off the async threads.

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use leasehold_core::LeaseKey;
 
 use super::accounts::{MessagePage, Search};
+use super::errors::imap_failure;
 use super::errors::ApiError;
-use super::messages::imap_failure;
 use super::state::ApiState;
 use crate::imap::remote::Remote;
 use crate::storage::{MessageSummary, SearchCursor};
