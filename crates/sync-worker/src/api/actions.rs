@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use leasehold_core::LeaseKey;
 
 use super::accounts::owned;
 use super::auth::AuthUser;
@@ -293,9 +292,7 @@ async fn apply(
     }
     let mut done: BTreeMap<(String, u32, u32), Done> = BTreeMap::new();
     if !by_folder.is_empty() {
-        let account = LeaseKey::new(id).map_err(|e| ApiError::internal(format!("read account id {id}"), e))?;
-        let creds = state.storage.credentials(&account).await?;
-        let mut remote = Remote::open(&creds, &state.settings.imap).await.map_err(|e| imap_failure(id, &e))?;
+        let mut remote = state.remote(id).await?;
         let mut failure = None;
         for ((folder, uidvalidity), uids) in &by_folder {
             match act(&mut remote, folder, *uidvalidity, uids, action).await {

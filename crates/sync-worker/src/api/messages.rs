@@ -16,14 +16,12 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_core::LeaseKey;
 
 use super::accounts::owned;
 use super::auth::AuthUser;
 use super::errors::{imap_failure, ApiError, ErrorBody};
 use super::mime::{self, MessageBody};
 use super::state::ApiState;
-use crate::imap::remote::read_raw;
 use crate::storage::{MessageDetail, MessageKey};
 
 /// A whole message: what the list shows, the stored header, and what was
@@ -55,9 +53,14 @@ pub(super) async fn stored(
 /// The message's raw bytes from its server; a 404 (and its cached view
 /// forgotten) when the server no longer has it.
 async fn raw(state: &ApiState, id: &str, message_id: &str, key: &MessageKey) -> Result<Vec<u8>, ApiError> {
-    let account = LeaseKey::new(id).map_err(|e| ApiError::internal(format!("read account id {id}"), e))?;
-    let creds = state.storage.credentials(&account).await?;
-    match read_raw(&creds, &state.settings.imap, key).await {
+    let mut remote = state.remote(id).await?;
+    let read = match remote.enter(&key.folder, key.uidvalidity, false).await {
+        Ok(true) => remote.fetch_raw(key.uid).await,
+        Ok(false) => Ok(None),
+        Err(e) => Err(e),
+    };
+    remote.close().await;
+    match read {
         Ok(Some(raw)) => Ok(raw),
         Ok(None) => {
             state.storage.forget_view(id, key).await?;

@@ -6,13 +6,10 @@
 
 use std::collections::HashSet;
 
-use leasehold_core::LeaseKey;
-
 use super::accounts::{MessagePage, Search};
 use super::errors::imap_failure;
 use super::errors::ApiError;
 use super::state::ApiState;
-use crate::imap::remote::Remote;
 use crate::storage::{MessageSummary, SearchCursor};
 
 /// The page of `search` in account `id`, at most `limit` results.
@@ -56,9 +53,7 @@ async fn body_matches(
     if folders.is_empty() {
         return Ok(Vec::new());
     }
-    let account = LeaseKey::new(id).map_err(|e| ApiError::internal(format!("read account id {id}"), e))?;
-    let creds = state.storage.credentials(&account).await?;
-    let mut remote = Remote::open(&creds, &state.settings.imap).await.map_err(|e| imap_failure(id, &e))?;
+    let mut remote = state.remote(id).await?;
     let mut hits = Vec::new();
     let mut failure = None;
     for (folder, uidvalidity) in &folders {

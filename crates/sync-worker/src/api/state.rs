@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::duration::{parse_duration, PlainUnit};
-use leasehold_core::{LeaseStore, UserId};
+use leasehold_core::{LeaseKey, LeaseStore, UserId};
 
-use super::errors::ApiError;
+use super::errors::{imap_failure, ApiError};
 use super::limiter::LoginLimiter;
 use crate::config::Config;
 use crate::errors::ConfigError;
 use crate::events::EventBus;
+use crate::imap::remote::Remote;
 use crate::imap::ImapSettings;
 use crate::storage::Storage;
 
@@ -141,6 +142,14 @@ impl ApiState {
             settings.login_window,
         );
         Self { storage, store, bus, settings: Arc::new(settings), limiter: Arc::new(limiter) }
+    }
+
+    /// A transient IMAP connection of account `id`'s, logged in with its
+    /// stored credentials (the API's reads, actions and body searches).
+    pub async fn remote(&self, id: &str) -> Result<Remote, ApiError> {
+        let account = LeaseKey::new(id).map_err(|e| ApiError::internal(format!("read account id {id}"), e))?;
+        let creds = self.storage.credentials(&account).await?;
+        Remote::open(&creds, &self.settings.imap).await.map_err(|e| imap_failure(id, &e))
     }
 
     /// Refreshes `user`'s presence and publishes `user.active`.

@@ -15,7 +15,7 @@ use super::folders::encode_modified_utf7;
 use super::message::{flags_of, uid_set};
 use super::settings::ImapSettings;
 use super::transport::{self, imap_error, ConnectError, ConnectFailure, ImapSession};
-use crate::storage::{Credentials, MessageKey};
+use crate::storage::Credentials;
 
 /// Why the server could not do what the API asked.
 #[derive(Debug, thiserror::Error)]
@@ -256,22 +256,4 @@ impl Remote {
     pub async fn close(mut self) {
         let _ = tokio::time::timeout(self.timeout, self.session.logout()).await;
     }
-}
-
-/// The raw bytes (RFC 5322) of the message `key` of the account `creds`
-/// logs in to; `None` when the server no longer has it: the folder is gone,
-/// its UIDVALIDITY changed, or the UID was expunged.
-pub async fn read_raw(
-    creds: &Credentials,
-    settings: &ImapSettings,
-    key: &MessageKey,
-) -> Result<Option<Vec<u8>>, RemoteError> {
-    let mut remote = Remote::open(creds, settings).await?;
-    let result = match remote.enter(&key.folder, key.uidvalidity, false).await {
-        Ok(true) => remote.fetch_raw(key.uid).await,
-        Ok(false) => Ok(None),
-        Err(e) => Err(e),
-    };
-    remote.close().await;
-    result
 }
