@@ -17,7 +17,12 @@
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
 //! | `IMAP_CA_FILE` | a PEM file of CA certificates trusted for IMAP TLS besides the system's roots (which honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); checked at start | absent |
 //! | `IMAP_ALLOW_PLAIN` | `true`: accounts with `plain` security may point at any address, not only loopback ones | `false` |
-//! | `IMAP_ALLOW_PRIVATE` | `true`: accounts added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
+//! | `IMAP_ALLOW_PRIVATE` | `true`: accounts and webhooks added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
+//! | `WEBHOOK_RETRIES` | attempts of one webhook delivery after the first; then it fails and its webhook is paused | `10` |
+//! | `WEBHOOK_BACKOFF`, `WEBHOOK_BACKOFF_MAX` | the wait before a delivery's first retry, doubling each time up to the max | `5s`, `1h` |
+//! | `WEBHOOK_TIMEOUT` | how long one webhook POST may take | `10s` |
+//! | `WEBHOOK_RECLAIM_AFTER` | a delivery whose worker stopped heartbeating for this long is taken over by another | `60s` |
+//! | `WEBHOOK_CONCURRENCY` | webhook POSTs one worker has open at once | `16` |
 //!
 //! Durations in seconds accept a plain number (`60`, `1.5`) or a suffix
 //! (`500ms`, `60s`, `2m`, `1h 30m`: humantime's syntax, as hopper's options); the `_H` and `_MIN` variables take a plain
@@ -87,6 +92,8 @@ pub struct Config {
     pub imap_allow_private: bool,
     /// `IMAP_MAX_FOLDERS`: most folders synced per account (default 1000).
     pub imap_max_folders: usize,
+    /// `WEBHOOK_*`: how webhook deliveries are retried and bounded.
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 impl Default for Config {
@@ -109,6 +116,7 @@ impl Default for Config {
             imap_allow_plain: false,
             imap_allow_private: false,
             imap_max_folders: 1_000,
+            webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
 }
@@ -216,6 +224,7 @@ impl Config {
                 }
             };
         }
+        c.webhooks.read(&get)?;
         c.validate()?;
         Ok(c)
     }

@@ -183,6 +183,9 @@ pub enum SyncError {
         /// The id the key space records.
         key_space: String,
     },
+    /// The webhook dispatcher's HTTP client could not be made.
+    #[error(transparent)]
+    Webhooks(#[from] crate::webhooks::ClientError),
     /// The coordinator task ended abnormally (panicked or was aborted).
     #[error("coordinator of worker {worker} ended abnormally")]
     Coordinator {

@@ -28,7 +28,7 @@ use leasehold_core::bus::{publish_json, BusError, BusSubscription, UserBus};
 use leasehold_core::UserId;
 
 /// What happened to a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub enum MailEventKind {
     /// It was stored for the first time.
     #[serde(rename = "message.new")]
@@ -49,6 +49,14 @@ impl MailEventKind {
             MailEventKind::Updated => "message.updated",
             MailEventKind::Deleted => "message.deleted",
         }
+    }
+
+    /// Every kind, in the order of their names on the wire.
+    pub const ALL: [MailEventKind; 3] = [MailEventKind::New, MailEventKind::Updated, MailEventKind::Deleted];
+
+    /// The kind named `name` on the wire; `None` for any other name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 

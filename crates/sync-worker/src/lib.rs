@@ -41,6 +41,7 @@ pub mod api;
 pub mod coordinator;
 pub mod imap;
 pub mod storage;
+pub mod webhooks;
 
 // The ports they plug into.
 pub mod deadline;

@@ -15,6 +15,10 @@
 //! | `POST /v1/accounts/{id}/messages/actions` | one of these on up to 500 messages |
 //! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes |
 //! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded |
+//! | `POST`, `GET /v1/webhooks` | add a receiver of mail events (its signing secret is answered once), list them ([`webhooks`]) |
+//! | `GET`, `DELETE /v1/webhooks/{id}` | one webhook, with its state (active or paused); remove it |
+//! | `POST /v1/webhooks/{id}/resume` | end a pause: held and failed deliveries are sent again |
+//! | `GET /v1/webhooks/{id}/deliveries` | its latest deliveries and what happened to each |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
@@ -37,6 +41,7 @@ pub mod messages;
 pub mod mime;
 mod search;
 mod state;
+pub mod webhooks;
 pub mod ws;
 
 use std::net::SocketAddr;
@@ -105,6 +110,10 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(actions::batch))
         .routes(routes!(messages::raw_message))
         .routes(routes!(messages::attachment))
+        .routes(routes!(webhooks::list, webhooks::create))
+        .routes(routes!(webhooks::get, webhooks::delete))
+        .routes(routes!(webhooks::resume))
+        .routes(routes!(webhooks::deliveries))
         .routes(routes!(ws::upgrade))
 }
 

@@ -23,6 +23,7 @@ use crate::errors::SyncError;
 use crate::imap::{ImapSettings, ImapSource};
 use crate::secret::{SecretError, SecretKey};
 use crate::storage::{ConnectionSettings, Storage, StorageError, DEFAULT_DATABASE_URL};
+use crate::webhooks::{self, DispatcherHandle};
 use wiring::Backend;
 
 /// Why the storage could not be opened.
@@ -64,13 +65,15 @@ async fn open_storage_with(connection: &ConnectionSettings) -> Result<Storage, O
 #[derive(Debug)]
 pub struct Worker {
     coordinator: CoordinatorHandle,
+    webhooks: DispatcherHandle,
     _reconciler: Reconciler,
 }
 
 /// Starts worker `worker` on `storage` and `backend`: makes the live set
 /// match the accounts table, keeps it matching every `RECONCILE_INTERVAL`,
-/// and starts the coordinator, whose engine writes through `storage`
-/// announcing every write on the backend's bus.
+/// starts the coordinator, whose engine writes through `storage`
+/// announcing every write on the backend's bus, and the webhook dispatcher
+/// that delivers what those writes record for webhooks.
 pub async fn start_worker(
     worker: WorkerId,
     storage: &Storage,
@@ -87,6 +90,13 @@ pub async fn start_worker(
     reconcile::reconcile(&storage, store.as_ref()).await?;
     let reconciler = reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval);
     tracing::info!(%worker, backend = %backend.name(), database = ?storage.kind(), "starting the worker");
+    let sender = webhooks::Sender::new(
+        config.webhooks.timeout,
+        config.imap_allow_private,
+        &crate::imap::TlsSettings::with_ca_file(config.imap_ca_file.as_ref()),
+    )?;
+    let webhooks =
+        webhooks::spawn(storage.clone(), backend.queue().clone(), worker.clone(), config.webhooks.clone(), sender);
     let deps = Deps {
         store,
         source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(config))),
@@ -95,7 +105,7 @@ pub async fn start_worker(
     };
     let coordinator =
         Coordinator::prepare(worker, config.clone(), deps).await?.with_events(Arc::new(backend.bus().clone())).spawn();
-    Ok(Worker { coordinator, _reconciler: reconciler })
+    Ok(Worker { coordinator, webhooks, _reconciler: reconciler })
 }
 
 impl Worker {
@@ -112,12 +122,15 @@ impl Worker {
     /// Stops every runner, releases every lease and deregisters the worker,
     /// so the others take over at their next tick.
     pub async fn shutdown(self) -> Result<(), SyncError> {
-        self.coordinator.shutdown().await
+        let (coordinator, webhooks) = (self.coordinator.shutdown(), self.webhooks.shutdown());
+        let (stopped, ()) = tokio::join!(coordinator, webhooks);
+        stopped
     }
 
     /// Drops everything without a word to the store, as a crash would: the
     /// leases expire rather than being released.
     pub async fn kill(self) {
+        drop(self.webhooks);
         self.coordinator.kill().await
     }
 }

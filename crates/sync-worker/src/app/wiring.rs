@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use leasehold_core::backend_url::redact_url;
-use leasehold_core::LeaseStore;
+use leasehold_core::{LeaseStore, UnitQueue};
 use leasehold_redis::RedisConfig;
 
 use crate::config::Config;
@@ -20,6 +20,7 @@ use crate::events::EventBus;
 #[derive(Clone)]
 pub struct Backend {
     store: Arc<dyn LeaseStore>,
+    queue: Arc<dyn UnitQueue>,
     bus: EventBus,
     name: String,
     in_process: bool,
@@ -35,6 +36,11 @@ impl Backend {
     /// Leases, the live set, workers, tiers and presence.
     pub fn store(&self) -> &Arc<dyn LeaseStore> {
         &self.store
+    }
+
+    /// The unit queue webhook deliveries go through (the same store).
+    pub fn queue(&self) -> &Arc<dyn UnitQueue> {
+        &self.queue
     }
 
     /// Where the engine's writes are announced and the API listens.
@@ -59,24 +65,24 @@ impl Backend {
 pub async fn connect(config: &Config) -> Result<Backend, SyncError> {
     match &config.redis_url {
         None => Ok(in_process()),
-        Some(_) => Ok(Backend {
-            store: connect_store(config).await?,
-            bus: connect_bus(config).await?,
-            name: backend_name(config),
-            in_process: false,
-        }),
+        Some(url) => {
+            let store = Arc::new(connect_redis(config, url).await?);
+            Ok(Backend {
+                store: store.clone(),
+                queue: store,
+                bus: connect_bus(config).await?,
+                name: backend_name(config),
+                in_process: false,
+            })
+        }
     }
 }
 
 /// The in-memory store and bus of this process (`sync-worker serve` with no
 /// `REDIS_URL`, tests).
 pub fn in_process() -> Backend {
-    Backend {
-        store: Arc::new(leasehold_mem::MemoryStore::new()),
-        bus: memory_bus(),
-        name: "memory".into(),
-        in_process: true,
-    }
+    let store = Arc::new(leasehold_mem::MemoryStore::new());
+    Backend { store: store.clone(), queue: store, bus: memory_bus(), name: "memory".into(), in_process: true }
 }
 
 /// Which backend a configuration selects, for logs.
@@ -111,13 +117,14 @@ pub async fn shared_store(config: &Config) -> Result<Option<Arc<dyn LeaseStore>>
 pub async fn connect_store(config: &Config) -> Result<Arc<dyn LeaseStore>, SyncError> {
     match &config.redis_url {
         None => Ok(Arc::new(leasehold_mem::MemoryStore::new())),
-        Some(url) => {
-            let store = leasehold_redis::RedisStore::connect_with(redis_config(config, url))
-                .await
-                .map_err(|e| SyncError::Backend { url: redact_url(url), source: Box::new(e) })?;
-            Ok(Arc::new(store))
-        }
+        Some(url) => Ok(Arc::new(connect_redis(config, url).await?)),
     }
+}
+
+async fn connect_redis(config: &Config, url: &str) -> Result<leasehold_redis::RedisStore, SyncError> {
+    leasehold_redis::RedisStore::connect_with(redis_config(config, url))
+        .await
+        .map_err(|e| SyncError::Backend { url: redact_url(url), source: Box::new(e) })
 }
 
 /// Connects the event bus `config` selects: no `REDIS_URL` means the

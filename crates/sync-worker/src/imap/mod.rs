@@ -55,6 +55,7 @@ mod session;
 mod settings;
 pub mod tls;
 mod transport;
+pub(crate) use transport::is_public;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

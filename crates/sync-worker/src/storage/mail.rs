@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::{Any, Row, Transaction};
 
+use super::webhooks::{record_outbox, OutboxEvent};
 use super::{now_ms, query_err, Storage, StorageError};
 use crate::events::{AccountChanged, EventSink, MailEvent, MailEventKind, SyncEvent};
 use crate::source::Fence;
@@ -439,34 +440,49 @@ impl FencedTx {
     }
 
     fn announce(&mut self, kind: MailEventKind, folder: &str, uidvalidity: u32, uids: impl IntoIterator<Item = u32>) {
-        if self.events.is_some() {
-            self.pending.extend(uids.into_iter().map(|uid| (kind, folder.to_string(), uidvalidity, uid)));
-        }
+        // Recorded with or without a sink: the webhook outbox needs them too.
+        self.pending.extend(uids.into_iter().map(|uid| (kind, folder.to_string(), uidvalidity, uid)));
     }
 
     /// Commits everything written through this transaction, then announces
     /// its messages to the storage's event sink, if it has one.
     pub async fn commit(mut self) -> Result<(), StorageError> {
+        let a = self.account;
+        let needs_user = !self.pending.is_empty() || (self.status_changed && self.events.is_some());
+        let user = if needs_user {
+            let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
+                .bind(&a)
+                .fetch_one(&mut *self.tx)
+                .await
+                .map_err(query_err(format!("read the user of {a}")))?;
+            let user: String = row.try_get(0).map_err(query_err(format!("read the user of {a}")))?;
+            // In this transaction, so a webhook's event is stored exactly
+            // when the change it announces is.
+            let outbox: Vec<OutboxEvent<'_>> = self
+                .pending
+                .iter()
+                .map(|(kind, folder, uidvalidity, uid)| OutboxEvent {
+                    kind: *kind,
+                    folder,
+                    uidvalidity: *uidvalidity,
+                    uid: *uid,
+                })
+                .collect();
+            record_outbox(&mut self.tx, &user, &a, &outbox).await?;
+            Some(user)
+        } else {
+            None
+        };
+        let announce = match (self.events.take(), user) {
+            (Some(sink), Some(user)) => Some((sink, user)),
+            _ => None,
+        };
         if self.fence.deadline.passed() {
             // Outlived its lease: a new owner may already be syncing.
             let expired = StorageError::LeaseExpired { account: self.fence.account.clone(), token: self.fence.token };
-            let a = self.account;
             self.tx.rollback().await.map_err(query_err(format!("roll back an expired write of {a}")))?;
             return Err(expired);
         }
-        let a = self.account;
-        let announce = match self.events.take() {
-            Some(sink) if !self.pending.is_empty() || self.status_changed => {
-                let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
-                    .bind(&a)
-                    .fetch_one(&mut *self.tx)
-                    .await
-                    .map_err(query_err(format!("read the user of {a}")))?;
-                let user: String = row.try_get(0).map_err(query_err(format!("read the user of {a}")))?;
-                Some((sink, user))
-            }
-            _ => None,
-        };
         self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))?;
         if let Some((sink, user)) = announce {
             let mut events: Vec<SyncEvent> = self

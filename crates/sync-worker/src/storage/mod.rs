@@ -29,6 +29,7 @@ mod message_views;
 mod search;
 mod sessions;
 mod views;
+mod webhooks;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -45,6 +46,7 @@ pub use mail::{FencedTx, FolderState, MessageRow};
 pub use search::{search_terms, SearchCursor, MAX_TERMS};
 pub use sessions::SessionRecord;
 pub use views::{FolderInfo, MessageDetail, MessageKey, MessageSummary};
+pub use webhooks::{AttemptOutcome, DeliveryJob, DeliveryRecord, DeliveryState, WebhookRecord};
 
 use crate::events::EventSink;
 use crate::secret::{SecretError, SecretKey};
