@@ -129,9 +129,6 @@ pub async fn create(
     if body.url.len() > MAX_URL_LEN {
         return Err(ApiError::field("url", format!("is longer than {MAX_URL_LEN} bytes")));
     }
-    let url = check_url(&body.url, state.settings.imap.allow_private)
-        .await
-        .map_err(|e| ApiError::field("url", e.to_string()))?;
     let mut events = body.events;
     events.sort_by_key(|e| e.as_str());
     events.dedup();
@@ -141,6 +138,9 @@ pub async fn create(
             "must name at least one of message.new, message.updated, message.deleted",
         ));
     }
+    let url = check_url(&body.url, state.settings.imap.allow_private)
+        .await
+        .map_err(|e| ApiError::field("url", e.to_string()))?;
     if state.storage.webhooks(&auth.user).await?.len() >= MAX_WEBHOOKS_PER_USER {
         return Err(ApiError::field(
             "url",

@@ -480,6 +480,33 @@ async fn new_batch(tx: &mut Transaction<'static, Any>) -> Result<String, Storage
     Ok(run)
 }
 
+/// The id of event `e` of `account`. A message is new once and deleted
+/// once, so those events' ids are derived from the message: a batch stored
+/// again (a poll that overlapped another, a new owner) announces the same
+/// event with the same id, and its delivery, whose id is derived from the
+/// webhook and the event, is recorded once. Each flag change is an event
+/// of its own.
+fn event_id(account: &str, e: &OutboxEvent<'_>) -> String {
+    match e.kind {
+        MailEventKind::Updated => uuid::Uuid::new_v4().to_string(),
+        kind => digest_id(&[account, kind.as_str(), e.folder, &e.uidvalidity.to_string(), &e.uid.to_string()]),
+    }
+}
+
+/// A UUID-shaped id derived from `parts` (SHA-256, each part length-prefixed).
+fn digest_id(parts: &[&str]) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Uuid::from_bytes(bytes).to_string()
+}
+
 /// One event a fenced write announces.
 pub(super) struct OutboxEvent<'a> {
     pub kind: MailEventKind,
@@ -520,7 +547,7 @@ pub(super) async fn record_outbox(
     let now = now_ms();
     let mut deliveries = Vec::new();
     for e in events {
-        let event_id = uuid::Uuid::new_v4().to_string();
+        let event_id = event_id(account, e);
         let message_id = MessageKey { folder: e.folder.to_string(), uidvalidity: e.uidvalidity, uid: e.uid }.encode();
         for (kinds, webhook, paused) in &hooks {
             if !kinds.contains(&e.kind) {
@@ -541,7 +568,7 @@ pub(super) async fn record_outbox(
             });
             let state = if *paused { DeliveryState::Held } else { DeliveryState::Pending };
             deliveries.push((
-                uuid::Uuid::new_v4().to_string(),
+                digest_id(&[webhook, &event_id]),
                 webhook.as_str(),
                 event_id.clone(),
                 e.kind,
@@ -554,6 +581,7 @@ pub(super) async fn record_outbox(
         let mut sql = String::from(
             "INSERT INTO webhook_deliveries (id, run_id, webhook_id, event_id, event, body, created_at, state) VALUES ",
         );
+        let tail = " ON CONFLICT (id) DO NOTHING";
         for i in 0..chunk.len() {
             let p = i * 8;
             if i > 0 {
@@ -571,6 +599,7 @@ pub(super) async fn record_outbox(
                 p + 8
             ));
         }
+        sql.push_str(tail);
         // Only placeholders are spliced in; every value is bound.
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (id, webhook, event_id, kind, body, state) in chunk {

@@ -51,10 +51,19 @@ pub async fn server(db: TestDb, tune: impl FnOnce(&mut ApiSettings)) -> Server {
 
 /// [`server`] on a Dovecot started with `options`.
 pub async fn server_with(db: TestDb, options: &DovecotOptions, tune: impl FnOnce(&mut ApiSettings)) -> Server {
+    server_configured(db, options, config(), tune).await
+}
+
+/// [`server_with`], the engine configured by `config` (see [`config`]).
+pub async fn server_configured(
+    db: TestDb,
+    options: &DovecotOptions,
+    config: Config,
+    tune: impl FnOnce(&mut ApiSettings),
+) -> Server {
     let dovecot = Dovecot::start_with(options).unwrap_or_else(|e| panic!("Dovecot: {e}"));
     dovecot.add_users([("alice", IMAP_PASSWORD), ("bob", IMAP_PASSWORD)]).expect("Dovecot users");
     let storage = db.open().await.unwrap_or_else(|e| panic!("open {}: {e:?}", db.url()));
-    let config = config();
     let mut settings = ApiSettings::new(&config);
     settings.listen = "127.0.0.1:0".parse().unwrap();
     tune(&mut settings);
