@@ -24,9 +24,26 @@ use crate::MemoryStore;
 #[derive(Debug, Default)]
 pub(crate) struct Runs {
     runs: HashMap<RunId, Run>,
+    /// When expired runs were last dropped (store's clock, ms).
+    swept_at_ms: u64,
 }
 
+/// How often `initialize` drops every run past its inactivity TTL. An
+/// expired run is invisible anyway (see [`Runs::live`]); this only returns
+/// the memory of runs nobody touches again (a long-lived process making
+/// many short runs, such as sync-worker's webhook batches).
+const SWEEP_EVERY_MS: u64 = 60_000;
+
 impl Runs {
+    /// Drops every expired run, at most once per [`SWEEP_EVERY_MS`].
+    fn sweep(&mut self, now: u64) {
+        if now.saturating_sub(self.swept_at_ms) < SWEEP_EVERY_MS {
+            return;
+        }
+        self.swept_at_ms = now;
+        self.runs.retain(|_, r| now <= r.expires_at_ms);
+    }
+
     /// The run, dropping it first when its inactivity TTL has passed.
     fn live(&mut self, run: &RunId, now: u64) -> Option<&mut Run> {
         if self.runs.get(run).is_some_and(|r| now > r.expires_at_ms) {
@@ -460,6 +477,7 @@ impl UnitQueue for MemoryStore {
         let fingerprint = spec.fingerprint();
         let now = self.now_ms();
         let mut runs = self.inner.runs.lock();
+        runs.sweep(now);
         if let Some(existing) = runs.with_meta(&spec.run, now) {
             let meta = existing.meta();
             if meta.fingerprint != fingerprint {
@@ -738,5 +756,38 @@ impl UnitQueue for MemoryStore {
                 out
             })
             .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_core::{Budgets, RunId, RunSpec, UnitId, UnitQueue, UnitSpec};
+
+    use crate::MemoryStore;
+
+    fn spec(run: &str, ttl: Duration) -> RunSpec {
+        RunSpec {
+            run: RunId::new(run).unwrap(),
+            units: vec![UnitSpec::new(UnitId::new("u").unwrap(), "")],
+            budgets: Budgets::default(),
+            ttl,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_past_their_ttl_are_dropped_by_a_later_initialize() {
+        let store = MemoryStore::new();
+        for i in 0..50 {
+            store.initialize(&spec(&format!("short-{i}"), Duration::from_secs(1))).await.unwrap();
+        }
+        store.initialize(&spec("long", Duration::from_secs(3600))).await.unwrap();
+        assert_eq!(store.inner.runs.lock().runs.len(), 51);
+        tokio::time::advance(Duration::from_secs(120)).await;
+        store.initialize(&spec("next", Duration::from_secs(1))).await.unwrap();
+        let left: Vec<String> = store.inner.runs.lock().runs.keys().map(|r| r.to_string()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(store.progress(&RunId::new("long").unwrap()).await.unwrap().is_some());
     }
 }

@@ -13,7 +13,7 @@ use sync_worker::app::wiring;
 use sync_worker::testing::TestDb;
 use sync_worker::Config;
 
-const ROUTES: [&str; 15] = [
+const ROUTES: [&str; 19] = [
     "/",
     "/v1/openapi.json",
     "/v1/users",
@@ -28,11 +28,15 @@ const ROUTES: [&str; 15] = [
     "/v1/accounts/{id}/messages/{id}/attachments/{id}",
     "/v1/accounts/{id}/messages/{id}/move",
     "/v1/accounts/{id}/messages/actions",
+    "/v1/webhooks",
+    "/v1/webhooks/{id}",
+    "/v1/webhooks/{id}/resume",
+    "/v1/webhooks/{id}/deliveries",
     "/v1/ws",
 ];
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 17] = [
     "email", "password", "host", "port", "security", "username", "folder", "limit", "x", "ids", "action", "update",
-    "seen", "flagged", "keywords",
+    "seen", "flagged", "keywords", "url", "events",
 ];
 
 struct Api {
