@@ -14,6 +14,7 @@ mod redis_per_test;
 mod redis_queue;
 mod redis_stats;
 mod sync_api;
+mod sync_webhooks;
 mod sync_hot;
 mod sync_initial;
 mod sync_noop;

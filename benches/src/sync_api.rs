@@ -9,7 +9,9 @@
 //!   reads from the SQL cache, p50 / p99 and requests/s;
 //! * search latency, p50 / p99, of selective and broad queries (target
 //!   p99 <= 50 ms on 100,000 messages: `SYNC_API_MESSAGES=100000`);
-//! * a 20 MB attachment's download: throughput and the server's RSS growth.
+//! * a 20 MB attachment's download: throughput and the server's RSS growth;
+//! * webhook deliveries/s to a receiver in this process, for a burst of
+//!   `SYNC_API_WEBHOOK_BURST` (default 1,000) new messages ([`crate::sync_webhooks`]).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -261,6 +263,13 @@ pub async fn run() -> Result<Value> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let burst: usize = std::env::var("SYNC_API_WEBHOOK_BURST").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let hooks =
+        crate::sync_webhooks::burst(&http, &base, &token, &dovecot, "bench", burst, |i| mail(n + PUSHES + i)).await?;
+    println!(
+        "webhooks ({burst} new messages): {:.0} deliveries/s, the last {:.1} s after the APPEND began, {:.2} POSTs per event",
+        hooks.per_s, hooks.end_to_end_s, hooks.posts_per_event
+    );
     // The server goes before the Dovecot it watches.
     drop(server);
     latencies.sort();
@@ -283,6 +292,8 @@ pub async fn run() -> Result<Value> {
         "search_p99_ms": search.1,
         "attachment_mb_per_s": attachment.0,
         "attachment_rss_growth_mb": attachment.1,
+        "webhook_deliveries_per_s": hooks.per_s.round(),
+        "webhook_burst_end_to_end_s": (hooks.end_to_end_s * 10.0).round() / 10.0,
     }))
 }
 
