@@ -14,12 +14,12 @@ mod redis_per_test;
 mod redis_queue;
 mod redis_stats;
 mod sync_api;
-mod sync_webhooks;
 mod sync_hot;
 mod sync_initial;
 mod sync_noop;
 mod sync_ownership;
 mod sync_support;
+mod sync_webhooks;
 
 use anyhow::{bail, Result};
 

@@ -224,7 +224,7 @@ impl Config {
                 }
             };
         }
-        c.webhooks.read(&get)?;
+        c.webhooks.read(get)?;
         c.validate()?;
         Ok(c)
     }
