@@ -100,6 +100,8 @@ pub struct DeliveryJob {
     pub paused: bool,
     /// Attempts so far.
     pub attempts: i64,
+    /// The batch (queue run) it belongs to now: a resume moves it to a new one.
+    pub run_id: String,
 }
 
 /// One delivery, as the API lists it.
@@ -359,7 +361,7 @@ impl Storage {
     /// (or its webhook) was removed.
     pub async fn delivery_job(&self, id: &str) -> Result<Option<DeliveryJob>, StorageError> {
         let row = sqlx::query(
-            "SELECT d.webhook_id, w.url, w.secret, d.event_id, d.event, d.body, d.state, w.paused_at, d.attempts \
+            "SELECT d.webhook_id, w.url, w.secret, d.event_id, d.event, d.body, d.state, w.paused_at, d.attempts, d.run_id \
              FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id WHERE d.id = $1",
         )
         .bind(id)
@@ -383,6 +385,7 @@ impl Storage {
             state: DeliveryState::parse(&state).ok_or_else(|| corrupt(id, "delivery state", &state))?,
             paused: paused_at.is_some(),
             attempts: row.try_get(8).map_err(get("attempts"))?,
+            run_id: row.try_get(9).map_err(get("batch"))?,
         }))
     }
 

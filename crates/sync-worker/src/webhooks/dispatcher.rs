@@ -267,6 +267,10 @@ async fn attempt_once(ctx: &Ctx, run: &RunId, delivery: &Delivery) -> Result<(),
     let Some(job) = ctx.storage.delivery_job(id).await? else {
         return Ok(finalize(finalize_as(Outcome::Skipped, "webhook_removed")).await?);
     };
+    if job.run_id != run.as_str() {
+        // Resumed into a new batch since this run was made: that run sends it.
+        return Ok(finalize(finalize_as(Outcome::Skipped, "moved_to_another_batch")).await?);
+    }
     match job.state {
         DeliveryState::Pending => {}
         DeliveryState::Delivered => return Ok(finalize(finalize_as(Outcome::Passed, "already_delivered")).await?),
