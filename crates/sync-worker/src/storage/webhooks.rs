@@ -389,56 +389,61 @@ impl Storage {
         }))
     }
 
-    /// Records one attempt of delivery `id` of webhook `webhook`: a 2xx
-    /// delivers it; a failure counts the attempt and leaves it pending.
-    pub async fn record_delivery_attempt(
+    /// Records attempts of deliveries, each `(webhook, delivery, outcome)`,
+    /// in one transaction (the dispatcher's group commit: on SQLite every
+    /// commit waits for the disk, so one per POST would bound deliveries to
+    /// the disk's commit rate). A 2xx delivers a delivery; a failure counts
+    /// the attempt and leaves it pending. Each webhook's last success or
+    /// failure is its latest attempt's in the list.
+    pub async fn record_delivery_attempts(
         &self,
-        webhook: &str,
-        id: &str,
-        outcome: &AttemptOutcome,
+        attempts: &[(String, String, AttemptOutcome)],
     ) -> Result<(), StorageError> {
+        if attempts.is_empty() {
+            return Ok(());
+        }
         let now = now_ms();
-        let mut tx = self.pool.begin().await.map_err(query_err(format!("begin recording delivery {id}")))?;
-        match outcome {
-            AttemptOutcome::Delivered { status } => {
-                sqlx::query(
+        let n = attempts.len();
+        let mut tx = self.pool.begin().await.map_err(query_err(format!("begin recording {n} delivery attempts")))?;
+        let mut latest: std::collections::BTreeMap<&str, &AttemptOutcome> = std::collections::BTreeMap::new();
+        for (webhook, id, outcome) in attempts {
+            latest.insert(webhook, outcome);
+            let q = match outcome {
+                AttemptOutcome::Delivered { status } => sqlx::query(
                     "UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = $1, \
                      finished_at = $2 WHERE id = $3",
                 )
                 .bind(i64::from(*status))
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_err(format!("record delivery {id} delivered")))?;
-                sqlx::query("UPDATE webhooks SET last_success_at = $1 WHERE id = $2")
-                    .bind(now)
-                    .bind(webhook)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_err(format!("record a success of webhook {webhook}")))?;
-            }
-            AttemptOutcome::Failed { status, error } => {
-                sqlx::query(
+                .bind(now),
+                AttemptOutcome::Failed { status, error } => sqlx::query(
                     "UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = $1, last_error = $2 \
                      WHERE id = $3",
                 )
                 .bind(status.map(i64::from))
-                .bind(error.as_str())
-                .bind(id)
+                .bind(error.as_str()),
+            };
+            q.bind(id.as_str())
                 .execute(&mut *tx)
                 .await
-                .map_err(query_err(format!("record a failed attempt of delivery {id}")))?;
-                sqlx::query("UPDATE webhooks SET last_failure_at = $1, last_error = $2 WHERE id = $3")
-                    .bind(now)
-                    .bind(error.as_str())
-                    .bind(webhook)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_err(format!("record a failure of webhook {webhook}")))?;
-            }
+                .map_err(query_err(format!("record an attempt of delivery {id}")))?;
         }
-        tx.commit().await.map_err(query_err(format!("commit recording delivery {id}")))
+        for (webhook, outcome) in latest {
+            let q = match outcome {
+                AttemptOutcome::Delivered { .. } => {
+                    sqlx::query("UPDATE webhooks SET last_success_at = $1 WHERE id = $2").bind(now)
+                }
+                AttemptOutcome::Failed { error, .. } => {
+                    sqlx::query("UPDATE webhooks SET last_failure_at = $1, last_error = $2 WHERE id = $3")
+                        .bind(now)
+                        .bind(error.as_str())
+                }
+            };
+            q.bind(webhook)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_err(format!("record the last attempt of webhook {webhook}")))?;
+        }
+        tx.commit().await.map_err(query_err(format!("commit recording {n} delivery attempts")))
     }
 
     /// Gives delivery `id` up as `state` (failed, or held while its webhook

@@ -29,6 +29,7 @@ use leasehold_core::{
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::recorder::{RecordError, Recorder};
 use super::sender::Sender;
 use super::settings::WebhookSettings;
 use crate::errors::error_chain;
@@ -37,7 +38,7 @@ use crate::storage::{AttemptOutcome, DeliveryState, Storage, StorageError};
 /// Deliveries one worker holds at once (posting or waiting to retry).
 const MAX_IN_HAND: usize = 256;
 /// Deliveries reserved from one batch per look.
-const RESERVE_AT_ONCE: usize = 32;
+const RESERVE_AT_ONCE: usize = 64;
 /// Open batches looked at per poll, oldest first.
 const OPEN_BATCHES: u32 = 100;
 /// Reclaims of one delivery (its workers died) before it fails.
@@ -58,6 +59,9 @@ pub enum DispatchError {
     /// The unit queue failed.
     #[error("webhook deliveries: the unit queue failed")]
     Queue(#[from] QueueError),
+    /// An attempt's outcome could not be stored.
+    #[error("webhook deliveries: an attempt's outcome was not stored")]
+    Record(#[from] RecordError),
     /// A stored batch or delivery id is not a valid run or unit id.
     #[error("webhook deliveries: a stored id is not a valid queue id")]
     Id(#[from] IdError),
@@ -70,6 +74,7 @@ struct Ctx {
     worker: WorkerId,
     settings: Arc<WebhookSettings>,
     sender: Sender,
+    recorder: Recorder,
     posting: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
 }
@@ -117,6 +122,7 @@ pub fn spawn(
     let (stop, stopped) = watch::channel(false);
     let grace = settings.timeout + Duration::from_secs(2);
     let ctx = Ctx {
+        recorder: Recorder::spawn(storage.clone()),
         storage,
         queue,
         worker,
@@ -135,18 +141,28 @@ async fn run(ctx: Ctx) {
     let mut tasks = JoinSet::new();
     let mut failing = false;
     let mut pruned_at: Option<Instant> = None;
+    let mut reserved = 0;
     loop {
+        // After a look that found work, look again at once (a burst of mail
+        // drains at the POST rate, not one look per poll), as soon as there
+        // is room; otherwise once per poll.
+        let pause = if reserved > 0 { Duration::ZERO } else { ctx.settings.poll };
+        let full = in_hand.available_permits() == 0;
         tokio::select! {
             _ = stop.changed() => break,
-            _ = tokio::time::sleep(ctx.settings.poll) => {}
+            _ = tokio::time::sleep(pause), if !full => {}
+            _ = tokio::time::sleep(ctx.settings.poll), if full => {}
+            Some(_) = tasks.join_next(), if full => {}
         }
         while tasks.try_join_next().is_some() {}
+        reserved = 0;
         match look(&ctx, &mut known, &in_hand, &mut tasks).await {
-            Ok(()) if failing => {
+            Ok(n) if failing => {
                 tracing::info!("webhook deliveries work again");
                 failing = false;
+                reserved = n;
             }
-            Ok(()) => {}
+            Ok(n) => reserved = n,
             Err(e) => {
                 if !failing {
                     tracing::warn!(error = %error_chain(&e), "webhook deliveries stalled; retrying at every poll");
@@ -172,7 +188,8 @@ async fn look(
     known: &mut HashSet<String>,
     in_hand: &Arc<Semaphore>,
     tasks: &mut JoinSet<()>,
-) -> Result<(), DispatchError> {
+) -> Result<usize, DispatchError> {
+    let mut total = 0;
     for name in ctx.storage.open_webhook_batches(OPEN_BATCHES).await? {
         let run = RunId::new(&name)?;
         if !known.contains(&name) {
@@ -185,6 +202,7 @@ async fn look(
         if let Some(room) = NonZeroUsize::new(in_hand.available_permits().min(RESERVE_AT_ONCE)) {
             let batch = ctx.queue.reserve_batch(&run, &ctx.worker, room, ctx.settings.reclaim_after).await?;
             reserved = batch.deliveries.len();
+            total += reserved;
             for unit in &batch.exhausted {
                 give_up_reclaimed(ctx, unit).await?;
             }
@@ -208,7 +226,7 @@ async fn look(
             }
         }
     }
-    Ok(())
+    Ok(total)
 }
 
 /// Makes sure batch `name` has its run; `false` when it has no deliveries
@@ -291,7 +309,7 @@ async fn attempt_once(ctx: &Ctx, run: &RunId, delivery: &Delivery) -> Result<(),
             None => return Ok(()),
         }
     };
-    ctx.storage.record_delivery_attempt(&job.webhook_id, id, &outcome).await?;
+    ctx.recorder.record(&job.webhook_id, id, outcome.clone()).await?;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let AttemptOutcome::Failed { error, .. } = outcome else {
         return Ok(finalize(FinalizeRequest::new(Outcome::Passed, ms)).await?);

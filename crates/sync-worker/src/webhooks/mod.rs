@@ -21,6 +21,7 @@
 //! * Receivers follow the address rule of IMAP hosts ([`sender`]).
 
 pub mod dispatcher;
+mod recorder;
 pub mod sender;
 mod settings;
 pub mod signature;
