@@ -4,33 +4,16 @@
 //! a worker stores must reach the `api` process's WebSocket (Redis pub/sub).
 //! A missing Redis, Postgres or Dovecot fails these tests; they never skip.
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use leasehold_redis::test_support;
 use serde_json::{json, Value};
-use sync_worker::testing::{free_port, sync_worker_command, Dovecot, TestDb, TEST_SECRET_KEY};
+use sync_worker::testing::{free_port, Dovecot, TestDb};
 use tokio_tungstenite::tungstenite::Message;
 
-/// A child process killed on drop.
-struct Proc(Child, &'static str);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sync_worker(dir: &std::path::Path, args: &[&str], env: &[(&str, String)], name: &'static str) -> Proc {
-    let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir);
-    c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    Proc(c.spawn().unwrap_or_else(|e| panic!("spawn sync-worker {args:?}: {e}")), name)
-}
+mod process_harness;
+use process_harness::{scale_out_env, sync_worker, Proc};
 
 async fn wait_up(http: &reqwest::Client, base: &str, procs: &mut [&mut Proc]) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -92,18 +75,7 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
     dovecot.add_user("alice", "imap-pw").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().expect("a free port");
-    let common = [
-        ("REDIS_URL", redis.clone()),
-        ("REDIS_KEY_PREFIX", prefix.clone()),
-        ("DATABASE_URL", pg.url().to_string()),
-        ("SECRET_KEY", TEST_SECRET_KEY.to_string()),
-        ("POLL_WARM", "2s".to_string()),
-        ("TIER_EVAL_INTERVAL", "1s".to_string()),
-        ("LEASE_TTL", "3s".to_string()),
-        ("RECONCILE_INTERVAL", "1s".to_string()),
-        // The test's Dovecot is on loopback, which the API refuses by default.
-        ("IMAP_ALLOW_PRIVATE", "true".to_string()),
-    ];
+    let common = scale_out_env(&redis, &prefix, pg.url());
     let mut api_env = common.to_vec();
     api_env.push(("LISTEN", format!("127.0.0.1:{port}")));
     let mut worker_env = common.to_vec();

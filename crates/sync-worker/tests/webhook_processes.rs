@@ -4,34 +4,16 @@
 //! for `WEBHOOK_RECLAIM_AFTER`. Real processes, a real Redis, Postgres and
 //! Dovecot; a missing one fails the test, it never skips.
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_redis::test_support;
 use serde_json::{json, Value};
-use sync_worker::testing::{free_port, sync_worker_command, Dovecot, TestDb, TEST_SECRET_KEY};
+use sync_worker::testing::{free_port, Dovecot, TestDb};
 
+mod process_harness;
 mod webhook_receiver;
+use process_harness::{scale_out_env, sync_worker};
 use webhook_receiver::Receiver;
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sync_worker(dir: &std::path::Path, args: &[&str], env: &[(&str, String)]) -> Proc {
-    let mut c = sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir);
-    c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    Proc(c.spawn().unwrap_or_else(|e| panic!("spawn sync-worker {args:?}: {e}")))
-}
 
 async fn call(http: &reqwest::Client, method: &str, url: String, token: Option<&str>, body: Option<Value>) -> Value {
     let mut req = http.request(method.parse().unwrap(), url);
@@ -61,21 +43,15 @@ async fn a_worker_killed_mid_delivery_loses_nothing() {
     receiver.hang_next(1);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().expect("a free port");
-    let common = [
-        ("REDIS_URL", redis.clone()),
-        ("REDIS_KEY_PREFIX", prefix.clone()),
-        ("DATABASE_URL", pg.url().to_string()),
-        ("SECRET_KEY", TEST_SECRET_KEY.to_string()),
+    let mut common = scale_out_env(&redis, &prefix, pg.url());
+    common.extend([
         ("POLL_WARM", "1s".to_string()),
-        ("LEASE_TTL", "3s".to_string()),
-        ("RECONCILE_INTERVAL", "1s".to_string()),
-        ("IMAP_ALLOW_PRIVATE", "true".to_string()),
         ("WEBHOOK_RECLAIM_AFTER", "2s".to_string()),
         ("WEBHOOK_TIMEOUT", "60s".to_string()),
-    ];
+    ]);
     let with = |extra: &[(&'static str, String)]| [common.as_slice(), extra].concat();
-    let _api = sync_worker(dir.path(), &["api"], &with(&[("LISTEN", format!("127.0.0.1:{port}"))]));
-    let mut first = sync_worker(dir.path(), &["worker"], &with(&[("WORKER_ID", "worker-a".to_string())]));
+    let _api = sync_worker(dir.path(), &["api"], &with(&[("LISTEN", format!("127.0.0.1:{port}"))]), "api");
+    let mut first = sync_worker(dir.path(), &["worker"], &with(&[("WORKER_ID", "worker-a".to_string())]), "worker-a");
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -104,7 +80,7 @@ async fn a_worker_killed_mid_delivery_loses_nothing() {
     first.0.wait().expect("reap worker-a");
     let killed_at = Instant::now();
 
-    let _second = sync_worker(dir.path(), &["worker"], &with(&[("WORKER_ID", "worker-b".to_string())]));
+    let _second = sync_worker(dir.path(), &["worker"], &with(&[("WORKER_ID", "worker-b".to_string())]), "worker-b");
     let got = receiver
         .wait_until(Duration::from_secs(30), "the event again, answered", |got| {
             got.iter().any(|r| r.event_id() == event && r.answered == Some(204))
