@@ -19,7 +19,7 @@ use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::exec::process::ProcessLimits;
 use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
-use crate::report::RunReport;
+use crate::report::{FlakyResult, RunReport};
 use crate::units::discover::DiscoverKind;
 use crate::units::timings::order_slowest_first;
 use crate::units::UnitSource;
@@ -77,6 +77,9 @@ pub struct RunOptions {
     pub outage_grace: Duration,
     /// How units run: agents, one process each, or the tool's default.
     pub mode: ExecutionChoice,
+    /// `--flaky-result`: whether a flaky unit passes the build (memory mode,
+    /// where `run` gives the verdict).
+    pub flaky_result: FlakyResult,
 }
 
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
@@ -196,7 +199,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         );
         return Ok(exit::PASSED);
     }
-    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
+    let report = RunReport::load(&queue, &run_id)
+        .await?
+        .ok_or(HopperError::StateLost { run: run_id })?
+        .counting_flaky_as(options.flaky_result);
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     finish_report(&queue, &report, outputs, options.slowest).await
 }
