@@ -152,6 +152,11 @@ struct RunArgs {
     /// The command speaks hopper's agent protocol (docs/agent-protocol.md): start it once per slot and feed it units.
     #[arg(long, conflicts_with = "per_process")]
     agent: bool,
+    /// Run only the units that failed or were flaky in the finished build BUILD (read from its
+    /// event log in the shared queue), among those the units option lists now. The rerun is a build
+    /// of its own: --build / HOPPER_BUILD / the CI's id when that is not BUILD, else BUILD-rerun.
+    #[arg(long, value_name = "BUILD")]
+    rerun_failed: Option<String>,
     /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent),
     /// `{report}` by the path the tool writes its report to (see --results).
     #[arg(last = true, value_name = "COMMAND")]
@@ -257,6 +262,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         },
         outage_grace: args.queue.outage_grace,
         flaky_result: args.verdict.flaky_result,
+        rerun_failed: args.rerun_failed,
     })
 }
 
