@@ -58,7 +58,8 @@ fn report(project: &Project, queue: &[String], file: &str) -> (Output, String) {
 /// with `<flakyFailure>` elements).
 fn failed_and_flaky(cases: &BTreeMap<String, TestCaseStatus>) -> (BTreeSet<String>, BTreeSet<String>) {
     let failed = cases.iter().filter(|(_, s)| matches!(s, TestCaseStatus::NonSuccess { .. }));
-    let flaky = cases.iter().filter(|(_, s)| matches!(s, TestCaseStatus::Success { flaky_runs } if !flaky_runs.is_empty()));
+    let flaky =
+        cases.iter().filter(|(_, s)| matches!(s, TestCaseStatus::Success { flaky_runs } if !flaky_runs.is_empty()));
     (failed.map(|(id, _)| id.clone()).collect(), flaky.map(|(id, _)| id.clone()).collect())
 }
 

@@ -121,7 +121,8 @@ mod tests {
 
         let b = run("b1");
         let units = ["ok", "bad"].map(|n| UnitSpec::new(id(n), "file")).to_vec();
-        let spec = RunSpec { run: b.clone(), units, budgets: Budgets::default(), ttl: std::time::Duration::from_secs(60) };
+        let spec =
+            RunSpec { run: b.clone(), units, budgets: Budgets::default(), ttl: std::time::Duration::from_secs(60) };
         queue.initialize(&spec).await.unwrap();
         let unfinished = Rerun::read(&queue, &b).await.unwrap_err();
         assert!(matches!(unfinished, HopperError::RerunBuildUnfinished { .. }), "{unfinished}");

@@ -126,7 +126,9 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     options.budgets.validate()?;
     let rerun_from = match options.rerun_failed.as_deref() {
         Some(_) if !kind.is_shared() => return Err(HopperError::RerunNeedsSharedQueue),
-        Some(from) => Some(RunId::new(from).map_err(|source| HopperError::BadId { what: "--rerun-failed build id", source })?),
+        Some(from) => {
+            Some(RunId::new(from).map_err(|source| HopperError::BadId { what: "--rerun-failed build id", source })?)
+        }
         None => None,
     };
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
@@ -197,7 +199,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
                 );
             }
             if units.is_empty() {
-                eprintln!("hopper: none of the failed or flaky units of build {} is listed now: nothing to rerun", rerun.from);
+                eprintln!(
+                    "hopper: none of the failed or flaky units of build {} is listed now: nothing to rerun",
+                    rerun.from
+                );
                 return Ok(exit::PASSED);
             }
             eprintln!(

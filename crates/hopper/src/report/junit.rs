@@ -113,7 +113,10 @@ impl RunReport {
             case.add_property(Property::new(names::UNIT_PROPERTY, id));
             if unit.is_flaky() && self.flaky_result == FlakyResult::Fail {
                 case.add_property(Property::new(FLAKY_PROPERTY, passing_attempt(unit)));
-                case.set_system_out(format!("hopper: {}; --flaky-result fail counts it as a failure\n", passing_attempt(unit)));
+                case.set_system_out(format!(
+                    "hopper: {}; --flaky-result fail counts it as a failure\n",
+                    passing_attempt(unit)
+                ));
             }
             case.set_time(Duration::from_millis(unit.duration_ms));
             suite.add_test_case(case);
@@ -247,7 +250,10 @@ mod tests {
         let TestCaseStatus::NonSuccess { kind, message, ty, reruns, .. } = &flaky.status else { panic!("fails") };
         assert_eq!(*kind, NonSuccessKind::Failure);
         assert_eq!(ty.as_ref().unwrap().as_str(), "flaky");
-        assert!(message.as_ref().unwrap().as_str().contains("failed 2 time(s), then passed on attempt 3"), "{message:?}");
+        assert!(
+            message.as_ref().unwrap().as_str().contains("failed 2 time(s), then passed on attempt 3"),
+            "{message:?}"
+        );
         assert_eq!((reruns.kind, reruns.runs.len()), (FlakyOrRerun::Flaky, 2));
         let property = flaky.properties.iter().find(|p| p.name.as_str() == FLAKY_PROPERTY).unwrap();
         assert_eq!(property.value.as_str(), "passed on attempt 3 on worker w2");

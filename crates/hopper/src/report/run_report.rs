@@ -799,7 +799,10 @@ mod tests {
         assert_eq!(report.exit_code(), crate::errors::exit::FAILED);
         let text = report.render(5);
         assert!(text.contains("FLAKY units (1): failed, then passed on a retry (each fails the build"), "{text}");
-        assert!(text.contains("FAILED: 2 units, 2 passed (1 flaky), 0 failed, 0 unfinished, flaky units fail"), "{text}");
+        assert!(
+            text.contains("FAILED: 2 units, 2 passed (1 flaky), 0 failed, 0 unfinished, flaky units fail"),
+            "{text}"
+        );
     }
 
     #[test]
