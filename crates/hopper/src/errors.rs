@@ -10,7 +10,7 @@ use leasehold_core::{IdError, QueueError, RunId, SpecError, UnitId};
 
 /// Exit codes of the `hopper` binary.
 pub mod exit {
-    /// Every unit passed (flaky units pass).
+    /// Every unit passed (flaky units pass, unless `--flaky-result fail`).
     pub const PASSED: i32 = 0;
     /// At least one unit failed.
     pub const FAILED: i32 = 1;
