@@ -10,7 +10,7 @@ use leasehold_core::{IdError, QueueError, RunId, SpecError, UnitId};
 
 /// Exit codes of the `hopper` binary.
 pub mod exit {
-    /// Every unit passed (flaky units pass).
+    /// Every unit passed (flaky units pass, unless `--flaky-result fail`).
     pub const PASSED: i32 = 0;
     /// At least one unit failed.
     pub const FAILED: i32 = 1;
@@ -432,6 +432,23 @@ pub enum HopperError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// `--rerun-failed` with a memory queue, which keeps no earlier build.
+    #[error("--rerun-failed reads an earlier build's results from the queue, and a mem:// build lives only inside its own `hopper run` process (hopper keeps no outcomes on disk: .hopper/timings.json holds durations only): run the build and its rerun on a shared queue (--queue redis://...)")]
+    RerunNeedsSharedQueue,
+    /// The build `--rerun-failed` names is not in the queue.
+    #[error("cannot rerun the failures of build {run}: the queue has no such build (it never ran on this --queue and --key-prefix, or it expired: a build is kept for --run-ttl, 1 day by default, after its last activity); nothing was run: check the build id, or run the whole suite without --rerun-failed")]
+    RerunBuildMissing {
+        /// The earlier build.
+        run: RunId,
+    },
+    /// The build `--rerun-failed` names has units left to run.
+    #[error("cannot rerun the failures of build {run} yet: {} of its unit(s) are unfinished ({}); nothing was run: wait for `hopper report --build {run}` to end, then rerun", unfinished.len(), name_units(unfinished))]
+    RerunBuildUnfinished {
+        /// The earlier build.
+        run: RunId,
+        /// Its units not finalized.
+        unfinished: Vec<UnitId>,
     },
     /// The worker was interrupted by a signal.
     #[error("interrupted: stopped the running units and handed them back (with a shared queue, other workers take them over at once)")]

@@ -12,6 +12,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use hopper::commands::identity::process_env;
 use hopper::commands::{self, ExecutionChoice, ReportOptions, RunOptions, StatusOptions};
 use hopper::queue::backend::{BackendOptions, TimingsChoice, DEFAULT_KEY_PREFIX, DEFAULT_QUEUE};
+use hopper::report::FlakyResult;
 use hopper::units::{DiscoverKind, UnitSource};
 use hopper::verdicts::ResultsFormat;
 use hopper::{exit, HopperError};
@@ -53,11 +54,22 @@ struct QueueArgs {
     outage_grace: Duration,
 }
 
+/// What decides the build's verdict, shared by `run` (memory mode) and `report`.
+#[derive(Debug, Args)]
+struct VerdictArgs {
+    /// Whether a flaky unit (failed, then passed on a retry) passes or fails the build; either way
+    /// the JUnit lists each failed attempt as a <flakyFailure>.
+    #[arg(long, value_name = "pass|fail", env = "HOPPER_FLAKY_RESULT", default_value = "pass", value_parser = flaky_result_parser())]
+    flaky_result: FlakyResult,
+}
+
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("units").required(true).args(["units_from", "glob", "discover"])))]
 struct RunArgs {
     #[command(flatten)]
     queue: QueueArgs,
+    #[command(flatten)]
+    verdict: VerdictArgs,
     /// This worker's id [default: HOPPER_WORKER, the CI's node index, or <host>-<pid>].
     #[arg(long)]
     worker: Option<String>,
@@ -140,6 +152,11 @@ struct RunArgs {
     /// The command speaks hopper's agent protocol (docs/agent-protocol.md): start it once per slot and feed it units.
     #[arg(long, conflicts_with = "per_process")]
     agent: bool,
+    /// Run only the units that failed or were flaky in the finished build BUILD (read from its
+    /// event log in the shared queue), among those the units option lists now. The rerun is a build
+    /// of its own: --build / HOPPER_BUILD / the CI's id when that is not BUILD, else BUILD-rerun.
+    #[arg(long, value_name = "BUILD")]
+    rerun_failed: Option<String>,
     /// The command to run for each unit; `{unit}` is replaced by the unit (appended when absent),
     /// `{report}` by the path the tool writes its report to (see --results).
     #[arg(last = true, value_name = "COMMAND")]
@@ -150,6 +167,8 @@ struct RunArgs {
 struct ReportArgs {
     #[command(flatten)]
     queue: QueueArgs,
+    #[command(flatten)]
+    verdict: VerdictArgs,
     /// Write JUnit XML here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -186,6 +205,12 @@ fn parse_secs(raw: &str) -> Result<Duration, String> {
 
 fn parse_results(raw: &str) -> Result<ResultsFormat, String> {
     raw.parse().map_err(|e: hopper::verdicts::VerdictsError| e.to_string())
+}
+
+fn flaky_result_parser() -> impl clap::builder::TypedValueParser<Value = FlakyResult> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(FlakyResult::NAMES)
+        .map(|name| FlakyResult::from_name(&name).unwrap_or_default())
 }
 
 fn backend_options(queue: &QueueArgs, timings: TimingsChoice) -> BackendOptions {
@@ -236,6 +261,8 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             (false, false) => ExecutionChoice::Default,
         },
         outage_grace: args.queue.outage_grace,
+        flaky_result: args.verdict.flaky_result,
+        rerun_failed: args.rerun_failed,
     })
 }
 
@@ -304,6 +331,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 appear_timeout: args.start_timeout,
                 slowest: args.slowest,
                 outage_grace: args.queue.outage_grace,
+                flaky_result: args.verdict.flaky_result,
             };
             commands::report(options, &env).await?
         }

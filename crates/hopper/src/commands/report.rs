@@ -16,7 +16,7 @@ use crate::queue::outage::{connect_within, OutageNotice, OutageNotify, OutageQue
 use crate::report::html::write_html;
 use crate::report::status::{now_ms, StatusSnapshot};
 use crate::report::timeline::Timeline;
-use crate::report::{wait_for_end, RunReport, WaitOptions};
+use crate::report::{wait_for_end, FlakyResult, RunReport, WaitOptions};
 
 /// Options of `hopper report`.
 #[derive(Debug, Clone)]
@@ -41,6 +41,8 @@ pub struct ReportOptions {
     pub slowest: usize,
     /// How long queue calls ride out an outage of the queue.
     pub outage_grace: Duration,
+    /// `--flaky-result`: whether a flaky unit passes the build.
+    pub flaky_result: FlakyResult,
 }
 
 /// Options of `hopper status`.
@@ -141,13 +143,17 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
         if let Some(report) = RunReport::load(&queue, &run_id).await? {
+            let report = report.counting_flaky_as(options.flaky_result);
             print!("{}", report.render(options.slowest));
             write_files(&queue, &report, outputs, options.slowest).await?;
         }
         return Err(error);
     }
     waited?;
-    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
+    let report = RunReport::load(&queue, &run_id)
+        .await?
+        .ok_or(HopperError::StateLost { run: run_id })?
+        .counting_flaky_as(options.flaky_result);
     finish_report(&queue, &report, outputs, options.slowest).await
 }
 

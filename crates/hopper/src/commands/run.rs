@@ -2,24 +2,27 @@
 //! prints the report.
 //!
 //! Every input is checked (queue URL, command, budgets, ids, unit list)
-//! before a backend is contacted, so bad input never writes to the queue.
+//! before a backend is contacted, so bad input never writes to the queue. A
+//! rerun (`--rerun-failed`, see [`super::rerun`]) reads its earlier build
+//! first, and runs nothing when that build is gone.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{Budgets, RunSpec};
+use leasehold_core::{Budgets, RunId, RunSpec};
 use tokio_util::sync::CancellationToken;
 
 use super::identity::{resolve_build, resolve_worker, EnvLookup};
 use super::report::{finish_report, riding_out, ReportOutputs};
+use super::rerun::{rerun_build, Rerun};
 use super::tools::{Execution, ExecutionChoice, Prepared, Preparing};
 use crate::agent::plugins::Plugins;
 use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::exec::process::ProcessLimits;
 use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
-use crate::report::RunReport;
+use crate::report::{FlakyResult, RunReport};
 use crate::units::discover::DiscoverKind;
 use crate::units::timings::order_slowest_first;
 use crate::units::UnitSource;
@@ -77,6 +80,12 @@ pub struct RunOptions {
     pub outage_grace: Duration,
     /// How units run: agents, one process each, or the tool's default.
     pub mode: ExecutionChoice,
+    /// `--flaky-result`: whether a flaky unit passes the build (memory mode,
+    /// where `run` gives the verdict).
+    pub flaky_result: FlakyResult,
+    /// `--rerun-failed BUILD`: run only the units BUILD failed or found flaky
+    /// (see [`super::rerun`] for the rerun's own build id).
+    pub rerun_failed: Option<String>,
 }
 
 /// `hopper run`: one worker. In memory mode it is the whole build and prints
@@ -115,8 +124,22 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let execution =
         Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
     options.budgets.validate()?;
+    let rerun_from = match options.rerun_failed.as_deref() {
+        Some(_) if !kind.is_shared() => return Err(HopperError::RerunNeedsSharedQueue),
+        Some(from) => {
+            Some(RunId::new(from).map_err(|source| HopperError::BadId { what: "--rerun-failed build id", source })?)
+        }
+        None => None,
+    };
     let fallback = (!kind.is_shared()).then_some(LOCAL_BUILD);
-    let run_id = resolve_build(options.build.as_deref(), env, fallback)?;
+    let run_id = match &rerun_from {
+        Some(from) => match resolve_build(options.build.as_deref(), env, None) {
+            Ok(id) => rerun_build(Some(id), from)?,
+            Err(HopperError::MissingBuild) => rerun_build(None, from)?,
+            Err(error) => return Err(error),
+        },
+        None => resolve_build(options.build.as_deref(), env, fallback)?,
+    };
     let worker_id = resolve_worker(options.worker.as_deref(), env)?;
     let heartbeat_every = (options.reclaim_timeout / 3).max(Duration::from_millis(10));
     let limits = ProcessLimits {
@@ -126,6 +149,32 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     };
     // Checked before discovery, which may take a while.
     validate_pace(options.slots, options.batch_size, options.reclaim_timeout, &limits)?;
+    let observer: Arc<dyn RunObserver> =
+        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
+    let announce = Arc::clone(&observer);
+    let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
+    let connecting = || async {
+        let backend = tokio::select! {
+            backend = connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend)) => backend?,
+            _ = shutdown.cancelled() => return Err(HopperError::Interrupted),
+        };
+        let queue = riding_out(&backend, options.outage_grace, Arc::clone(&notify), shutdown.clone());
+        Ok::<_, HopperError>((backend, queue))
+    };
+    // A rerun reads the earlier build before discovery, which may take a
+    // while: a rerun of a build that is gone runs nothing at all. Any other
+    // run checks its unit list before it contacts the queue.
+    let (rerun, mut connected) = match &rerun_from {
+        Some(from) => {
+            let (backend, queue) = connecting().await?;
+            (Some(Rerun::read(&queue, from).await?), Some((backend, queue)))
+        }
+        None => (None, None),
+    };
+    if let Some(rerun) = rerun.as_ref().filter(|r| r.is_empty()) {
+        eprintln!("hopper: build {} had no failed or flaky unit: nothing to rerun", rerun.from);
+        return Ok(exit::PASSED);
+    }
     // Kept until the worker ends: the agents load their plugins from it.
     let plugins = Plugins::new().map_err(|source| UnitsError::Scratch { source })?;
     let preparing = Preparing {
@@ -138,6 +187,36 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         worker: &worker_id,
     };
     let Prepared { units, invocations, outside_errors } = execution.prepare(preparing, &plugins).await?;
+    let units = match &rerun {
+        Some(rerun) => {
+            let (units, gone) = rerun.select(units);
+            if !gone.is_empty() {
+                eprintln!(
+                    "hopper: {} unit(s) that build {} failed are no longer listed, so not run: {}",
+                    gone.len(),
+                    rerun.from,
+                    crate::errors::name_units(&gone)
+                );
+            }
+            if units.is_empty() {
+                eprintln!(
+                    "hopper: none of the failed or flaky units of build {} is listed now: nothing to rerun",
+                    rerun.from
+                );
+                return Ok(exit::PASSED);
+            }
+            eprintln!(
+                "hopper: rerunning {} unit(s) of build {} ({} failed, {} flaky there) as build {run_id} \
+                 (`hopper report --build {run_id}` gives its verdict)",
+                units.len(),
+                rerun.from,
+                rerun.failed.len(),
+                rerun.flaky.len()
+            );
+            units
+        }
+        None => units,
+    };
     let config = WorkerConfig {
         run: run_id.clone(),
         worker: worker_id.clone(),
@@ -149,18 +228,13 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         env: Vec::new(),
         invocations,
     };
-    // Check the whole spec before anything touches the queue.
+    // Check the whole spec before anything is written to the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;
 
-    let observer: Arc<dyn RunObserver> =
-        if options.quiet { Arc::new(QuietObserver) } else { Arc::from(default_observer()) };
-    let announce = Arc::clone(&observer);
-    let notify: OutageNotify = Arc::new(move |notice: &OutageNotice<'_>| announce.warn(&notice.to_string()));
-    let backend = tokio::select! {
-        backend = connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend)) => backend?,
-        _ = shutdown.cancelled() => return Err(HopperError::Interrupted),
+    let (backend, queue) = match connected.take() {
+        Some(connected) => connected,
+        None => connecting().await?,
     };
-    let queue = riding_out(&backend, options.outage_grace, notify, shutdown.clone());
     if backend.shared && options.junit.is_some() {
         observer.warn("--junit is ignored with a shared queue: `hopper report --junit FILE` writes it");
     }
@@ -196,7 +270,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         );
         return Ok(exit::PASSED);
     }
-    let report = RunReport::load(&queue, &run_id).await?.ok_or(HopperError::StateLost { run: run_id })?;
+    let report = RunReport::load(&queue, &run_id)
+        .await?
+        .ok_or(HopperError::StateLost { run: run_id })?
+        .counting_flaky_as(options.flaky_result);
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     finish_report(&queue, &report, outputs, options.slowest).await
 }

@@ -4,9 +4,13 @@
 //! one reader in [`event_log`].
 
 pub mod event_log;
+pub mod flaky;
 pub mod html;
+mod junit;
 mod run_report;
 pub mod status;
 pub mod timeline;
 
+pub use flaky::FlakyResult;
+pub use junit::FLAKY_PROPERTY;
 pub use run_report::*;

@@ -5,22 +5,23 @@
 //! (never hangs) when every worker is gone or the wait times out.
 //! [`RunReport::render`] prints the verdict, failures with their output,
 //! flaky units, requeue/reclaim counts and the slowest units;
-//! [`RunReport::junit`] gives JUnit XML with flaky units marked as such.
+//! [`RunReport::junit`] (in `junit.rs`) gives JUnit XML with flaky units
+//! marked as such. Whether a flaky unit passes the build is the report's
+//! [`FlakyResult`] (`--flaky-result`).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
-use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
 use tokio::time::Instant;
 
 use super::event_log::read_events;
+use super::flaky::FlakyResult;
 use crate::errors::HopperError;
 use crate::verdicts::outside::{self, OutsideError};
-use crate::verdicts::{names, skips};
+use crate::verdicts::skips;
 
 /// A queue call slower than this was an outage, not a slow answer.
 const QUEUE_PAUSE: Duration = Duration::from_secs(1);
@@ -122,6 +123,8 @@ pub struct RunReport {
     pub outside_skips: Vec<OutsideError>,
     /// Workers that said they ended (after their agents' final teardowns).
     pub finished_workers: Vec<WorkerId>,
+    /// Whether a flaky unit passes or fails the build (`--flaky-result`).
+    pub flaky_result: FlakyResult,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -166,6 +169,7 @@ impl RunReport {
             outside_errors: Vec::new(),
             outside_skips: Vec::new(),
             finished_workers: Vec::new(),
+            flaky_result: FlakyResult::default(),
         };
         for event in read_events(queue, run).await? {
             report.apply(&index, event);
@@ -272,15 +276,26 @@ impl RunReport {
         self.units.iter().filter(|u| u.is_flaky())
     }
 
-    /// Whether every unit finished and passed (flaky units pass), and the
-    /// tool reported no error outside a test.
+    /// The same report, with flaky units counted as `flaky_result` says.
+    pub fn counting_flaky_as(mut self, flaky_result: FlakyResult) -> Self {
+        self.flaky_result = flaky_result;
+        self
+    }
+
+    /// Whether every unit finished and passed (flaky units pass unless
+    /// `--flaky-result fail`), and the tool reported no error outside a test.
     pub fn passed(&self) -> bool {
+        let flaky_fail = self.flaky_result == FlakyResult::Fail;
         self.outside_errors.is_empty()
-            && self.units.iter().all(|u| u.outcome == Some(Outcome::Passed) || u.outcome == Some(Outcome::Skipped))
+            && self.units.iter().all(|u| match u.outcome {
+                Some(Outcome::Passed) => !(flaky_fail && u.is_flaky()),
+                Some(Outcome::Skipped) => true,
+                Some(Outcome::Failed) | None => false,
+            })
     }
 
     /// The errors outside any test by group, groups in the order first seen.
-    fn outside_by_group(&self) -> Vec<(&str, Vec<&OutsideError>)> {
+    pub(super) fn outside_by_group(&self) -> Vec<(&str, Vec<&OutsideError>)> {
         let mut groups: Vec<(&str, Vec<&OutsideError>)> = Vec::new();
         for error in &self.outside_errors {
             match groups.iter_mut().find(|(g, _)| *g == error.group) {
@@ -352,7 +367,11 @@ impl RunReport {
             }
         }
         if !flaky.is_empty() {
-            let _ = writeln!(out, "\nFLAKY units ({}): failed, then passed on a retry:", flaky.len());
+            let counted = match self.flaky_result {
+                FlakyResult::Pass => "",
+                FlakyResult::Fail => " (each fails the build: --flaky-result fail)",
+            };
+            let _ = writeln!(out, "\nFLAKY units ({}): failed, then passed on a retry{counted}:", flaky.len());
             for unit in &flaky {
                 let details: Vec<String> = unit.failed_attempts.iter().map(|a| a.detail.clone()).collect();
                 let _ = writeln!(out, "  FLAKY {} (failed {}x: {})", unit.unit, details.len(), details.join("; "));
@@ -439,113 +458,19 @@ impl RunReport {
             0 => String::new(),
             n => format!(", {n} error(s) outside tests"),
         };
+        let flaky_fail = match self.flaky_result {
+            FlakyResult::Fail if !flaky.is_empty() => ", flaky units fail the build (--flaky-result fail)",
+            _ => "",
+        };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}{flaky_fail}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),
             unfinished.len(),
         );
         out
-    }
-
-    /// The report as JUnit XML: one test case per unit; flaky units pass with
-    /// their failed attempts as `flakyFailure`; unfinished units are errors.
-    pub fn junit(&self) -> Report {
-        let mut suite = TestSuite::new(format!("hopper {}", self.run));
-        let mut total_ms = 0u64;
-        for unit in &self.units {
-            total_ms += unit.duration_ms;
-            let rerun = |a: &FailedAttempt| {
-                let mut rerun = TestRerun::new(NonSuccessKind::Failure);
-                rerun
-                    .set_message(a.detail.as_str())
-                    .set_type(a.reason.as_str())
-                    .set_time(Duration::from_millis(a.duration_ms));
-                if !a.output.is_empty() {
-                    rerun.set_system_out(a.output.as_str());
-                }
-                rerun
-            };
-            let status = match unit.outcome {
-                Some(Outcome::Passed) => {
-                    let mut status = TestCaseStatus::success();
-                    status.add_reruns(unit.failed_attempts.iter().map(rerun));
-                    status
-                }
-                Some(Outcome::Skipped) => {
-                    let mut status = TestCaseStatus::skipped();
-                    if let Some(reason) = &unit.skip_reason {
-                        status.set_message(reason.as_str());
-                    }
-                    status
-                }
-                Some(Outcome::Failed) => {
-                    let last = unit.failed_attempts.last().map(|a| a.detail.as_str()).unwrap_or_default();
-                    let kind = if names::is_error(last) { NonSuccessKind::Error } else { NonSuccessKind::Failure };
-                    let mut status = TestCaseStatus::non_success(kind);
-                    if let Some((last, earlier)) = unit.failed_attempts.split_last() {
-                        status.set_message(last.detail.as_str()).set_type(last.reason.as_str());
-                        if !last.output.is_empty() {
-                            status.set_description(last.output.as_str());
-                        }
-                        status.add_reruns(earlier.iter().map(rerun));
-                        status.set_rerun_kind(FlakyOrRerun::Rerun);
-                    }
-                    status
-                }
-                None => {
-                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-                    status.set_message("unfinished: no worker finished this unit").set_type("unfinished");
-                    status
-                }
-            };
-            let id = unit.unit.as_str();
-            let mut case = TestCase::new(names::own_name(id), status);
-            let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
-            case.set_classname(names::classname_of(id).unwrap_or(kind));
-            case.add_property(Property::new(names::UNIT_PROPERTY, id));
-            case.set_time(Duration::from_millis(unit.duration_ms));
-            suite.add_test_case(case);
-        }
-        // A group skipped whole is a skipped case of its own, with its reason.
-        for skip in &self.outside_skips {
-            let mut status = TestCaseStatus::skipped();
-            status.set_message(skip.message.as_str()).set_type("skipped");
-            let mut case = TestCase::new(skip.group.as_str(), status);
-            case.set_classname(skip.group.as_str());
-            suite.add_test_case(case);
-        }
-        // One case per group that failed outside its tests, named for the group.
-        for (group, errors) in self.outside_by_group() {
-            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-            let message: Vec<String> = errors.iter().map(|e| format!("{} error: {}", e.phase, e.message)).collect();
-            let phases: Vec<&str> = errors.iter().map(|e| e.phase.as_str()).collect();
-            status.set_message(message.join("; ")).set_type(phases.join(", "));
-            let output: Vec<&str> = errors.iter().map(|e| e.output.as_str()).filter(|o| !o.is_empty()).collect();
-            if !output.is_empty() {
-                status.set_description(output.join("\n"));
-            }
-            let mut case = TestCase::new(group, status);
-            case.set_classname(group);
-            suite.add_test_case(case);
-        }
-        let mut report = Report::new("hopper");
-        report.set_time(Duration::from_millis(total_ms));
-        report.add_test_suite(suite);
-        report
-    }
-
-    /// Writes the JUnit XML to `path`.
-    pub fn write_junit(&self, path: &Path) -> Result<(), HopperError> {
-        let xml =
-            self.junit().to_string().map_err(|source| HopperError::JunitSerialize { path: path.to_owned(), source })?;
-        let write = |source| HopperError::JunitWrite { path: path.to_owned(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(write)?;
-        }
-        std::fs::write(path, xml).map_err(write)
     }
 }
 
@@ -741,6 +666,7 @@ mod tests {
             outside_errors: vec![],
             outside_skips: vec![],
             finished_workers: vec![],
+            flaky_result: FlakyResult::default(),
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -827,6 +753,7 @@ mod tests {
             outside_errors: vec![],
             outside_skips: vec![],
             finished_workers: vec![],
+            flaky_result: FlakyResult::default(),
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
         assert!(report.passed());
@@ -859,6 +786,23 @@ mod tests {
         let xml = report.junit().to_string().unwrap();
         assert!(xml.contains("<testcase name=\"tests/test_a.py\" classname=\"tests/test_a.py\">"), "{xml}");
         assert!(xml.contains("<error message=\"teardown error: RuntimeError: boom\" type=\"teardown\">"), "{xml}");
+    }
+
+    #[test]
+    fn with_flaky_result_fail_a_flaky_unit_fails_the_build() {
+        let mut report = sample();
+        report.units.retain(|u| matches!(u.unit.as_str(), "ok" | "flaky"));
+        assert!(report.passed());
+        assert_eq!(report.exit_code(), crate::errors::exit::PASSED);
+        let report = report.counting_flaky_as(FlakyResult::Fail);
+        assert!(!report.passed());
+        assert_eq!(report.exit_code(), crate::errors::exit::FAILED);
+        let text = report.render(5);
+        assert!(text.contains("FLAKY units (1): failed, then passed on a retry (each fails the build"), "{text}");
+        assert!(
+            text.contains("FAILED: 2 units, 2 passed (1 flaky), 0 failed, 0 unfinished, flaky units fail"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -36,11 +36,16 @@ impl Build {
 
     /// `--queue`, `--key-prefix` (when there is one) and `--build`.
     pub fn args(&self) -> Vec<String> {
+        self.args_as(&self.build)
+    }
+
+    /// [`Self::args`] for another build `id` on the same queue (a rerun's).
+    pub fn args_as(&self, id: &str) -> Vec<String> {
         let mut args = vec!["--queue".into(), self.url.clone()];
         if let Some(prefix) = &self.prefix {
             args.extend(["--key-prefix".into(), prefix.clone()]);
         }
-        args.extend(["--build".into(), self.build.clone()]);
+        args.extend(["--build".into(), id.to_owned()]);
         args
     }
 
