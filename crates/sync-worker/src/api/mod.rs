@@ -13,8 +13,8 @@
 //! | `PATCH`, `DELETE /v1/accounts/{id}/messages/{message_id}` | seen, flagged, answered, keywords; to Trash ([`actions`]) |
 //! | `POST /v1/accounts/{id}/messages/{message_id}/move` | to another folder |
 //! | `POST /v1/accounts/{id}/messages/actions` | one of these on up to 500 messages |
-//! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes |
-//! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes, streamed from the server |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded as it streams |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
@@ -30,6 +30,7 @@
 pub mod accounts;
 pub mod actions;
 pub mod auth;
+mod download;
 pub mod errors;
 pub mod json;
 pub mod limiter;
@@ -37,6 +38,7 @@ pub mod messages;
 pub mod mime;
 mod search;
 mod state;
+mod transfer;
 pub mod ws;
 
 use std::net::SocketAddr;
