@@ -437,7 +437,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 Event::Body { value: Value::Nil, .. } => {}
                 Event::Body { value: Value::Quoted(bytes), .. } => {
                     let size = bytes.len() as u64;
-                    return Ok(Fetched::Found(Section { conn: self, tag, uid, size, quoted: Some(bytes), done: false }));
+                    return Ok(Fetched::Found(Section {
+                        conn: self,
+                        tag,
+                        uid,
+                        size,
+                        quoted: Some(bytes),
+                        done: false,
+                    }));
                 }
                 Event::Body { value: Value::Literal(size), .. } => {
                     if size > MAX_STREAMED {
@@ -642,7 +649,8 @@ mod tests {
         wire.extend(b" FLAGS (\\Seen))\r\nL1 OK done\r\n");
         for split in [1, 7, 20, 31, 32, 33, 1000, 70_000] {
             let pieces: Vec<Vec<u8>> = wire.chunks(split).map(<[u8]>::to_vec).collect();
-            let pieces = if split == 1 { pieces.into_iter().take(64).chain([wire[64..].to_vec()]).collect() } else { pieces };
+            let pieces =
+                if split == 1 { pieces.into_iter().take(64).chain([wire[64..].to_vec()]).collect() } else { pieces };
             let got = streamed(conn(scripted(FETCH_2, pieces)).fetch_streamed(7, "2").await.unwrap()).await.unwrap();
             assert!(got.as_deref() == Some(&body[..]), "split every {split}");
         }
@@ -713,10 +721,9 @@ mod tests {
     #[tokio::test]
     async fn sections_are_collected_whole_and_bounded() {
         let expect = "L1 UID FETCH 7 (UID BODY.PEEK[HEADER] BODY.PEEK[1.MIME] BODY.PEEK[1.2.MIME])\r\n";
-        let script = vec![
-            b"* 3 FETCH (UID 7 BODY[HEADER] {4}\r\nhead BODY[1.MIME] NIL BODY[1.2.MIME] {3}\r\nmim)\r\nL1 OK\r\n"
-                .to_vec(),
-        ];
+        let script =
+            vec![b"* 3 FETCH (UID 7 BODY[HEADER] {4}\r\nhead BODY[1.MIME] NIL BODY[1.2.MIME] {3}\r\nmim)\r\nL1 OK\r\n"
+                .to_vec()];
         let mut c = conn(scripted(expect, script));
         let got = c.fetch_whole(7, &["HEADER", "1.MIME", "1.2.MIME"], 100).await.unwrap();
         assert_eq!(got, Some(vec![Some(b"head".to_vec()), None, Some(b"mim".to_vec())]));
