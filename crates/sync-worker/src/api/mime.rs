@@ -443,7 +443,7 @@ Content-Type: text/html\r\n\r\n<b>unterminated";
             let text = ALTERNATIVE_WITH_ATTACHMENTS;
             let start = text.find(marker).unwrap();
             let end = start + text[start..].find("\r\n\r\n").unwrap();
-            text[start..end].as_bytes().to_vec()
+            text.as_bytes()[start..end].to_vec()
         };
         let png = streamable(&header_of("Content-Type: image/png")).unwrap();
         assert_eq!(png.transfer, Transfer::Base64);
