@@ -9,7 +9,9 @@
 //!   reads from the SQL cache, p50 / p99 and requests/s;
 //! * search latency, p50 / p99, of selective and broad queries (target
 //!   p99 <= 50 ms on 100,000 messages: `SYNC_API_MESSAGES=100000`);
-//! * a 20 MB attachment's download: throughput and the server's RSS growth;
+//! * a big attachment's download (`SYNC_API_ATTACHMENT_MB`, default 50 MB,
+//!   base64 in a multipart/mixed) and its message's raw download:
+//!   throughput and the server's RSS growth while each streams;
 //! * webhook deliveries/s to a receiver in this process, for a burst of
 //!   `SYNC_API_WEBHOOK_BURST` (default 1,000) new messages ([`crate::sync_webhooks`]).
 
@@ -290,8 +292,11 @@ pub async fn run() -> Result<Value> {
         "detail_cached_rps": reads.cached_rps.round(),
         "search_p50_ms": search.0,
         "search_p99_ms": search.1,
-        "attachment_mb_per_s": attachment.0,
-        "attachment_rss_growth_mb": attachment.1,
+        "attachment_mb": attachment.size_mb,
+        "attachment_mb_per_s": attachment.decoded.0,
+        "attachment_rss_growth_mb": attachment.decoded.1,
+        "raw_mb_per_s": attachment.raw.0,
+        "raw_rss_growth_mb": attachment.raw.1,
         "webhook_deliveries_per_s": hooks.per_s.round(),
         "webhook_burst_end_to_end_s": (hooks.end_to_end_s * 10.0).round() / 10.0,
     }))
@@ -407,7 +412,33 @@ fn rss_mib(pid: u32) -> Result<f64> {
     Ok(kib / 1024.0)
 }
 
-/// A 20 MB attachment appended, synced, downloaded: (MB/s, RSS growth MiB).
+/// What downloading the big message measured: (MB/s, server RSS growth MiB) each.
+struct BigDownloads {
+    size_mb: u64,
+    decoded: (f64, f64),
+    raw: (f64, f64),
+}
+
+/// GETs `url`, reading the body as it comes while sampling the server's
+/// RSS: (bytes, MB/s, RSS growth MiB).
+async fn download(http: &reqwest::Client, url: String, token: &str, server: u32) -> Result<(usize, f64, f64)> {
+    let before = rss_mib(server)?;
+    let t0 = Instant::now();
+    let mut r = http.get(&url).bearer_auth(token).send().await?;
+    if !r.status().is_success() {
+        bail!("GET {url}: {}", r.status());
+    }
+    let (mut got, mut peak) = (0usize, before);
+    while let Some(chunk) = r.chunk().await? {
+        got += chunk.len();
+        peak = peak.max(rss_mib(server)?);
+    }
+    let mb_s = got as f64 / 1e6 / t0.elapsed().as_secs_f64();
+    Ok((got, (mb_s * 10.0).round() / 10.0, ((peak - before) * 10.0).round() / 10.0))
+}
+
+/// A `SYNC_API_ATTACHMENT_MB` (default 50) MB attachment appended, synced,
+/// then downloaded decoded, and its message raw.
 async fn big_attachment(
     http: &reqwest::Client,
     base: &str,
@@ -416,9 +447,11 @@ async fn big_attachment(
     dovecot: &Dovecot,
     server: u32,
     n: usize,
-) -> Result<(f64, f64)> {
+) -> Result<BigDownloads> {
     use base64::Engine as _;
-    let data: Vec<u8> = (0..20u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let size_mb: u64 = std::env::var("SYNC_API_ATTACHMENT_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let len = u32::try_from(size_mb << 20).context("SYNC_API_ATTACHMENT_MB is too large")?;
+    let data: Vec<u8> = (0..len).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let mut raw = "From: carol@example.org\r\nTo: bench@example.org\r\nSubject: big attachment\r\n\
                    MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
                    Content-Type: text/plain\r\n\r\nattached\r\n--b\r\nContent-Type: application/octet-stream\r\n\
@@ -448,23 +481,19 @@ async fn big_attachment(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let before = rss_mib(server)?;
-    let t0 = Instant::now();
-    let r = http.get(format!("{base}/v1/accounts/{id}/messages/{mid}/attachments/2")).bearer_auth(token).send().await?;
-    if !r.status().is_success() {
-        bail!("attachment: {}", r.status());
-    }
-    let mut r = r;
-    let (mut got, mut peak) = (0usize, before);
-    while let Some(chunk) = r.chunk().await? {
-        got += chunk.len();
-        peak = peak.max(rss_mib(server)?);
-    }
-    let secs = t0.elapsed().as_secs_f64();
+    let url = format!("{base}/v1/accounts/{id}/messages/{mid}");
+    let (got, mb_s, growth) = download(http, format!("{url}/attachments/2"), token, server).await?;
     if got != data.len() {
         bail!("the attachment came back with {got} bytes, not {}", data.len());
     }
-    let (mb_s, growth) = (data.len() as f64 / 1e6 / secs, peak - before);
-    println!("20 MB attachment: {mb_s:.1} MB/s, server RSS +{growth:.1} MiB while it was sent (not streamed yet)");
-    Ok(((mb_s * 10.0).round() / 10.0, (growth * 10.0).round() / 10.0))
+    println!("{size_mb} MB attachment (base64): {mb_s:.1} MB/s, server RSS +{growth:.1} MiB while it streamed");
+    let (got, raw_mb_s, raw_growth) = download(http, format!("{url}/raw"), token, server).await?;
+    if got != raw.len() {
+        bail!("the raw message came back with {got} bytes, not {}", raw.len());
+    }
+    println!(
+        "its raw message ({:.0} MB): {raw_mb_s:.1} MB/s, server RSS +{raw_growth:.1} MiB while it streamed",
+        raw.len() as f64 / 1e6
+    );
+    Ok(BigDownloads { size_mb, decoded: (mb_s, growth), raw: (raw_mb_s, raw_growth) })
 }

@@ -1,7 +1,8 @@
 //! Whole messages through the API, end to end: awkward mail appended to the
 //! private Dovecot by an IMAP client, synced, then read back whole, raw and
 //! by attachment, on SQLite and Postgres. What the API shows is held to
-//! mail-parser's own reading of the bytes that were appended.
+//! mail-parser's own reading of the bytes that were appended, whether a
+//! part streams from the server or is read from the whole message.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ both_databases!(
     a_message_gone_from_the_server_is_a_404_and_leaves_the_cache,
     an_unreachable_server_is_a_502_and_cached_messages_still_read,
     the_eml_corpus_mail_parser_ships_is_read_whole,
+    streamed_attachments_and_raw_are_what_mail_parser_reads,
 );
 
 /// Mail that breaks naive readers, each with a subject to find it by.
@@ -187,6 +189,7 @@ async fn a_20_mb_attachment_comes_back_whole(db: TestDb) {
     let (st, headers, bytes) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/attachments/2"), &token).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(headers["content-type"], "application/octet-stream");
+    assert!(headers.get("content-length").is_none(), "the attachment was read whole, not streamed: {headers:?}");
     assert_eq!(bytes.len(), data.len());
     assert!(bytes == data, "the attachment's bytes differ");
 }
@@ -376,4 +379,87 @@ async fn the_eml_corpus_mail_parser_ships_is_read_whole(db: TestDb) {
     );
     assert!(refused.len() * 10 < corpus.len(), "Dovecot refused many: {refused:#?}");
     assert!(unreadable.is_empty(), "{unreadable:#?}");
+}
+
+/// A multipart/mixed message with a base64 and a quoted-printable
+/// attachment (line breaks, soft breaks, `=XX`, trailing whitespace and a
+/// bare `=` that is no escape, across every chunk boundary there may be).
+fn encoded_attachments() -> (Vec<u8>, Vec<u8>) {
+    use base64::Engine as _;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
+    let mut qp = String::new();
+    for i in 0..20_000 {
+        qp.push_str(&format!("line {i} caf=C3=A9 =3D a=\r\nsoft break, trailing space  \r\n= not an escape\t \r\n"));
+    }
+    let mut raw = "From: carol@example.org\r\nTo: alice@example.org\r\nSubject: streamed\r\nMIME-Version: 1.0\r\n\
+                   Content-Type: multipart/mixed; boundary=\"s-t-r\"\r\n\r\n--s-t-r\r\nContent-Type: text/plain\r\n\r\n\
+                   two attached\r\n--s-t-r\r\nContent-Type: application/octet-stream; name=\"data.bin\"\r\n\
+                   Content-Disposition: attachment; filename=\"data.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+        .to_string();
+    for line in encoded.as_bytes().chunks(76) {
+        raw.push_str(std::str::from_utf8(line).unwrap());
+        raw.push_str("\r\n");
+    }
+    raw.push_str(
+        "--s-t-r\r\nContent-Type: application/x-notes\r\nContent-Disposition: inline; filename*=UTF-8''n%C3%B6tes\r\n\
+         Content-Transfer-Encoding: quoted-printable\r\n\r\n",
+    );
+    raw.push_str(&qp);
+    raw.push_str("last line=\r\n--s-t-r--\r\n");
+    (raw.into_bytes(), data)
+}
+
+async fn streamed_attachments_and_raw_are_what_mail_parser_reads(db: TestDb) {
+    // Every message streams its attachments, however small.
+    let s = server(db, |a| a.stream_from_bytes = 0).await;
+    let (streamed, data) = encoded_attachments();
+    let mut mail = corpus();
+    mail.push(("streamed", streamed.clone()));
+    let (token, id, listed) = with_mail(&s, &mail).await;
+
+    // Before the view is cached, then with it: the same bytes.
+    let mid = id_of(&listed, "streamed");
+    let parsed = MessageParser::default().parse(&streamed).expect("mail-parser reads it");
+    let expected: Vec<&[u8]> = parsed.attachments().map(|p| p.contents()).collect();
+    assert_eq!(expected[0], &data[..]);
+    for round in ["uncached", "cached"] {
+        for (n, want) in [("2", expected[0]), ("3", expected[1])] {
+            let (st, headers, bytes) =
+                s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/attachments/{n}"), &token).await;
+            assert_eq!(st, StatusCode::OK, "{round} {n}");
+            assert!(bytes == want, "{round} part {n}: {} bytes, mail-parser's {}", bytes.len(), want.len());
+            // A decoded part's size is known only at its end: no Content-Length is how it shows it streamed.
+            assert!(headers.get("content-length").is_none(), "{round} part {n} was not streamed: {headers:?}");
+            if n == "3" {
+                assert_eq!(headers["content-type"], "application/x-notes");
+                assert_eq!(headers["content-disposition"], "inline; filename=\"n_tes\"; filename*=UTF-8''n%C3%B6tes");
+            }
+        }
+        let (st, m) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{m}");
+    }
+    let (st, headers, bytes) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/raw"), &token).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(headers["content-length"].to_str().unwrap(), streamed.len().to_string());
+    assert!(bytes == streamed, "the raw message differs");
+
+    // The awkward mail too, each part streamed or (text, a forwarded
+    // message) read whole, as mail-parser reads it.
+    for (subject, raw) in &mail {
+        let mid = id_of(&listed, subject);
+        let (st, m) = s.call("GET", &format!("/v1/accounts/{id}/messages/{mid}"), Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{subject}: {m}");
+        let parsed = MessageParser::default().parse(raw).expect("mail-parser reads it");
+        for (shown, part) in m["attachments"].as_array().unwrap().iter().zip(parsed.attachments()) {
+            let path = format!("/v1/accounts/{id}/messages/{mid}/attachments/{}", shown["part"].as_str().unwrap());
+            let (st, headers, bytes) = s.get_bytes(&path, &token).await;
+            assert_eq!(st, StatusCode::OK, "{subject} {shown}");
+            assert!(bytes == part.contents(), "{subject} {shown}");
+            assert_eq!(headers["content-type"].to_str().unwrap(), shown["content_type"].as_str().unwrap());
+        }
+        let (st, _, bytes) = s.get_bytes(&format!("/v1/accounts/{id}/messages/{mid}/raw"), &token).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(bytes == *raw, "{subject}: the raw message differs");
+    }
 }

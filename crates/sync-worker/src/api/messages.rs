@@ -4,22 +4,23 @@
 //!
 //! The stored row says the message exists (the sync deletes the rows of
 //! expunged mail); the rest is read on demand from the IMAP server over a
-//! transient connection (EXAMINE and `BODY.PEEK[]`, so reading never sets
-//! `\Seen`). What the detail route made of a message is cached in SQL
+//! transient connection (EXAMINE and `BODY.PEEK`, so reading never sets
+//! `\Seen`; see `download`). The raw bytes and an attachment stream from
+//! the server to the client as they arrive; the whole message is read
+//! whole, for its view. What the detail route made of a message is cached in SQL
 //! (`BODY_CACHE_MB` per account, least recently used first out). A message
 //! the server no longer has answers 404: at once where the server is asked
 //! (its cached view forgotten then), and for a cached view once the sync
 //! has seen the expunge (within a poll; the view goes with the row).
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 
 use super::accounts::owned;
 use super::auth::AuthUser;
-use super::errors::{imap_failure, ApiError, ErrorBody};
+use super::download;
+use super::errors::{ApiError, ErrorBody};
 use super::mime::{self, MessageBody};
 use super::state::ApiState;
 use crate::storage::{MessageDetail, MessageKey};
@@ -48,31 +49,6 @@ pub(super) async fn stored(
     let key = MessageKey::decode(message_id).ok_or_else(not_found)?;
     let detail = state.storage.message(id, &key).await?.ok_or_else(not_found)?;
     Ok((key, detail))
-}
-
-/// The message's raw bytes from its server; a 404 (and its cached view
-/// forgotten) when the server no longer has it.
-async fn raw(state: &ApiState, id: &str, message_id: &str, key: &MessageKey) -> Result<Vec<u8>, ApiError> {
-    let mut remote = state.remote(id).await?;
-    let read = match remote.enter(&key.folder, key.uidvalidity, false).await {
-        Ok(true) => remote.fetch_raw(key.uid).await,
-        Ok(false) => Ok(None),
-        Err(e) => Err(e),
-    };
-    remote.close().await;
-    match read {
-        Ok(Some(raw)) => Ok(raw),
-        Ok(None) => {
-            state.storage.forget_view(id, key).await?;
-            Err(ApiError::NotFound { what: "message", id: message_id.to_string() })
-        }
-        Err(e) => Err(imap_failure(id, &e)),
-    }
-}
-
-/// Runs the (CPU-bound) MIME reading off the async threads.
-async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal(what.to_string(), e))
 }
 
 /// `GET /v1/accounts/{id}/messages/{message_id}`.
@@ -104,8 +80,8 @@ pub async fn message(
             Err(e) => tracing::debug!(account = %id, error = %e, "a cached view does not read: read again"),
         }
     }
-    let raw = raw(&state, &id, &message_id, &key).await?;
-    let (body, json) = blocking("read a message's MIME", move || {
+    let raw = download::whole(&state, &id, &message_id, &key).await?;
+    let (body, json) = download::blocking("read a message's MIME", move || {
         let body = mime::read(&raw);
         let json = serde_json::to_string(&body);
         (body, json)
@@ -142,8 +118,7 @@ pub async fn raw_message(
     Path((id, message_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let (key, _) = stored(&state, &auth, &id, &message_id).await?;
-    let raw = raw(&state, &id, &message_id, &key).await?;
-    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("message/rfc822"))], Body::from(raw)).into_response())
+    download::raw(&state, &id, &message_id, &key).await
 }
 
 /// `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}`.
@@ -173,18 +148,8 @@ pub async fn attachment(
     if !is_part_number(&part) {
         return Err(ApiError::field("part", format!("{part:?} is not a part number such as 2 or 1.3")));
     }
-    let (key, _) = stored(&state, &auth, &id, &message_id).await?;
-    let raw = raw(&state, &id, &message_id, &key).await?;
-    let section = part.clone();
-    let content = blocking("read a message part", move || mime::part(&raw, &section))
-        .await?
-        .ok_or_else(|| ApiError::NotFound { what: "part", id: part.clone() })?;
-    let disposition =
-        content_disposition(if content.inline { "inline" } else { "attachment" }, content.filename.as_deref());
-    let content_type = HeaderValue::from_str(&content.content_type)
-        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
-    Ok(([(header::CONTENT_TYPE, content_type), (header::CONTENT_DISPOSITION, disposition)], Body::from(content.bytes))
-        .into_response())
+    let (key, detail) = stored(&state, &auth, &id, &message_id).await?;
+    download::attachment(&state, &id, &message_id, &key, &detail, &part).await
 }
 
 /// `2`, `1.3`: what `BODY[section]` numbers a part with.
@@ -192,24 +157,6 @@ fn is_part_number(s: &str) -> bool {
     s.len() <= 80
         && s.split('.')
             .all(|n| !n.is_empty() && n.len() <= 4 && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// `attachment; filename="x.pdf"; filename*=UTF-8''x.pdf` (RFC 6266): the
-/// plain name for old clients, with anything but safe ASCII replaced, and
-/// the exact name percent-encoded.
-fn content_disposition(kind: &'static str, filename: Option<&str>) -> HeaderValue {
-    let Some(name) = filename.filter(|n| !n.is_empty()) else { return HeaderValue::from_static(kind) };
-    let plain: String =
-        name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
-    let encoded: String = name
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    HeaderValue::from_str(&format!("{kind}; filename=\"{plain}\"; filename*=UTF-8''{encoded}"))
-        .unwrap_or_else(|_| HeaderValue::from_static("attachment"))
 }
 
 #[cfg(test)]
@@ -224,19 +171,5 @@ mod tests {
         for bad in ["", "0", "1.", ".1", "1..2", "01", "a", "1.x", "HEADER", "1.MIME", "99999"] {
             assert!(!is_part_number(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn file_names_are_sent_plain_and_exact() {
-        let h = content_disposition("attachment", Some("Grüße \"final\".pdf"));
-        assert_eq!(
-            h.to_str().unwrap(),
-            "attachment; filename=\"Gr__e _final_.pdf\"; filename*=UTF-8''Gr%C3%BC%C3%9Fe%20%22final%22.pdf"
-        );
-        assert_eq!(content_disposition("inline", None).to_str().unwrap(), "inline");
-        assert_eq!(
-            content_disposition("inline", Some("a.png")).to_str().unwrap(),
-            "inline; filename=\"a.png\"; filename*=UTF-8''a.png"
-        );
     }
 }

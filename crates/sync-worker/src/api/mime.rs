@@ -5,8 +5,16 @@
 //!
 //! Reading never fails: mail-parser reads broken MIME as best it can, and
 //! bytes that are no message at all come back as a text body.
+//!
+//! A part can also be judged from its MIME header alone ([`streamable`],
+//! [`is_multipart`]: what `BODY[<part>.MIME]` and `BODY[HEADER]` give), so
+//! that an attachment streams without the rest of the message: mail-parser
+//! reads the header as it would in the whole message, and says how the
+//! part is typed, named and encoded.
 
-use mail_parser::{Address, HeaderValue, Message, MessageParser, MessagePart, MimeHeaders, PartType};
+use mail_parser::{Address, Encoding, HeaderValue, Message, MessageParser, MessagePart, MimeHeaders, PartType};
+
+use super::transfer::Transfer;
 
 /// One address of a header field.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -85,6 +93,53 @@ pub struct PartContent {
     pub inline: bool,
     /// The decoded bytes.
     pub bytes: Vec<u8>,
+}
+
+/// How a part that can stream is shown and decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartHead {
+    /// Its type, name and disposition, as [`part`] gives them (no bytes).
+    pub content: PartContent,
+    /// Its Content-Transfer-Encoding, as mail-parser reads it.
+    pub transfer: Transfer,
+}
+
+/// `header` (a header block, with or without its blank line) parsed as a
+/// message of that header and no body.
+fn parse_header(header: &[u8]) -> Option<Message<'static>> {
+    let end = header.iter().rposition(|b| *b != b'\r' && *b != b'\n').map_or(0, |i| i + 1);
+    let mut block = header[..end].to_vec();
+    block.extend_from_slice(b"\r\n\r\n");
+    MessageParser::default().parse(&block).map(Message::into_owned)
+}
+
+/// Whether the part with this MIME header is a multipart mail-parser
+/// divides into parts (it has a boundary).
+pub(crate) fn is_multipart(header: &[u8]) -> bool {
+    parse_header(header).is_some_and(|m| {
+        m.root_part().content_type().is_some_and(|ct| ct.ctype() == "multipart" && ct.attribute("boundary").is_some())
+    })
+}
+
+/// How the part with this MIME header is shown and decoded, when it can
+/// stream: a leaf that mail-parser keeps as bytes. `None` for a multipart,
+/// for text (mail-parser re-encodes it to UTF-8 from its charset), for an
+/// encapsulated message (which it parses), and for a part without a
+/// Content-Type (text/plain by default).
+pub(crate) fn streamable(header: &[u8]) -> Option<PartHead> {
+    let message = parse_header(header)?;
+    let p = message.root_part();
+    let ct = p.content_type()?;
+    let message_type = ct.ctype() == "message" && matches!(ct.subtype(), Some("rfc822" | "global"));
+    if ct.ctype() == "multipart" || message_type || !matches!(p.body, PartType::Binary(_) | PartType::InlineBinary(_)) {
+        return None;
+    }
+    let transfer = match p.encoding {
+        Encoding::Base64 => Transfer::Base64,
+        Encoding::QuotedPrintable => Transfer::QuotedPrintable,
+        Encoding::None => Transfer::Identity,
+    };
+    Some(PartHead { content: content(p), transfer })
 }
 
 fn parse(raw: &[u8]) -> Option<Message<'_>> {
@@ -379,6 +434,36 @@ Content-Type: text/html\r\n\r\n<b>unterminated";
         assert_eq!(body.text.as_deref(), Some(""));
         let body = read(&[0xff, 0xfe, 0, 1]);
         assert!(body.text.is_some());
+    }
+
+    #[test]
+    fn a_part_is_judged_by_its_header_as_in_the_whole_message() {
+        let raw = ALTERNATIVE_WITH_ATTACHMENTS.as_bytes();
+        let header_of = |marker: &str| {
+            let text = ALTERNATIVE_WITH_ATTACHMENTS;
+            let start = text.find(marker).unwrap();
+            let end = start + text[start..].find("\r\n\r\n").unwrap();
+            text.as_bytes()[start..end].to_vec()
+        };
+        let png = streamable(&header_of("Content-Type: image/png")).unwrap();
+        assert_eq!(png.transfer, Transfer::Base64);
+        assert_eq!(png.content, PartContent { bytes: Vec::new(), ..part(raw, "2").unwrap() });
+        // Text is re-encoded to UTF-8, a message parsed: neither streams.
+        assert!(streamable(&header_of("Content-Type: text/plain; charset=koi8-r")).is_none());
+        assert!(streamable(&header_of("Content-Type: message/rfc822")).is_none());
+        assert!(streamable(b"Content-Disposition: attachment\r\n").is_none(), "no type: text/plain");
+        assert!(streamable(&header_of("Content-Type: multipart/alternative")).is_none());
+        assert!(is_multipart(&header_of("Content-Type: multipart/alternative")));
+        assert!(is_multipart(raw));
+        assert!(!is_multipart(b"Content-Type: multipart/mixed\r\n"), "no boundary: not divided");
+        let pdf = streamable(
+            b"Content-Type: application/pdf; name=\"=?UTF-8?B?w7xiZXIucGRm?=\"\r\nContent-Transfer-Encoding: \
+              Quoted-Printable\r\n",
+        )
+        .unwrap();
+        assert_eq!((pdf.content.filename.as_deref(), pdf.transfer), (Some("über.pdf"), Transfer::QuotedPrintable));
+        let odd = streamable(b"Content-Type: application/x-thing\r\nContent-Transfer-Encoding: x-uuencode\r\n");
+        assert_eq!(odd.unwrap().transfer, Transfer::Identity, "mail-parser passes an unknown encoding through");
     }
 
     proptest::proptest! {

@@ -13,8 +13,8 @@
 //! | `PATCH`, `DELETE /v1/accounts/{id}/messages/{message_id}` | seen, flagged, answered, keywords; to Trash ([`actions`]) |
 //! | `POST /v1/accounts/{id}/messages/{message_id}/move` | to another folder |
 //! | `POST /v1/accounts/{id}/messages/actions` | one of these on up to 500 messages |
-//! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes |
-//! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/raw` | its RFC 5322 bytes, streamed from the server |
+//! | `GET /v1/accounts/{id}/messages/{message_id}/attachments/{part}` | one attachment, decoded as it streams |
 //! | `POST`, `GET /v1/webhooks` | add a receiver of mail events (its signing secret is answered once), list them ([`webhooks`]) |
 //! | `GET`, `DELETE /v1/webhooks/{id}` | one webhook, with its state (active or paused); remove it |
 //! | `POST /v1/webhooks/{id}/resume` | end a pause: held and failed deliveries are sent again |
@@ -34,6 +34,7 @@
 pub mod accounts;
 pub mod actions;
 pub mod auth;
+mod download;
 pub mod errors;
 pub mod json;
 pub mod limiter;
@@ -41,6 +42,7 @@ pub mod messages;
 pub mod mime;
 mod search;
 mod state;
+mod transfer;
 pub mod webhooks;
 pub mod ws;
 

@@ -44,7 +44,16 @@ pub struct ApiSettings {
     /// `BODY_CACHE_MB`: the bytes of whole messages read from IMAP kept in
     /// SQL per account (0: none).
     pub body_cache_bytes: u64,
+    /// Messages of at least this many bytes (their stored RFC822.SIZE)
+    /// stream an attachment from the server; smaller ones read the whole
+    /// message and take the part from it, as mail-parser reads broken MIME
+    /// exactly only on a whole message ([`DEFAULT_STREAM_FROM`]).
+    pub stream_from_bytes: u64,
 }
+
+/// The default [`ApiSettings::stream_from_bytes`]: 1 MiB, a whole message
+/// read for a part then costs a few MiB at most.
+pub const DEFAULT_STREAM_FROM: u64 = 1 << 20;
 
 /// The default `BODY_CACHE_MB`.
 pub const DEFAULT_BODY_CACHE_MB: u64 = 25;
@@ -64,6 +73,7 @@ impl ApiSettings {
             login_failures_per_client: 100,
             login_window: Duration::from_secs(300),
             body_cache_bytes: DEFAULT_BODY_CACHE_MB << 20,
+            stream_from_bytes: DEFAULT_STREAM_FROM,
         }
     }
 

@@ -220,6 +220,20 @@ impl<S> Bounded<S> {
         self.inner
     }
 
+    /// The stream underneath, for a reader that follows the framing
+    /// itself from here (the API's streamed FETCH, see `literal_stream`).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The bytes read from the stream underneath but not handed on (an
+    /// unfinished line), taken: whoever reads the stream directly from now
+    /// on reads these first.
+    pub fn take_held(&mut self) -> Vec<u8> {
+        self.ready = 0;
+        std::mem::take(&mut self.held)
+    }
+
     /// Follows the framing over `bytes`; the first limit passed is the
     /// error. Returns how many of them end a complete piece (a line, or
     /// literal bytes), so that everything up to there may be handed on.
@@ -297,7 +311,7 @@ impl<S> Bounded<S> {
 }
 
 /// The size of the literal a line's end announces (`... {123}\r\n`), if any.
-fn literal_size(tail: &[u8]) -> Result<Option<u64>, FramingError> {
+pub(crate) fn literal_size(tail: &[u8]) -> Result<Option<u64>, FramingError> {
     let line = tail.strip_suffix(b"\n").unwrap_or(tail);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let Some(inside) = line.strip_suffix(b"}") else { return Ok(None) };

@@ -41,6 +41,10 @@
 //! goes only to loopback unless `IMAP_ALLOW_PLAIN`; the API's login check
 //! accepts only public addresses unless `IMAP_ALLOW_PRIVATE`. Everything the
 //! server sends passes size limits before the parser sees it (`framing`).
+//! The API's own transient connections (`remote`) stream raw messages and
+//! attachments: after EXAMINE they read FETCH answers off the socket
+//! themselves, a literal in chunks as it arrives (`literal_stream`,
+//! `remote_stream`).
 //!
 //! **Failures**: every command has a timeout; a folder the server refuses
 //! (NO/BAD) is skipped and reported while the others sync; a refused login
@@ -49,8 +53,10 @@
 
 mod folders;
 pub mod framing;
+mod literal_stream;
 mod message;
 pub mod remote;
+pub mod remote_stream;
 mod session;
 mod settings;
 pub mod tls;

@@ -2,7 +2,8 @@
 //! sync's (those belong to the lease owner, which may be another process).
 //!
 //! Reading EXAMINEs the folder (read-only) and fetches with `BODY.PEEK[]`,
-//! so it never sets `\Seen`. Actions SELECT the folder and change mail on
+//! so it never sets `\Seen`; raw messages and attachments are then fetched
+//! in chunks as they arrive (`remote_stream`). Actions SELECT the folder and change mail on
 //! the server only (UID STORE, MOVE or COPY + UID EXPUNGE); the change comes
 //! back into SQL through the sync, under its fencing.
 
@@ -162,15 +163,6 @@ impl Remote {
         Ok(false)
     }
 
-    /// The raw bytes of `uid` in the folder entered; `None` when it is gone.
-    pub async fn fetch_raw(&mut self, uid: u32) -> Result<Option<Vec<u8>>, RemoteError> {
-        let fetched = run!(self, format!("UID FETCH {uid} BODY.PEEK[]"), "UID FETCH", |s| {
-            s.uid_fetch(uid.to_string(), "(UID BODY.PEEK[])").await?.try_collect::<Vec<_>>().await
-        })?;
-        // A server may add unsolicited FETCHes (flag changes) of other messages.
-        Ok(fetched.iter().find(|f| f.uid == Some(uid)).and_then(|f| f.body()).map(<[u8]>::to_vec))
-    }
-
     /// The flags of those of `uids` the folder entered still has.
     pub async fn flags(&mut self, uids: &[u32]) -> Result<BTreeMap<u32, Vec<String>>, RemoteError> {
         if uids.is_empty() {
@@ -250,6 +242,11 @@ impl Remote {
             s.uid_expunge(&set).await?.try_collect::<Vec<_>>().await
         })
         .map(drop)
+    }
+
+    /// The session, the server's `host:port` and the command timeout (see `remote_stream`).
+    pub(super) fn into_parts(self) -> (ImapSession, String, Duration) {
+        (self.session, self.server, self.timeout)
     }
 
     /// Logs out (best effort).
