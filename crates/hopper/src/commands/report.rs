@@ -14,9 +14,9 @@ use crate::errors::{exit, BackendError, HopperError};
 use crate::queue::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
 use crate::report::html::write_html;
+use crate::report::quarantine::count_passes;
 use crate::report::status::{now_ms, StatusSnapshot};
 use crate::report::timeline::Timeline;
-use crate::report::quarantine::count_passes;
 use crate::report::{wait_for_end, FlakyResult, Quarantine, RunReport, WaitOptions};
 
 /// Options of `hopper report`.

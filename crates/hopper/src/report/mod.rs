@@ -13,6 +13,6 @@ pub mod status;
 pub mod timeline;
 
 pub use flaky::FlakyResult;
-pub use quarantine::{Quarantine, QUARANTINE_PROPERTY};
 pub use junit::FLAKY_PROPERTY;
+pub use quarantine::{Quarantine, QUARANTINE_PROPERTY};
 pub use run_report::*;

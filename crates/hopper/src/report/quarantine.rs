@@ -65,8 +65,8 @@ pub struct Quarantine {
 impl Quarantine {
     /// Reads the list at `path` (see the module doc for its lines).
     pub fn read(path: &Path) -> Result<Self, QuarantineError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| QuarantineError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| QuarantineError::Read { path: path.to_owned(), source })?;
         Self::parse(&text, path)
     }
 
@@ -161,9 +161,9 @@ impl RunReport {
 
     fn ready_note(&self, unit: &UnitReport) -> Option<String> {
         let streak = self.quarantine.streak(unit.unit.as_str())?;
-        self.quarantine.is_ready_to_leave(unit.unit.as_str()).then(|| {
-            format!("ready to leave the quarantine: passed in each of the last {streak} builds in a row")
-        })
+        self.quarantine
+            .is_ready_to_leave(unit.unit.as_str())
+            .then(|| format!("ready to leave the quarantine: passed in each of the last {streak} builds in a row"))
     }
 
     /// The report's QUARANTINED section: each quarantined unit with its
@@ -239,7 +239,9 @@ pub async fn count_passes(mut report: RunReport, store: &dyn TimingsStore) -> Ru
     quarantine.streaks = outcomes
         .iter()
         .filter(|(unit, _)| quarantine.contains(unit))
-        .map(|(unit, passed)| (unit.clone(), earlier.get(unit).cloned().unwrap_or_default().after(&run, *passed).passes))
+        .map(|(unit, passed)| {
+            (unit.clone(), earlier.get(unit).cloned().unwrap_or_default().after(&run, *passed).passes)
+        })
         .collect();
     report
 }
@@ -310,7 +312,12 @@ mod tests {
         assert!(!text.contains("FAILED units"), "{text}");
         assert!(text.contains("QUARANTINED tests/q.py::test_bad: FAILED (exit code 1; 1 failed attempt(s))"), "{text}");
         assert!(text.contains("| AssertionError: known"), "{text}");
-        assert!(text.contains("PASSED: 2 units, 1 passed (0 flaky), 0 failed, 0 unfinished, 1 quarantined (1 failed, not counted)"), "{text}");
+        assert!(
+            text.contains(
+                "PASSED: 2 units, 1 passed (0 flaky), 0 failed, 0 unfinished, 1 quarantined (1 failed, not counted)"
+            ),
+            "{text}"
+        );
         let xml = report.junit().to_string().unwrap();
         assert!(xml.contains("<failure"), "{xml}");
         assert!(xml.contains("name=\"hopper.quarantined\" value=\"FAILED (exit code 1; 1 failed attempt(s)); quarantined: does not fail the build\""), "{xml}");

@@ -429,16 +429,10 @@ impl RunReport {
         if !self.outside_errors.is_empty() {
             let _ = writeln!(out, "\nERRORS outside tests ({}):", self.outside_errors.len());
             for error in &self.outside_errors {
-                let quarantined = if self.quarantine.contains(&error.group) {
-                    " [quarantined: does not fail the build]"
-                } else {
-                    ""
-                };
-                let _ = writeln!(
-                    out,
-                    "  ERROR {} ({} error: {}){quarantined}",
-                    error.group, error.phase, error.message
-                );
+                let quarantined =
+                    if self.quarantine.contains(&error.group) { " [quarantined: does not fail the build]" } else { "" };
+                let _ =
+                    writeln!(out, "  ERROR {} ({} error: {}){quarantined}", error.group, error.phase, error.message);
                 for line in tail_lines(&error.output, TAIL_LINES) {
                     let _ = writeln!(out, "    | {line}");
                 }
