@@ -465,7 +465,7 @@ pub enum HopperError {
         source: std::io::Error,
     },
     /// `--rerun-failed` with a memory queue, which keeps no earlier build.
-    #[error("--rerun-failed reads an earlier build's results from the queue, and a mem:// build lives only inside its own `hopper run` process (hopper keeps no outcomes on disk: .hopper/timings.json holds durations only): run the build and its rerun on a shared queue (--queue redis://...)")]
+    #[error("--rerun-failed reads an earlier build's results from the queue, and a mem:// build lives only inside its own `hopper run` process (hopper keeps no outcomes on disk: .hopper/timings.json holds durations and pass streaks only): run the build and its rerun on a shared queue (--queue redis://...)")]
     RerunNeedsSharedQueue,
     /// The build `--rerun-failed` names is not in the queue.
     #[error("cannot rerun the failures of build {run}: the queue has no such build (it never ran on this --queue and --key-prefix, or it expired: a build is kept for --run-ttl, 1 day by default, after its last activity); nothing was run: check the build id, or run the whole suite without --rerun-failed")]

@@ -151,3 +151,35 @@ fn on_redis_the_report_applies_the_quarantine() {
     assert_eq!(output.status.code(), Some(2), "{shown}");
     assert!(shown.contains("no-such-list.txt"), "{shown}");
 }
+
+/// Local runs (mem://, no build id of their own) are each a build apart:
+/// a quarantined unit that passes 20 of them in a row, counted in the
+/// timings file, is named ready to leave on the 20th, not before.
+#[test]
+fn on_memory_a_unit_that_passed_twenty_local_builds_in_a_row_is_ready_to_leave() {
+    let project = Project::new(&[("ok.sh", "exit 0\n"), ("units.txt", "ok.sh\n"), ("q.txt", "ok.sh\n")]);
+    let run = || {
+        let output = project
+            .hopper()
+            .args(["run", "-j", "1", "--units-from", "units.txt", "--timings", "t.json", "--quarantine", "q.txt"])
+            .args(["--", "sh", "{unit}"])
+            .output()
+            .unwrap();
+        let shown = shown(&output);
+        assert_eq!(output.status.code(), Some(0), "{shown}");
+        shown
+    };
+    for n in 1..20 {
+        let shown = run();
+        assert!(shown.contains("QUARANTINED ok.sh: passed"), "{shown}");
+        assert!(!shown.contains("ready to leave"), "after {n} builds\n{shown}");
+    }
+    let shown = run();
+    assert!(
+        shown.contains(
+            "QUARANTINED ok.sh: passed; ready to leave the quarantine: passed in each of the last 20 builds in a row"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("READY ok.sh"), "{shown}");
+}

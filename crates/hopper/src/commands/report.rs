@@ -159,7 +159,8 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         .ok_or(HopperError::StateLost { run: run_id })?
         .counting_flaky_as(options.flaky_result)
         .quarantining(quarantine);
-    let report = count_passes(report, &*backend.timings).await;
+    let counted_as = report.run.to_string();
+    let report = count_passes(report, &*backend.timings, &counted_as).await;
     finish_report(&queue, &report, outputs, options.slowest).await
 }
 

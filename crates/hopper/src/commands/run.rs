@@ -22,7 +22,7 @@ use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::exec::process::ProcessLimits;
 use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
-use crate::report::quarantine::count_passes;
+use crate::report::quarantine::{count_passes, streak_id};
 use crate::report::{FlakyResult, RunReport};
 use crate::units::discover::DiscoverKind;
 use crate::units::timings::order_slowest_first;
@@ -280,7 +280,8 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         .ok_or(HopperError::StateLost { run: run_id })?
         .counting_flaky_as(options.flaky_result)
         .quarantining(quarantine);
-    let report = count_passes(report, &*backend.timings).await;
+    let counted_as = streak_id(report.run.as_str(), fallback);
+    let report = count_passes(report, &*backend.timings, &counted_as).await;
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     finish_report(&queue, &report, outputs, options.slowest).await
 }

@@ -213,11 +213,13 @@ impl RunReport {
     }
 }
 
-/// Counts the build's outcomes into `store`'s pass streaks, and gives the
-/// report its quarantined units' streaks (this build included). The store
-/// is advice, as for timings: one that cannot be read or written is logged,
-/// and the report goes on without streaks where it could not read them.
-pub async fn count_passes(mut report: RunReport, store: &dyn TimingsStore) -> RunReport {
+/// Counts the build's outcomes into `store`'s pass streaks, as the build
+/// `counted_as` (its id; each memory-mode run without an id of its own is
+/// a build apart, see [`streak_id`]), and gives the report its quarantined
+/// units' streaks (this build included). The store is advice, as for
+/// timings: one that cannot be read or written is logged, and the report
+/// goes on without streaks where it could not read them.
+pub async fn count_passes(mut report: RunReport, store: &dyn TimingsStore, counted_as: &str) -> RunReport {
     let outcomes: Vec<(String, bool)> = report
         .units
         .iter()
@@ -230,20 +232,35 @@ pub async fn count_passes(mut report: RunReport, store: &dyn TimingsStore) -> Ru
             None
         }
     };
-    if let Err(error) = store.record_outcomes(report.run.as_str(), &outcomes).await {
+    if let Err(error) = store.record_outcomes(counted_as, &outcomes).await {
         tracing::warn!(%error, "could not record this build's outcomes into the units' pass streaks");
     }
     let Some(earlier) = earlier else { return report };
-    let run = report.run.to_string();
+    let run = counted_as;
     let quarantine = &mut report.quarantine;
     quarantine.streaks = outcomes
         .iter()
         .filter(|(unit, _)| quarantine.contains(unit))
-        .map(|(unit, passed)| {
-            (unit.clone(), earlier.get(unit).cloned().unwrap_or_default().after(&run, *passed).passes)
-        })
+        .map(|(unit, passed)| (unit.clone(), earlier.get(unit).cloned().unwrap_or_default().after(run, *passed).passes))
         .collect();
     report
+}
+
+/// The id a build's outcomes are counted under: its own, but for a
+/// memory-mode run under the shared fallback id `local`, which would count
+/// every local run as one build (a report made again): such a run is a
+/// build of its own, named by the time and process.
+pub fn streak_id(run: &str, fallback: Option<&str>) -> String {
+    match fallback {
+        Some(fallback) if run == fallback => {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or_default();
+            format!("{run}-{ms}-{}", std::process::id())
+        }
+        _ => run.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +351,18 @@ mod tests {
         assert!(!report.passed());
     }
 
+    async fn count(report: RunReport, store: &MemoryStore) -> RunReport {
+        let id = report.run.to_string();
+        count_passes(report, store, &id).await
+    }
+
+    #[test]
+    fn local_runs_are_builds_apart_and_others_keep_their_id() {
+        assert_eq!(streak_id("b7", Some("local")), "b7");
+        assert_eq!(streak_id("local", None), "local");
+        assert!(streak_id("local", Some("local")).starts_with("local-"));
+    }
+
     /// 20 clean passes in a row make a quarantined unit ready to leave; a
     /// report made twice counts its build once; a failure or a flaky pass
     /// starts the count again; units outside the quarantine are counted but
@@ -341,23 +370,23 @@ mod tests {
     #[tokio::test]
     async fn ready_to_leave_after_twenty_passing_builds_in_a_row() {
         let store = MemoryStore::new();
-        let report = count_passes(build(0, Outcome::Failed, false), &store).await;
+        let report = count(build(0, Outcome::Failed, false), &store).await;
         assert_eq!(report.quarantine.streak("steady"), Some(0));
         assert_eq!(report.quarantine.streak("other"), None, "not quarantined: not named");
         for n in 1..READY_AFTER {
-            let report = count_passes(build(n, Outcome::Passed, false), &store).await;
+            let report = count(build(n, Outcome::Passed, false), &store).await;
             assert_eq!(report.quarantine.streak("steady"), Some(n));
             assert!(!report.quarantine.is_ready_to_leave("steady"), "after {n} builds");
         }
         // The 19th build reported again: still 19.
-        let again = count_passes(build(READY_AFTER - 1, Outcome::Passed, false), &store).await;
+        let again = count(build(READY_AFTER - 1, Outcome::Passed, false), &store).await;
         assert_eq!(again.quarantine.streak("steady"), Some(READY_AFTER - 1));
-        let ready = count_passes(build(READY_AFTER, Outcome::Passed, false), &store).await;
+        let ready = count(build(READY_AFTER, Outcome::Passed, false), &store).await;
         assert!(ready.quarantine.is_ready_to_leave("steady"));
         assert!(ready.render(0).contains("ready to leave the quarantine"), "{}", ready.render(0));
         assert_eq!(store.load_streaks().await.unwrap()["other"].passes, READY_AFTER + 1, "every unit is counted");
         // A flaky pass ends the streak.
-        let flaky = count_passes(build(READY_AFTER + 1, Outcome::Passed, true), &store).await;
+        let flaky = count(build(READY_AFTER + 1, Outcome::Passed, true), &store).await;
         assert_eq!(flaky.quarantine.streak("steady"), Some(0));
         assert!(!flaky.quarantine.is_ready_to_leave("steady"));
     }
