@@ -42,5 +42,5 @@ pub use queue::{
     RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
     WorkerRecord,
 };
-pub use timings::{NoTimings, TimingsError, TimingsStore};
+pub use timings::{NoTimings, PassStreak, TimingsError, TimingsStore};
 pub use ttl::Ttl;

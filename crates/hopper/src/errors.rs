@@ -10,7 +10,8 @@ use leasehold_core::{IdError, QueueError, RunId, SpecError, UnitId};
 
 /// Exit codes of the `hopper` binary.
 pub mod exit {
-    /// Every unit passed (flaky units pass, unless `--flaky-result fail`).
+    /// Every unit passed (flaky units pass, unless `--flaky-result fail`;
+    /// quarantined units never fail the build).
     pub const PASSED: i32 = 0;
     /// At least one unit failed.
     pub const FAILED: i32 = 1;
@@ -285,6 +286,33 @@ pub enum AgentError {
     },
 }
 
+/// Why the `--quarantine` list could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineError {
+    /// The file is missing or unreadable.
+    #[error("cannot read the --quarantine file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is a malformed glob.
+    #[error("--quarantine file {path}, line {line}: bad glob pattern {pattern:?}: {source}")]
+    Pattern {
+        /// The file.
+        path: PathBuf,
+        /// The line's number (from 1).
+        line: usize,
+        /// The line.
+        pattern: String,
+        /// The cause.
+        #[source]
+        source: glob::PatternError,
+    },
+}
+
 /// An error of a hopper command.
 #[derive(Debug, thiserror::Error)]
 pub enum HopperError {
@@ -297,6 +325,9 @@ pub enum HopperError {
     /// `--results`, `--batch-size` and the command do not fit together.
     #[error(transparent)]
     Verdicts(#[from] VerdictsError),
+    /// The `--quarantine` list could not be read.
+    #[error(transparent)]
+    Quarantine(#[from] QuarantineError),
     /// No command to run each unit was given.
     #[error("no command given: put the command to run each unit after `--`, e.g. `hopper run --glob 'tests/*.sh' -- sh {{unit}}`")]
     MissingCommand,
@@ -434,7 +465,7 @@ pub enum HopperError {
         source: std::io::Error,
     },
     /// `--rerun-failed` with a memory queue, which keeps no earlier build.
-    #[error("--rerun-failed reads an earlier build's results from the queue, and a mem:// build lives only inside its own `hopper run` process (hopper keeps no outcomes on disk: .hopper/timings.json holds durations only): run the build and its rerun on a shared queue (--queue redis://...)")]
+    #[error("--rerun-failed reads an earlier build's results from the queue, and a mem:// build lives only inside its own `hopper run` process (hopper keeps no outcomes on disk: .hopper/timings.json holds durations and pass streaks only): run the build and its rerun on a shared queue (--queue redis://...)")]
     RerunNeedsSharedQueue,
     /// The build `--rerun-failed` names is not in the queue.
     #[error("cannot rerun the failures of build {run}: the queue has no such build (it never ran on this --queue and --key-prefix, or it expired: a build is kept for --run-ttl, 1 day by default, after its last activity); nothing was run: check the build id, or run the whole suite without --rerun-failed")]

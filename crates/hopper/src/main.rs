@@ -61,6 +61,11 @@ struct VerdictArgs {
     /// the JUnit lists each failed attempt as a <flakyFailure>.
     #[arg(long, value_name = "pass|fail", env = "HOPPER_FLAKY_RESULT", default_value = "pass", value_parser = flaky_result_parser())]
     flaky_result: FlakyResult,
+    /// A file of unit ids or globs, one a line (`#` comments): those units run and are reported on
+    /// their own, but never fail the build; one that passed the last 20 builds in a row is named
+    /// ready to leave.
+    #[arg(long, value_name = "FILE", env = "HOPPER_QUARANTINE")]
+    quarantine: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -262,6 +267,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         },
         outage_grace: args.queue.outage_grace,
         flaky_result: args.verdict.flaky_result,
+        quarantine: args.verdict.quarantine,
         rerun_failed: args.rerun_failed,
     })
 }
@@ -321,7 +327,9 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Report(args) => {
             let options = ReportOptions {
-                backend: backend_options(&args.queue, TimingsChoice::Off),
+                // The report counts the build's outcomes into the units' pass
+                // streaks, kept with the workers' timings (`--quarantine`).
+                backend: backend_options(&args.queue, TimingsChoice::Default),
                 queue: args.queue.queue,
                 build: args.queue.build,
                 junit: args.junit,
@@ -332,6 +340,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 slowest: args.slowest,
                 outage_grace: args.queue.outage_grace,
                 flaky_result: args.verdict.flaky_result,
+                quarantine: args.verdict.quarantine,
             };
             commands::report(options, &env).await?
         }

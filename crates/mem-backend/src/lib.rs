@@ -51,6 +51,7 @@ struct Inner {
     leases: Mutex<lease::LeaseState>,
     user_active: tokio::sync::broadcast::Sender<UserId>,
     timings: Mutex<HashMap<String, u64>>,
+    streaks: Mutex<HashMap<String, leasehold_core::PassStreak>>,
 }
 
 impl MemoryStore {
@@ -69,6 +70,7 @@ impl MemoryStore {
                 leases: Mutex::new(lease::LeaseState::default()),
                 user_active,
                 timings: Mutex::new(HashMap::new()),
+                streaks: Mutex::new(HashMap::new()),
             }),
         }
     }

@@ -11,6 +11,7 @@
 //! | per-unit state | `P:hopper:{run}:unit_state` |
 //! | worker records | `P:hopper:{run}:workers` |
 //! | unit timings of earlier runs (30-day TTL) | `P:hopper:timings` |
+//! | units' pass streaks over earlier runs (30-day TTL) | `P:hopper:streaks` |
 //! | a lease | `{P}:sync:lease:<id>` |
 //! | its fence counter (no TTL) | `{P}:sync:fence:<id>` |
 //! | the live set | `{P}:sync:live` |
@@ -59,6 +60,11 @@ use leasehold_core::{LeaseKey, RunId, UserId, WorkerId};
 /// The hash of unit timings under `prefix` (see [`leasehold_core::TimingsStore`]).
 pub fn timings(prefix: &str) -> String {
     format!("{prefix}:hopper:timings")
+}
+
+/// The hash of units' pass streaks under `prefix` (see [`leasehold_core::PassStreak`]).
+pub fn streaks(prefix: &str) -> String {
+    format!("{prefix}:hopper:streaks")
 }
 
 /// The six keys of one run, in the order the scripts take them.

@@ -50,5 +50,8 @@ pub(crate) static WORKER_REGISTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/worker_register.lua")));
 /// Live workers.
 pub(crate) static WORKER_LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/worker_live.lua")));
+/// Counting one run's outcomes into the units' pass streaks.
+pub(crate) static TIMINGS_OUTCOMES: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/timings_outcomes.lua")));
 /// Presence + `user.active`.
 pub(crate) static USER_ACTIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/user_active.lua")));

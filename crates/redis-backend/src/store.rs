@@ -89,6 +89,7 @@ impl RedisStore {
             &*scripts::WORKER_REGISTER,
             &*scripts::WORKER_LIVE,
             &*scripts::USER_ACTIVE,
+            &*scripts::TIMINGS_OUTCOMES,
         ] {
             script.prepare_invoke().load_async(&mut conn).await?;
         }

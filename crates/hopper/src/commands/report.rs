@@ -14,9 +14,10 @@ use crate::errors::{exit, BackendError, HopperError};
 use crate::queue::backend::{connect, parse_queue_url, Backend, BackendOptions, QueueKind};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify, OutageQueue};
 use crate::report::html::write_html;
+use crate::report::quarantine::count_passes;
 use crate::report::status::{now_ms, StatusSnapshot};
 use crate::report::timeline::Timeline;
-use crate::report::{wait_for_end, FlakyResult, RunReport, WaitOptions};
+use crate::report::{wait_for_end, FlakyResult, Quarantine, RunReport, WaitOptions};
 
 /// Options of `hopper report`.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct ReportOptions {
     pub outage_grace: Duration,
     /// `--flaky-result`: whether a flaky unit passes the build.
     pub flaky_result: FlakyResult,
+    /// `--quarantine`: the file of units that never fail the build.
+    pub quarantine: Option<PathBuf>,
 }
 
 /// Options of `hopper status`.
@@ -127,6 +130,7 @@ async fn write_files(
 pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, HopperError> {
     let kind = shared_kind(&options.queue, "report")?;
     let run_id = resolve_build(options.build.as_deref(), env, None)?;
+    let quarantine = read_quarantine(options.quarantine.as_deref())?;
     let notify = notify_on_stderr();
     let backend =
         connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
@@ -143,7 +147,7 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
         if let Some(report) = RunReport::load(&queue, &run_id).await? {
-            let report = report.counting_flaky_as(options.flaky_result);
+            let report = report.counting_flaky_as(options.flaky_result).quarantining(quarantine);
             print!("{}", report.render(options.slowest));
             write_files(&queue, &report, outputs, options.slowest).await?;
         }
@@ -153,8 +157,17 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     let report = RunReport::load(&queue, &run_id)
         .await?
         .ok_or(HopperError::StateLost { run: run_id })?
-        .counting_flaky_as(options.flaky_result);
+        .counting_flaky_as(options.flaky_result)
+        .quarantining(quarantine);
+    let counted_as = report.run.to_string();
+    let report = count_passes(report, &*backend.timings, &counted_as).await;
     finish_report(&queue, &report, outputs, options.slowest).await
+}
+
+/// The `--quarantine` list (empty without one), read before the queue is
+/// contacted: a missing or unreadable file is an error that names it.
+pub(super) fn read_quarantine(path: Option<&Path>) -> Result<Quarantine, HopperError> {
+    Ok(path.map(Quarantine::read).transpose()?.unwrap_or_default())
 }
 
 /// `hopper status`: prints a snapshot of the build.

@@ -14,7 +14,7 @@ use leasehold_core::{Budgets, RunId, RunSpec};
 use tokio_util::sync::CancellationToken;
 
 use super::identity::{resolve_build, resolve_worker, EnvLookup};
-use super::report::{finish_report, riding_out, ReportOutputs};
+use super::report::{finish_report, read_quarantine, riding_out, ReportOutputs};
 use super::rerun::{rerun_build, Rerun};
 use super::tools::{Execution, ExecutionChoice, Prepared, Preparing};
 use crate::agent::plugins::Plugins;
@@ -22,6 +22,7 @@ use crate::errors::{exit, BackendError, HopperError, UnitsError};
 use crate::exec::process::ProcessLimits;
 use crate::queue::backend::{connect, parse_queue_url, BackendOptions};
 use crate::queue::outage::{connect_within, OutageNotice, OutageNotify};
+use crate::report::quarantine::{count_passes, streak_id};
 use crate::report::{FlakyResult, RunReport};
 use crate::units::discover::DiscoverKind;
 use crate::units::timings::order_slowest_first;
@@ -83,6 +84,9 @@ pub struct RunOptions {
     /// `--flaky-result`: whether a flaky unit passes the build (memory mode,
     /// where `run` gives the verdict).
     pub flaky_result: FlakyResult,
+    /// `--quarantine`: the file of units that never fail the build (memory
+    /// mode, where `run` gives the verdict; read and checked in every mode).
+    pub quarantine: Option<PathBuf>,
     /// `--rerun-failed BUILD`: run only the units BUILD failed or found flaky
     /// (see [`super::rerun`] for the rerun's own build id).
     pub rerun_failed: Option<String>,
@@ -124,6 +128,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let execution =
         Execution::choose(options.mode, &options.source, &options.command, options.batch_size, options.results)?;
     options.budgets.validate()?;
+    let quarantine = read_quarantine(options.quarantine.as_deref())?;
     let rerun_from = match options.rerun_failed.as_deref() {
         Some(_) if !kind.is_shared() => return Err(HopperError::RerunNeedsSharedQueue),
         Some(from) => {
@@ -273,7 +278,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let report = RunReport::load(&queue, &run_id)
         .await?
         .ok_or(HopperError::StateLost { run: run_id })?
-        .counting_flaky_as(options.flaky_result);
+        .counting_flaky_as(options.flaky_result)
+        .quarantining(quarantine);
+    let counted_as = streak_id(report.run.as_str(), fallback);
+    let report = count_passes(report, &*backend.timings, &counted_as).await;
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
     finish_report(&queue, &report, outputs, options.slowest).await
 }

@@ -11,6 +11,9 @@
 //! * With `--flaky-result fail` a flaky unit is a failing case (type
 //!   `flaky`) that keeps its `<flakyFailure>` elements; the attempt that
 //!   passed is named in its `hopper.flaky` property and its system-out.
+//! * A quarantined unit keeps its real status; its `hopper.quarantined`
+//!   property and its system-out say its outcome, that it does not fail
+//!   the build, and when it is ready to leave the quarantine.
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,6 +22,7 @@ use leasehold_core::Outcome;
 use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
 
 use super::flaky::FlakyResult;
+use super::quarantine::QUARANTINE_PROPERTY;
 use super::{FailedAttempt, RunReport, UnitReport};
 use crate::errors::HopperError;
 use crate::verdicts::names;
@@ -111,12 +115,22 @@ impl RunReport {
             let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
             case.set_classname(names::classname_of(id).unwrap_or(kind));
             case.add_property(Property::new(names::UNIT_PROPERTY, id));
+            let mut notes = String::new();
             if unit.is_flaky() && self.flaky_result == FlakyResult::Fail {
                 case.add_property(Property::new(FLAKY_PROPERTY, passing_attempt(unit)));
-                case.set_system_out(format!(
+                notes.push_str(&format!(
                     "hopper: {}; --flaky-result fail counts it as a failure\n",
                     passing_attempt(unit)
                 ));
+            }
+            // Its real status stays (a dashboard sees it fail), marked as
+            // not failing the build.
+            if let Some(note) = self.quarantine_note(unit) {
+                notes.push_str(&format!("hopper: {note}\n"));
+                case.add_property(Property::new(QUARANTINE_PROPERTY, note));
+            }
+            if !notes.is_empty() {
+                case.set_system_out(notes);
             }
             case.set_time(Duration::from_millis(unit.duration_ms));
             suite.add_test_case(case);
@@ -208,6 +222,7 @@ mod tests {
             outside_skips: vec![],
             finished_workers: vec![],
             flaky_result: FlakyResult::Pass,
+            quarantine: Default::default(),
         }
     }
 

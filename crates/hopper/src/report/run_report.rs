@@ -7,7 +7,8 @@
 //! flaky units, requeue/reclaim counts and the slowest units;
 //! [`RunReport::junit`] (in `junit.rs`) gives JUnit XML with flaky units
 //! marked as such. Whether a flaky unit passes the build is the report's
-//! [`FlakyResult`] (`--flaky-result`).
+//! [`FlakyResult`] (`--flaky-result`); quarantined units (`--quarantine`,
+//! see [`super::quarantine`]) never fail it, and are listed on their own.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 
 use super::event_log::read_events;
 use super::flaky::FlakyResult;
+use super::quarantine::Quarantine;
 use crate::errors::HopperError;
 use crate::verdicts::outside::{self, OutsideError};
 use crate::verdicts::skips;
@@ -76,7 +78,7 @@ pub struct UnitReport {
 }
 
 impl UnitReport {
-    fn new(unit: UnitId, kind: String) -> Self {
+    pub(super) fn new(unit: UnitId, kind: String) -> Self {
         Self {
             unit,
             kind,
@@ -125,6 +127,8 @@ pub struct RunReport {
     pub finished_workers: Vec<WorkerId>,
     /// Whether a flaky unit passes or fails the build (`--flaky-result`).
     pub flaky_result: FlakyResult,
+    /// The units that never fail the build (`--quarantine`).
+    pub quarantine: Quarantine,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -161,20 +165,26 @@ impl RunReport {
             index.insert(spec.id.clone(), i);
             reports.push(UnitReport::new(spec.id, spec.kind));
         }
-        let mut report = RunReport {
-            run: run.clone(),
-            units: reports,
+        let mut report = RunReport { units: reports, ..RunReport::empty(run.clone()) };
+        for event in read_events(queue, run).await? {
+            report.apply(&index, event);
+        }
+        Ok(Some(report))
+    }
+
+    /// The report of `run` before any unit or event.
+    pub(super) fn empty(run: RunId) -> Self {
+        RunReport {
+            run,
+            units: Vec::new(),
             stale_rejected: 0,
             worker_errors: Vec::new(),
             outside_errors: Vec::new(),
             outside_skips: Vec::new(),
             finished_workers: Vec::new(),
             flaky_result: FlakyResult::default(),
-        };
-        for event in read_events(queue, run).await? {
-            report.apply(&index, event);
+            quarantine: Quarantine::default(),
         }
-        Ok(Some(report))
     }
 
     fn apply(&mut self, index: &HashMap<UnitId, usize>, event: Event) {
@@ -282,12 +292,40 @@ impl RunReport {
         self
     }
 
+    /// The same report, with the units `quarantine` names never failing the build.
+    pub fn quarantining(mut self, quarantine: Quarantine) -> Self {
+        self.quarantine = quarantine;
+        self
+    }
+
+    /// Whether `unit` is quarantined (it never fails the build).
+    pub fn is_quarantined(&self, unit: &UnitReport) -> bool {
+        self.quarantine.contains(unit.unit.as_str())
+    }
+
+    /// The quarantined units, in the run's order.
+    pub fn quarantined(&self) -> impl Iterator<Item = &UnitReport> {
+        self.units.iter().filter(|u| self.is_quarantined(u))
+    }
+
+    /// Units finalized as failed that fail the build (not quarantined).
+    pub fn failing(&self) -> impl Iterator<Item = &UnitReport> {
+        self.failed().filter(|u| !self.is_quarantined(u))
+    }
+
+    /// The errors outside tests that fail the build: those of groups the
+    /// quarantine does not name.
+    pub fn failing_outside_errors(&self) -> impl Iterator<Item = &OutsideError> {
+        self.outside_errors.iter().filter(|e| !self.quarantine.contains(&e.group))
+    }
+
     /// Whether every unit finished and passed (flaky units pass unless
-    /// `--flaky-result fail`), and the tool reported no error outside a test.
+    /// `--flaky-result fail`; quarantined units always pass), and the tool
+    /// reported no error outside a test (but in a quarantined group).
     pub fn passed(&self) -> bool {
         let flaky_fail = self.flaky_result == FlakyResult::Fail;
-        self.outside_errors.is_empty()
-            && self.units.iter().all(|u| match u.outcome {
+        self.failing_outside_errors().next().is_none()
+            && self.units.iter().filter(|u| !self.is_quarantined(u)).all(|u| match u.outcome {
                 Some(Outcome::Passed) => !(flaky_fail && u.is_flaky()),
                 Some(Outcome::Skipped) => true,
                 Some(Outcome::Failed) | None => false,
@@ -327,8 +365,8 @@ impl RunReport {
     pub fn render(&self, slowest: usize) -> String {
         let mut out = String::new();
         let total = self.units.len();
-        let failed: Vec<&UnitReport> = self.failed().collect();
-        let flaky: Vec<&UnitReport> = self.flaky().collect();
+        let failed: Vec<&UnitReport> = self.failing().collect();
+        let flaky: Vec<&UnitReport> = self.flaky().filter(|u| !self.is_quarantined(u)).collect();
         let unfinished = self.unfinished();
         let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count();
         // Said only when there are any, so that every unit is counted
@@ -351,19 +389,8 @@ impl RunReport {
         if !failed.is_empty() {
             let _ = writeln!(out, "\nFAILED units ({}):", failed.len());
             for unit in &failed {
-                let attempts = unit.failed_attempts.len();
-                let last = unit.failed_attempts.last();
-                let what = last.map(|a| a.detail.clone()).unwrap_or_default();
-                let reason = match &unit.reason {
-                    Some(r) => format!(", {r}"),
-                    None => String::new(),
-                };
-                let _ = writeln!(out, "  FAIL {} ({what}; {attempts} failed attempt(s){reason})", unit.unit);
-                if let Some(attempt) = last.filter(|a| !a.output.is_empty()) {
-                    for line in tail_lines(&attempt.output, TAIL_LINES) {
-                        let _ = writeln!(out, "    | {line}");
-                    }
-                }
+                let _ = writeln!(out, "  FAIL {} ({})", unit.unit, failure_of(unit));
+                write_output_tail(&mut out, unit);
             }
         }
         if !flaky.is_empty() {
@@ -394,6 +421,7 @@ impl RunReport {
                 let _ = writeln!(out, "  RECLAIMED {} (from {}{by})", unit.unit, from.join(", "));
             }
         }
+        self.write_quarantined(&mut out);
         if !unfinished.is_empty() {
             let _ =
                 writeln!(out, "\nUNFINISHED units ({}): {}", unfinished.len(), crate::errors::name_units(&unfinished));
@@ -401,7 +429,10 @@ impl RunReport {
         if !self.outside_errors.is_empty() {
             let _ = writeln!(out, "\nERRORS outside tests ({}):", self.outside_errors.len());
             for error in &self.outside_errors {
-                let _ = writeln!(out, "  ERROR {} ({} error: {})", error.group, error.phase, error.message);
+                let quarantined =
+                    if self.quarantine.contains(&error.group) { " [quarantined: does not fail the build]" } else { "" };
+                let _ =
+                    writeln!(out, "  ERROR {} ({} error: {}){quarantined}", error.group, error.phase, error.message);
                 for line in tail_lines(&error.output, TAIL_LINES) {
                     let _ = writeln!(out, "    | {line}");
                 }
@@ -454,23 +485,45 @@ impl RunReport {
             let _ = writeln!(out, "worker error: {error}");
         }
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
-        let outside = match self.outside_errors.len() {
+        let outside = match self.failing_outside_errors().count() {
             0 => String::new(),
             n => format!(", {n} error(s) outside tests"),
         };
+        let quarantined = self.quarantine_summary();
         let flaky_fail = match self.flaky_result {
             FlakyResult::Fail if !flaky.is_empty() => ", flaky units fail the build (--flaky-result fail)",
             _ => "",
         };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}{flaky_fail}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}{flaky_fail}{quarantined}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),
             unfinished.len(),
         );
         out
+    }
+}
+
+/// A failed unit's last failure, its attempts and its reason, as the
+/// report's FAIL lines say them.
+pub(super) fn failure_of(unit: &UnitReport) -> String {
+    let attempts = unit.failed_attempts.len();
+    let what = unit.failed_attempts.last().map(|a| a.detail.clone()).unwrap_or_default();
+    let reason = match &unit.reason {
+        Some(r) => format!(", {r}"),
+        None => String::new(),
+    };
+    format!("{what}; {attempts} failed attempt(s){reason}")
+}
+
+/// The tail of a failed unit's last output, indented under its line.
+pub(super) fn write_output_tail(out: &mut String, unit: &UnitReport) {
+    if let Some(attempt) = unit.failed_attempts.last().filter(|a| !a.output.is_empty()) {
+        for line in tail_lines(&attempt.output, TAIL_LINES) {
+            let _ = writeln!(out, "    | {line}");
+        }
     }
 }
 
@@ -667,6 +720,7 @@ mod tests {
             outside_skips: vec![],
             finished_workers: vec![],
             flaky_result: FlakyResult::default(),
+            quarantine: Quarantine::default(),
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -754,6 +808,7 @@ mod tests {
             outside_skips: vec![],
             finished_workers: vec![],
             flaky_result: FlakyResult::default(),
+            quarantine: Quarantine::default(),
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
         assert!(report.passed());
