@@ -43,6 +43,9 @@ pub enum Status {
     Stale,
     /// The run's meta or the unit's state is missing. Nothing changed.
     Corrupt,
+    /// The run reached its failure limit ([`Budgets::max_failures`]): nothing
+    /// more is handed out. Nothing changed.
+    Stopped,
 }
 
 impl Status {
@@ -55,6 +58,7 @@ impl Status {
             Status::Requeued => "REQUEUED",
             Status::Stale => "STALE",
             Status::Corrupt => "CORRUPT",
+            Status::Stopped => "STOPPED",
         }
     }
 }
@@ -128,11 +132,16 @@ pub struct Budgets {
     pub requeue_tolerance: f64,
     /// Times one unit may be reclaimed from a dead worker before it fails.
     pub max_reclaims: u32,
+    /// Units that may fail for good before the run stops handing out units
+    /// (fail fast); `None` is no limit. A run stored without this budget
+    /// reads as `None`.
+    #[serde(default)]
+    pub max_failures: Option<u32>,
 }
 
 impl Default for Budgets {
     fn default() -> Self {
-        Self { max_requeues: 1, requeue_tolerance: 0.2, max_reclaims: 2 }
+        Self { max_requeues: 1, requeue_tolerance: 0.2, max_reclaims: 2, max_failures: None }
     }
 }
 
@@ -286,6 +295,9 @@ pub enum ReserveReply {
     },
     /// `NONE`: nothing to hand out now (units may still be in flight).
     None,
+    /// `STOPPED`: the run has reached its failure limit; nothing more will
+    /// be handed out. Let running units finish, then stop.
+    Stopped,
     /// `CORRUPT`: the run's meta or a unit's state is missing.
     Corrupt,
 }
@@ -297,6 +309,7 @@ impl ReserveReply {
             ReserveReply::Delivered(_) => Status::Ok,
             ReserveReply::ReclaimExhausted { .. } => Status::Finalized,
             ReserveReply::None => Status::None,
+            ReserveReply::Stopped => Status::Stopped,
             ReserveReply::Corrupt => Status::Corrupt,
         }
     }
@@ -311,6 +324,8 @@ pub struct ReserveBatch {
     pub exhausted: Vec<UnitId>,
     /// Whether a `CORRUPT` reply ended the batch.
     pub corrupt: bool,
+    /// Whether a `STOPPED` reply ended the batch (the run reached its failure limit).
+    pub stopped: bool,
 }
 
 /// The reply of heartbeat, finalize, abandon and release: `OK`, `STALE` or `CORRUPT`.
@@ -539,12 +554,30 @@ pub struct Progress {
     pub in_flight: u64,
     /// Entries not yet delivered (main and priority streams).
     pub queued: u64,
+    /// Units finalized as failed (failed for good), whichever transition did it.
+    #[serde(default)]
+    pub failed: u64,
+    /// Whether the run reached its failure limit ([`Budgets::max_failures`]),
+    /// so `reserve` replies `STOPPED`.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl Progress {
-    /// Whether every unit has been finalized.
+    /// Whether the run is over: every unit has been finalized, or the run
+    /// has stopped at its failure limit and nothing is in flight any more
+    /// (the units left will never run).
     pub fn is_complete(&self) -> bool {
-        self.finalized >= self.total
+        self.finalized >= self.total || (self.stopped && self.in_flight == 0)
+    }
+
+    /// Units that will not run because the run stopped: 0 unless stopped.
+    pub fn not_run(&self) -> u64 {
+        if self.stopped {
+            self.total.saturating_sub(self.finalized + self.in_flight)
+        } else {
+            0
+        }
     }
 }
 
@@ -607,6 +640,16 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   at least `reclaim_after`, whichever worker holds it. A reclaim past the
 ///   run's `max_reclaims` finalizes the unit as failed
 ///   (`reclaim_budget_exhausted`) and replies `FINALIZED`.
+/// * **Fail fast.** Every transition that finalizes a unit as failed
+///   (`finalize` with [`Outcome::Failed`], `requeue` or a reclaim over
+///   budget) counts it in the run's `failed` ([`Progress::failed`]). Once
+///   `failed` reaches the run's [`Budgets::max_failures`], the run is
+///   stopped: `reserve` replies `STOPPED` before reading any stream or
+///   reclaiming, changes nothing and appends no event, for every worker,
+///   including one that joins later; a batch that reaches the limit midway
+///   (a reclaim over budget) ends with `stopped`. Deliveries already handed
+///   out are still fenced and finalized as usual. A stopped run with nothing
+///   in flight is complete ([`Progress::is_complete`]).
 /// * `requeue` puts the unit on the priority stream while
 ///   `retry_index + 1 <= max_requeues` and, for the unit's first requeue,
 ///   while fewer than `ceil(total × tolerance)` units have been requeued;
@@ -646,7 +689,7 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 /// let spec = RunSpec {
 ///     run: run.clone(),
 ///     units: vec![UnitSpec::new(UnitId::new("a")?, "test"), UnitSpec::new(UnitId::new("b")?, "test")],
-///     budgets: Budgets { max_requeues: 1, requeue_tolerance: 1.0, max_reclaims: 2 },
+///     budgets: Budgets { max_requeues: 1, requeue_tolerance: 1.0, max_reclaims: 2, max_failures: None },
 ///     ttl: Duration::from_secs(3600),
 /// };
 /// // Every worker initializes; the first makes the run, the others join it.
@@ -684,7 +727,7 @@ pub trait UnitQueue: Send + Sync + 'static {
     async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError>;
 
     /// Reserves up to `max` units in one call (a batch for one invocation).
-    /// Stops early at `NONE` or `CORRUPT`. Backends may do this in one round trip.
+    /// Stops early at `NONE`, `STOPPED` or `CORRUPT`. Backends may do this in one round trip.
     async fn reserve_batch(
         &self,
         run: &RunId,
@@ -698,6 +741,10 @@ pub trait UnitQueue: Send + Sync + 'static {
                 ReserveReply::Delivered(d) => batch.deliveries.push(d),
                 ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
                 ReserveReply::None => break,
+                ReserveReply::Stopped => {
+                    batch.stopped = true;
+                    break;
+                }
                 ReserveReply::Corrupt => {
                     batch.corrupt = true;
                     break;
@@ -872,7 +919,7 @@ mod tests {
 
     #[test]
     fn tolerance_cap_uses_the_seed_epsilon() {
-        let b = Budgets { max_requeues: 1, requeue_tolerance: 0.7, max_reclaims: 1 };
+        let b = Budgets { max_requeues: 1, requeue_tolerance: 0.7, max_reclaims: 1, max_failures: None };
         assert_eq!(b.max_requeued_units(100), 70);
         assert_eq!(b.max_requeued_units(3), 3); // ceil(2.1)
         let zero = Budgets { requeue_tolerance: 0.0, ..b };

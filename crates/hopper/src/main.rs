@@ -253,6 +253,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             max_requeues: args.max_requeues,
             requeue_tolerance: args.requeue_tolerance,
             max_reclaims: args.max_reclaims,
+            ..Budgets::default()
         },
         run_ttl: args.run_ttl,
         command: args.command,

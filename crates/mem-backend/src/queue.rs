@@ -62,10 +62,19 @@ impl Runs {
 struct Meta {
     total: u64,
     finalized: u64,
+    /// Units finalized as failed (the fail-fast count).
+    failed: u64,
     requeued_units: u64,
     budgets: Budgets,
     ttl_ms: u64,
     fingerprint: String,
+}
+
+impl Meta {
+    /// Whether the run has reached its failure limit.
+    fn stopped(&self) -> bool {
+        self.budgets.max_failures.is_some_and(|max| self.failed >= u64::from(max))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -265,7 +274,11 @@ impl Run {
             },
             now,
         );
-        self.meta_mut().finalized += 1;
+        let meta = self.meta_mut();
+        meta.finalized += 1;
+        if outcome == Outcome::Failed {
+            meta.failed += 1;
+        }
     }
 
     fn deliver_new(&mut self, worker: &WorkerId, now: u64) -> Option<ReserveReply> {
@@ -338,6 +351,9 @@ impl Run {
     }
 
     fn reserve(&mut self, worker: &WorkerId, min_idle_ms: u64, now: u64) -> ReserveReply {
+        if self.meta().stopped() {
+            return ReserveReply::Stopped;
+        }
         match self.deliver_new(worker, now) {
             Some(reply) => reply,
             None => self.reclaim(worker, min_idle_ms, now),
@@ -419,6 +435,8 @@ impl Run {
             total: meta.total,
             finalized: meta.finalized,
             requeued_units: meta.requeued_units,
+            failed: meta.failed,
+            stopped: meta.stopped(),
             in_flight: (self.main.pending.len() + self.priority.pending.len()) as u64,
             queued: (self.main.unread() + self.priority.unread()) as u64,
         }
@@ -495,6 +513,7 @@ impl UnitQueue for MemoryStore {
         run.meta = Some(Meta {
             total: spec.units.len() as u64,
             finalized: 0,
+            failed: 0,
             requeued_units: 0,
             budgets: spec.budgets,
             ttl_ms,
@@ -529,6 +548,10 @@ impl UnitQueue for MemoryStore {
                 match r.reserve(worker, min_idle, now) {
                     ReserveReply::Delivered(d) => batch.deliveries.push(d),
                     ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
+                    ReserveReply::Stopped => {
+                        batch.stopped = true;
+                        break;
+                    }
                     ReserveReply::None | ReserveReply::Corrupt => break,
                 }
             }

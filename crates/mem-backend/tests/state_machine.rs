@@ -90,6 +90,7 @@ impl World {
                 ReserveReply::Delivered(d) => self.held[w].push(d),
                 ReserveReply::ReclaimExhausted { .. } | ReserveReply::None => {}
                 ReserveReply::Corrupt => panic!("corrupt on a live run"),
+                ReserveReply::Stopped => panic!("stopped without a failure limit"),
             },
             Op::Heartbeat(w, i) => {
                 let Some(d) = self.pick(w, i) else { return };
@@ -189,6 +190,7 @@ impl World {
                 ReserveReply::ReclaimExhausted { .. } => {}
                 ReserveReply::None => self.clock.advance(RECLAIM_AFTER.get()),
                 ReserveReply::Corrupt => panic!("corrupt on a live run"),
+                ReserveReply::Stopped => panic!("stopped without a failure limit"),
             }
         }
         panic!("the run did not drain");
@@ -200,6 +202,7 @@ fn budgets() -> impl Strategy<Value = Budgets> {
         max_requeues,
         requeue_tolerance: tol as f64 / 10.0,
         max_reclaims,
+        max_failures: None,
     })
 }
 

@@ -4,11 +4,13 @@
 --
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
---       max_reclaims, total, then `total` pairs of unit id, kind.
+--       max_reclaims, max_failures ("" for no limit), total, then `total`
+--       pairs of unit id, kind.
 -- A probe passes "probe" for total and no units: the same replies when the
 -- run exists, else { "ABSENT" } and nothing changes.
 -- Reply: { "INITIALIZED" }
---      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims }
+--      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims, max_failures }
+--        (max_failures "" when the run has no limit, or predates it)
 --      | { "MISMATCH", existing_total }
 -- A retry of the same call (same nonce) after a lost reply answers
 -- INITIALIZED again, so a re-sent initialize cannot demote the leader.
@@ -16,10 +18,10 @@
 local units, priority, attempts, meta, unit_state, workers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local total = ARGV[7]
+local total = ARGV[8]
 
 local existing = redis.call("HMGET", meta, "fingerprint", "init_nonce", "max_requeues", "requeue_tolerance",
-  "max_reclaims", "total_units")
+  "max_reclaims", "total_units", "max_failures")
 if existing[1] then
   if existing[1] ~= fingerprint then
     return { "MISMATCH", tonumber(existing[6]) or 0 }
@@ -27,10 +29,10 @@ if existing[1] then
   if existing[2] == nonce then
     return { "INITIALIZED" }
   end
-  return { "ALREADY", existing[3], existing[4], existing[5] }
+  return { "ALREADY", existing[3], existing[4], existing[5], existing[7] or "" }
 end
 -- A probe (total "probe", no units) only asks whether the run exists.
-if ARGV[7] == "probe" then
+if ARGV[8] == "probe" then
   return { "ABSENT" }
 end
 
@@ -50,15 +52,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id_form = string.format("%d-*", now)
 -- An entry is one field: the unit id, valued its kind (the fewest values
 -- for the scripts to read back, twice per unit).
-local first = total > 0 and redis.pcall("XADD", units, id_form, ARGV[8], ARGV[9])
+local first = total > 0 and redis.pcall("XADD", units, id_form, ARGV[9], ARGV[10])
 if type(first) == "table" and first.err then
   id_form = "*"
-  redis.call("XADD", units, id_form, ARGV[8], ARGV[9])
+  redis.call("XADD", units, id_form, ARGV[9], ARGV[10])
 end
 local CHUNK = 256
 local states = {}
 for i = 1, total do
-  local id, kind = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
+  local id, kind = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
   if i > 1 then
     redis.call("XADD", units, id_form, id, kind)
   end
@@ -79,9 +81,11 @@ redis.call("HSET", meta,
   "total_units", total,
   "finalized_count", 0,
   "requeued_units_count", 0,
+  "failed_count", 0,
   "max_requeues", ARGV[4],
   "requeue_tolerance", ARGV[5],
   "max_reclaims", ARGV[6],
+  "max_failures", ARGV[7],
   "fingerprint", fingerprint,
   "init_nonce", nonce,
   "ttl_ms", ttl_ms,

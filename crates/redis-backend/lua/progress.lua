@@ -2,10 +2,12 @@
 --
 -- KEYS: units, units:priority, meta
 -- Reply: false when the run does not exist, else
---        { total, finalized, requeued_units, in_flight, queued }
+--        { total, finalized, requeued_units, in_flight, queued, failed, stopped (0/1) }
+-- A run without max_failures (none set, or stored before it existed) never stops.
 
 local units, priority, meta = KEYS[1], KEYS[2], KEYS[3]
-local m = redis.call("HMGET", meta, "total_units", "finalized_count", "requeued_units_count")
+local m = redis.call("HMGET", meta, "total_units", "finalized_count", "requeued_units_count", "failed_count",
+  "max_failures")
 if not m[1] then
   return false
 end
@@ -36,4 +38,10 @@ end
 
 local p_pending, p_queued = group_counts(priority)
 local u_pending, u_queued = group_counts(units)
-return { tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0, p_pending + u_pending, p_queued + u_queued }
+local failed, max_failures = tonumber(m[4]) or 0, tonumber(m[5])
+local stopped = 0
+if max_failures and failed >= max_failures then
+  stopped = 1
+end
+return { tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0, p_pending + u_pending, p_queued + u_queued, failed,
+  stopped }

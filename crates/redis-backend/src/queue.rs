@@ -34,6 +34,8 @@ enum Item {
 struct Reserved {
     items: Vec<Item>,
     corrupt: bool,
+    /// The run reached its failure limit.
+    stopped: bool,
 }
 
 fn parse_entry_id(what: &'static str, value: &Value) -> Result<EntryId, ReplyError> {
@@ -53,7 +55,8 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
     const WHAT: &str = "reserve";
     let items = reply::array(WHAT, value)?;
     let tail = reply::string(WHAT, reply::at(WHAT, &items, 0)?)?;
-    let mut out = Reserved { items: Vec::with_capacity(items.len() / 5), corrupt: tail == "CORRUPT" };
+    let mut out =
+        Reserved { items: Vec::with_capacity(items.len() / 5), corrupt: tail == "CORRUPT", stopped: tail == "STOPPED" };
     // Items follow flat: "FRESH", the stream, n and n groups of 5 fields;
     // "OK" and 9 fields; or "FINALIZED" and the unit.
     let mut i = 1;
@@ -109,6 +112,15 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
         }
     }
     Ok(out)
+}
+
+/// The stored `max_failures` budget: absent or empty (no limit, or a run
+/// stored before the budget existed) is `None`.
+fn parse_max_failures(stored: Option<&str>) -> Result<Option<u32>, std::num::ParseIntError> {
+    match stored {
+        None | Some("") => Ok(None),
+        Some(s) => s.parse().map(Some),
+    }
 }
 
 /// The status string of a `{ STATUS, ... }` reply, and the rest.
@@ -316,6 +328,7 @@ impl UnitQueue for RedisStore {
                 .arg(spec.budgets.max_requeues)
                 .arg(spec.budgets.requeue_tolerance.to_string())
                 .arg(spec.budgets.max_reclaims)
+                .arg(spec.budgets.max_failures.map(|n| n.to_string()).unwrap_or_default())
                 .arg(total)
         };
         // A probe without the units first: a worker joining a run that exists
@@ -352,6 +365,8 @@ impl UnitQueue for RedisStore {
                         .parse()
                         .map_err(|_| corrupt("requeue_tolerance"))?,
                     max_reclaims: field(2, "max_reclaims")?.parse().map_err(|_| corrupt("max_reclaims"))?,
+                    max_failures: parse_max_failures(field(3, "max_failures").ok().as_deref())
+                        .map_err(|_| corrupt("max_failures"))?,
                 };
                 Ok(InitOutcome::AlreadyInitialized { budgets })
             }
@@ -370,6 +385,7 @@ impl UnitQueue for RedisStore {
             Some(Item::Delivered(d)) => ReserveReply::Delivered(d),
             Some(Item::Exhausted(unit)) => ReserveReply::ReclaimExhausted { unit },
             None if reserved.corrupt => ReserveReply::Corrupt,
+            None if reserved.stopped => ReserveReply::Stopped,
             None => ReserveReply::None,
         })
     }
@@ -382,7 +398,8 @@ impl UnitQueue for RedisStore {
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
         let reserved = self.reserve_items(run, worker, max, reclaim_after, false).await?;
-        let mut batch = ReserveBatch { corrupt: reserved.corrupt, ..ReserveBatch::default() };
+        let mut batch =
+            ReserveBatch { corrupt: reserved.corrupt, stopped: reserved.stopped, ..ReserveBatch::default() };
         for item in reserved.items {
             match item {
                 Item::Delivered(d) => batch.deliveries.push(d),
@@ -561,7 +578,15 @@ impl UnitQueue for RedisStore {
         let n = |i| -> Result<u64, QueueError> {
             reply::uint("progress", reply::at("progress", &items, i).map_err(bad)?).map_err(bad)
         };
-        Ok(Some(Progress { total: n(0)?, finalized: n(1)?, requeued_units: n(2)?, in_flight: n(3)?, queued: n(4)? }))
+        Ok(Some(Progress {
+            total: n(0)?,
+            finalized: n(1)?,
+            requeued_units: n(2)?,
+            in_flight: n(3)?,
+            queued: n(4)?,
+            failed: n(5)?,
+            stopped: n(6)? == 1,
+        }))
     }
 
     async fn budgets(&self, run: &RunId) -> Result<Option<Budgets>, QueueError> {
@@ -569,11 +594,11 @@ impl UnitQueue for RedisStore {
         let mut conn = self.conn();
         let values: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(&keys.meta)
-            .arg(&["ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims"])
+            .arg(&["ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims", "max_failures"])
             .query_async(&mut conn)
             .await
             .map_err(|e| queue_err("budgets", run, e))?;
-        let [ttl, max_requeues, tolerance, max_reclaims]: [Option<String>; 4] = values
+        let [ttl, max_requeues, tolerance, max_reclaims, max_failures]: [Option<String>; 5] = values
             .try_into()
             .map_err(|_| queue_reply_err("budgets", run, ReplyError::new("budgets", "HMGET gave the wrong count")))?;
         if ttl.is_none() {
@@ -587,6 +612,7 @@ impl UnitQueue for RedisStore {
             max_requeues: max_requeues.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("max_requeues"))?,
             requeue_tolerance: tolerance.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("requeue_tolerance"))?,
             max_reclaims: max_reclaims.and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("max_reclaims"))?,
+            max_failures: parse_max_failures(max_failures.as_deref()).map_err(|_| corrupt("max_failures"))?,
         }))
     }
 
@@ -903,6 +929,14 @@ mod tests {
 
     fn entry(id: &str, fields: &[&str]) -> Value {
         Value::Array(vec![bulk(id), Value::Array(fields.iter().map(|f| bulk(f)).collect())])
+    }
+
+    #[test]
+    fn a_run_stored_without_max_failures_has_no_limit() {
+        assert_eq!(parse_max_failures(None), Ok(None));
+        assert_eq!(parse_max_failures(Some("")), Ok(None));
+        assert_eq!(parse_max_failures(Some("3")), Ok(Some(3)));
+        assert!(parse_max_failures(Some("x")).is_err());
     }
 
     #[test]

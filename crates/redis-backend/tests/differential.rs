@@ -125,11 +125,13 @@ fn case() -> impl Strategy<Value = Case> {
         0..3u32,
         prop_oneof![Just(0.0), Just(0.34), Just(0.5), Just(1.0)],
         0..3u32,
+        // The fail-fast limit: none, or low enough to be reached.
+        proptest::option::of(1..4u32),
         prop::collection::vec(op(), 1..40),
     )
-        .prop_map(|(units, max_requeues, requeue_tolerance, max_reclaims, ops)| Case {
+        .prop_map(|(units, max_requeues, requeue_tolerance, max_reclaims, max_failures, ops)| Case {
             units,
-            budgets: Budgets { max_requeues, requeue_tolerance, max_reclaims },
+            budgets: Budgets { max_requeues, requeue_tolerance, max_reclaims, max_failures },
             ops,
         })
 }
@@ -423,7 +425,7 @@ async fn batch(side: &mut Side, run: &RunId, w: usize, max: usize, reclaim_after
         side.deliveries.push((w, d.clone()));
         out.push(norm_delivery(d, &mut side.ordinals));
     }
-    format!("{out:?} exhausted={:?} corrupt={}", b.exhausted, b.corrupt)
+    format!("{out:?} exhausted={:?} corrupt={} stopped={}", b.exhausted, b.corrupt, b.stopped)
 }
 
 /// Everything observable at the end, normalised.

@@ -18,7 +18,7 @@ fn spec(run: &str, units: &[&str]) -> RunSpec {
     RunSpec {
         run: RunId::new(run).unwrap(),
         units: units.iter().map(|u| UnitSpec::new(UnitId::new(*u).unwrap(), "file")).collect(),
-        budgets: Budgets { max_requeues: 2, requeue_tolerance: 1.0, max_reclaims: 2 },
+        budgets: Budgets { max_requeues: 2, requeue_tolerance: 1.0, max_reclaims: 2, max_failures: None },
         ttl: Duration::from_secs(3600),
     }
 }

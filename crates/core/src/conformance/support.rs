@@ -59,7 +59,7 @@ pub fn ms(n: u64) -> Duration {
 
 /// Budgets from their three values.
 pub fn budgets(max_requeues: u32, requeue_tolerance: f64, max_reclaims: u32) -> Budgets {
-    Budgets { max_requeues, requeue_tolerance, max_reclaims }
+    Budgets { max_requeues, requeue_tolerance, max_reclaims, max_failures: None }
 }
 
 /// Generous budgets: one requeue per unit, every unit may be requeued, two reclaims.
@@ -206,9 +206,22 @@ pub async fn progress(fx: &Fixture, run: &RunId) -> Progress {
     fx.queue.progress(run).await.expect("progress").expect("the run exists")
 }
 
-/// Progress from its counters: total, finalized, requeued units, in flight, queued.
+/// Progress from its counters: total, finalized, requeued units, in flight,
+/// queued (none failed for good, not stopped).
 pub fn counters(total: u64, finalized: u64, requeued_units: u64, in_flight: u64, queued: u64) -> Progress {
-    Progress { total, finalized, requeued_units, in_flight, queued }
+    Progress { total, finalized, requeued_units, in_flight, queued, failed: 0, stopped: false }
+}
+
+/// [`counters`] with `failed` units failed for good.
+pub fn counters_failed(
+    total: u64,
+    finalized: u64,
+    requeued_units: u64,
+    in_flight: u64,
+    queued: u64,
+    failed: u64,
+) -> Progress {
+    Progress { failed, ..counters(total, finalized, requeued_units, in_flight, queued) }
 }
 
 /// A unit's state, which must exist.
@@ -362,7 +375,10 @@ pub async fn assert_all_corrupt(fx: &Fixture, run: &RunId, w: &str, d: &Delivery
     assert_eq!(fx.queue.reserve(run, &wk, LONG).await.expect("reserve"), ReserveReply::Corrupt, "reserve");
     assert_eq!(fx.queue.reserve(run, &wk, ttl_ms(100)).await.expect("reserve"), ReserveReply::Corrupt, "reserve");
     let batch = fx.queue.reserve_batch(run, &wk, batch(3), LONG).await.expect("reserve_batch");
-    assert_eq!(batch, crate::queue::ReserveBatch { deliveries: vec![], exhausted: vec![], corrupt: true });
+    assert_eq!(
+        batch,
+        crate::queue::ReserveBatch { deliveries: vec![], exhausted: vec![], corrupt: true, stopped: false }
+    );
     assert_eq!(fx.queue.heartbeat(run, &wk, d).await.expect("heartbeat"), Ack::Corrupt, "heartbeat");
     assert_eq!(fx.queue.finalize(run, &wk, d, &passed(5)).await.expect("finalize"), Ack::Corrupt, "finalize");
     assert_eq!(fx.queue.requeue(run, &wk, d, &failure("x")).await.expect("requeue"), RequeueReply::Corrupt, "requeue");

@@ -140,7 +140,8 @@ local function touch_worker(current, delta)
 end
 
 -- Terminal transition shared by finalize, requeue (budget exhausted) and
--- reclaim (budget exhausted): XACK, finalized event, finalized_count += 1.
+-- reclaim (budget exhausted): XACK, finalized event, finalized_count += 1,
+-- and failed_count += 1 for a failure (the fail-fast count).
 -- `extra` is raw JSON fields to append (",\"k\":v..."), or "".
 local function finalize_entry(stream, entry_id, unit_json, state, outcome, duration_ms, reason_json, errors_json, extra)
   redis.call("XACK", stream, GROUP, entry_id)
@@ -149,4 +150,7 @@ local function finalize_entry(stream, entry_id, unit_json, state, outcome, durat
     outcome, tonumber(duration_ms) or 0, raw_or_null(reason_json), raw_or_null(errors_json),
     stream_short(stream), entry_id, extra))
   redis.call("HINCRBY", meta, "finalized_count", 1)
+  if outcome == "failed" then
+    redis.call("HINCRBY", meta, "failed_count", 1)
+  end
 end

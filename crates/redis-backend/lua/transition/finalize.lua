@@ -105,7 +105,7 @@ local function finalize_batch(m, count, base, hinted)
 
   local states = read_states(passed_units)
   local acks = {}
-  local done = 0
+  local done, failed = 0, 0
   for j, i in ipairs(passed) do
     local state = states[j]
     if not state then
@@ -118,8 +118,13 @@ local function finalize_batch(m, count, base, hinted)
         acks[stream] = ids
       end
       ids[#ids + 1] = i_id[i]
-      append_finalized(i_unit[i], state, ARGV[base + (i - 1) * 5 + 4])
+      local tail = ARGV[base + (i - 1) * 5 + 4]
+      append_finalized(i_unit[i], state, tail)
       done = done + 1
+      -- The client builds the tail with the outcome first.
+      if string.sub(tail, 1, 19) == ',"outcome":"failed"' then
+        failed = failed + 1
+      end
     end
   end
   for stream, ids in pairs(acks) do
@@ -129,6 +134,9 @@ local function finalize_batch(m, count, base, hinted)
   end
   if done > 0 then
     redis.call("HINCRBY", meta, "finalized_count", done)
+    if failed > 0 then
+      redis.call("HINCRBY", meta, "failed_count", failed)
+    end
     touch_worker("null", done)
     renew_ttls(m.ttl_ms)
   end

@@ -51,7 +51,7 @@ end
 -- Meta fields every transition needs, in one call. nil when the run is gone.
 local function read_meta()
   local m = redis.call("HMGET", meta, "ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims",
-    "total_units", "requeued_units_count")
+    "total_units", "requeued_units_count", "max_failures", "failed_count")
   local ttl = tonumber(m[1])
   if not ttl then
     return nil
@@ -63,6 +63,9 @@ local function read_meta()
     max_reclaims = tonumber(m[4]) or 0,
     total_units = tonumber(m[5]) or 0,
     requeued_units = tonumber(m[6]) or 0,
+    -- nil: no limit (also a run stored before the budget existed).
+    max_failures = tonumber(m[7]),
+    failed = tonumber(m[8]) or 0,
   }
 end
 

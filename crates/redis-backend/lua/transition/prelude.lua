@@ -9,7 +9,8 @@
 -- ARGV: mode, worker_id, then mode-specific arguments (see dispatch).
 --
 -- Replies are arrays whose first element is a status string: "OK", "NONE",
--- "FINALIZED", "REQUEUED", "STALE" (fence failed) or "CORRUPT" (meta or the
+-- "FINALIZED", "REQUEUED", "STOPPED" (reserve on a run at its failure limit),
+-- "STALE" (fence failed) or "CORRUPT" (meta or the
 -- unit's unit_state entry is missing or unreadable). STALE and CORRUPT are
 -- status replies, not Lua errors, so the caller can tell them from Redis errors.
 --
@@ -24,6 +25,9 @@
 --   JSON shape but are read with anchored patterns and written with
 --   string.format; free text (summaries, errors) arrives pre-encoded as JSON.
 -- * Budgets and the inactivity TTL come from meta (frozen at initialisation).
+-- * Fail fast is new: every failed finalization adds to meta's failed_count,
+--   and `reserve` replies STOPPED once it reaches max_failures (absent: no
+--   limit, as in runs stored before the field existed).
 -- * `release_batch` is new: a worker hands deliveries back (shutting down,
 --   prefetched units) without spending a retry or reclaim budget; the seed
 --   could only abandon them to the reclaim timeout, which costs a reclaim.

@@ -2,7 +2,8 @@
 -- (The parts are joined in order in src/scripts.rs.)
 
 -- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
--- Reply: { tail, item... } where tail is "FULL", "NONE" or "CORRUPT" and the
+-- Reply: { tail, item... } where tail is "FULL", "NONE", "STOPPED" (the run
+-- reached its failure limit: nothing more is handed out) or "CORRUPT" and the
 -- items follow flat (no table per item, cheaper to reply): "FRESH", stream,
 -- n, then n groups of entry_id, unit, kind, retry_index, reclaim_count (the
 -- entries one XREADGROUP delivered: delivery count 1, not reclaimed; five
@@ -13,6 +14,10 @@
 local function reserve(m, max, reclaim_after_ms, single)
   max = tonumber(max)
   reclaim_after_ms = tonumber(reclaim_after_ms)
+  -- Fail fast: a stopped run hands nothing out, changes nothing.
+  if m.max_failures and m.failed >= m.max_failures then
+    return { "STOPPED" }
+  end
   local reply = { "NONE" }
   local delivered = 0
   local changed = false
@@ -134,6 +139,11 @@ local function reserve(m, max, reclaim_after_ms, single)
         string.format(',"previous_worker_id":%s,"delivery_count":%d', jstr(previous), delivery_count))
       reply[#reply + 1] = "FINALIZED"
       reply[#reply + 1] = unit
+      m.failed = m.failed + 1
+      if m.max_failures and m.failed >= m.max_failures then
+        tail = "STOPPED"
+        break
+      end
       if single == "1" then
         tail = "FULL"
         break

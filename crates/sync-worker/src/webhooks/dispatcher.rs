@@ -244,7 +244,12 @@ async fn ensure_run(ctx: &Ctx, run: &RunId, name: &str) -> Result<bool, Dispatch
     let spec = RunSpec {
         run: run.clone(),
         units,
-        budgets: Budgets { max_requeues: ctx.settings.retries, requeue_tolerance: 1.0, max_reclaims: MAX_RECLAIMS },
+        budgets: Budgets {
+            max_requeues: ctx.settings.retries,
+            requeue_tolerance: 1.0,
+            max_reclaims: MAX_RECLAIMS,
+            ..Budgets::default()
+        },
         ttl: RUN_TTL,
     };
     match ctx.queue.initialize(&spec).await {

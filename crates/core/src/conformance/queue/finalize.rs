@@ -72,7 +72,7 @@ pub async fn finalize_records_outcome_and_event(fx: Fixture) {
         );
     }
     let p = progress(&fx, &r).await;
-    assert_eq!(p, counters(3, 3, 0, 0, 0));
+    assert_eq!(p, counters_failed(3, 3, 0, 0, 0, 1));
     assert!(p.is_complete());
 }
 

@@ -10,6 +10,7 @@
 
 pub mod concurrency;
 pub mod events;
+pub mod fail_fast;
 pub mod fences;
 pub mod finalize;
 pub mod initialize;
@@ -33,5 +34,6 @@ use crate::events::Event;
 use crate::ids::{EntryId, UnitId};
 use crate::queue::{
     Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeRequest, InitOutcome, LivenessReply, Outcome,
-    RequeueReply, RequeueRequest, ReserveReply, RunSpec, StreamName, MAX_KIND_LEN, MAX_SUMMARY_LEN,
+    Progress, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunSpec, StreamName, MAX_KIND_LEN,
+    MAX_SUMMARY_LEN,
 };

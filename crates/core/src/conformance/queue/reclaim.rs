@@ -159,7 +159,7 @@ pub async fn reclaim_over_budget_finalizes_failed(fx: Fixture) {
             failure_summary: None,
         }
     );
-    assert_eq!(progress(&fx, &r).await, counters(1, 1, 0, 0, 0));
+    assert_eq!(progress(&fx, &r).await, counters_failed(1, 1, 0, 0, 0, 1));
     assert!(pending_rows(&fx, &r).await.is_empty());
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(0, 1, false));
     let rec = worker_record(&fx, &r, "w3").await;
@@ -194,7 +194,7 @@ pub async fn reclaim_with_zero_max_reclaims_finalizes_first(fx: Fixture) {
     );
     assert_eq!(reserve_with(&fx, &r, "w2", ms(100)).await, ReserveReply::ReclaimExhausted { unit: unit("b") });
     assert_eq!(reserve_with(&fx, &r, "w2", ms(100)).await, ReserveReply::None);
-    assert_eq!(progress(&fx, &r).await, counters(2, 2, 0, 0, 0));
+    assert_eq!(progress(&fx, &r).await, counters_failed(2, 2, 0, 0, 0, 2));
     assert_all_stale(&fx, &r, "w1", &db).await;
 }
 

@@ -83,7 +83,7 @@ pub async fn requeue_over_unit_cap_finalizes_failed(fx: Fixture) {
         }
     );
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(2, 0, true));
-    assert_eq!(progress(&fx, &r).await, counters(2, 1, 1, 0, 1));
+    assert_eq!(progress(&fx, &r).await, counters_failed(2, 1, 1, 0, 1, 1));
     assert!(pending_rows(&fx, &r).await.is_empty());
     let rec = worker_record(&fx, &r, "w1").await;
     assert_eq!((rec.current_unit, rec.processed), (None, 3));
@@ -114,7 +114,7 @@ pub async fn requeue_with_zero_max_requeues_finalizes_first(fx: Fixture) {
         }
     );
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(0, 0, false));
-    assert_eq!(progress(&fx, &r).await, counters(2, 1, 0, 0, 1));
+    assert_eq!(progress(&fx, &r).await, counters_failed(2, 1, 0, 0, 1, 1));
 }
 
 /// 10 units × tolerance 0.7: exactly 7 distinct units may be requeued; the
@@ -134,7 +134,7 @@ pub async fn requeue_tolerance_caps_distinct_units(fx: Fixture) {
             assert_eq!(reply, RequeueReply::Finalized { retry_index: 0 }, "unit {i}");
         }
     }
-    assert_eq!(progress(&fx, &r).await, counters(10, 3, 7, 0, 7));
+    assert_eq!(progress(&fx, &r).await, counters_failed(10, 3, 7, 0, 7, 3));
     let events = all_events(&fx, &r).await;
     for (i, name) in names.iter().enumerate() {
         if i < 7 {
@@ -168,7 +168,7 @@ pub async fn requeue_tolerance_uses_seed_epsilon(fx: Fixture) {
             finalize_ok(&fx, &r, "w1", d).await;
         }
     }
-    assert_eq!(progress(&fx, &r).await, counters(100, 30, 70, 0, 70));
+    assert_eq!(progress(&fx, &r).await, counters_failed(100, 30, 70, 0, 70, 1));
 }
 
 /// A unit already in retry may requeue again after the run's tolerance is
@@ -189,7 +189,7 @@ pub async fn requeue_of_unit_in_retry_ignores_used_tolerance(fx: Fixture) {
     assert_eq!((last.unit.as_str(), last.retry_index), ("a", 3));
     assert_eq!(requeue_as(&fx, &r, "w1", &last, "f").await, RequeueReply::Finalized { retry_index: 3 });
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(3, 0, true));
-    assert_eq!(progress(&fx, &r).await, counters(4, 2, 1, 0, 2));
+    assert_eq!(progress(&fx, &r).await, counters_failed(4, 2, 1, 0, 2, 2));
 }
 
 /// With tolerance 0 no unit may be requeued at all.
@@ -204,7 +204,7 @@ pub async fn requeue_with_zero_tolerance_finalizes(fx: Fixture) {
         }
         other => panic!("expected a finalized event, got {other:?}"),
     }
-    assert_eq!(progress(&fx, &r).await, counters(2, 1, 0, 0, 1));
+    assert_eq!(progress(&fx, &r).await, counters_failed(2, 1, 0, 0, 1, 1));
 }
 
 /// `requeued_units` counts distinct units (a second requeue of one unit does
@@ -225,5 +225,5 @@ pub async fn requeued_units_counts_each_unit_once(fx: Fixture) {
     assert_eq!(progress(&fx, &r).await.requeued_units, 2);
     assert_eq!(requeue_as(&fx, &r, "w1", &c, "f").await, RequeueReply::Finalized { retry_index: 0 });
     assert_eq!(requeue_as(&fx, &r, "w1", &a, "f").await, RequeueReply::Requeued { retry_index: 3 });
-    assert_eq!(progress(&fx, &r).await, counters(3, 1, 2, 0, 2));
+    assert_eq!(progress(&fx, &r).await, counters_failed(3, 1, 2, 0, 2, 1));
 }
