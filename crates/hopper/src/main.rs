@@ -109,6 +109,10 @@ struct RunArgs {
     /// Times one unit may be reclaimed from a dead worker before it fails.
     #[arg(long, value_name = "N", default_value_t = Budgets::default().max_reclaims)]
     max_reclaims: u32,
+    /// Stop the whole build (every worker) once N units have failed for good:
+    /// running units finish, the others are reported as not run.
+    #[arg(long, value_name = "N", env = "HOPPER_MAX_FAILURES", value_parser = clap::value_parser!(u32).range(1..))]
+    max_failures: Option<u32>,
     /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
     /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -253,7 +257,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             max_requeues: args.max_requeues,
             requeue_tolerance: args.requeue_tolerance,
             max_reclaims: args.max_reclaims,
-            ..Budgets::default()
+            max_failures: args.max_failures,
         },
         run_ttl: args.run_ttl,
         command: args.command,

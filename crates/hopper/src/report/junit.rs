@@ -52,7 +52,7 @@ fn passing_attempt(unit: &UnitReport) -> String {
 }
 
 /// The status of one unit's case.
-fn status_of(unit: &UnitReport, flaky_result: FlakyResult) -> TestCaseStatus {
+fn status_of(unit: &UnitReport, flaky_result: FlakyResult, not_run: Option<&str>) -> TestCaseStatus {
     match unit.outcome {
         Some(Outcome::Passed) if unit.is_flaky() && flaky_result == FlakyResult::Fail => {
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
@@ -93,6 +93,11 @@ fn status_of(unit: &UnitReport, flaky_result: FlakyResult) -> TestCaseStatus {
             }
             status
         }
+        None if not_run.is_some() => {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(not_run.unwrap_or_default()).set_type("not_run");
+            status
+        }
         None => {
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
             status.set_message("unfinished: no worker finished this unit").set_type("unfinished");
@@ -108,10 +113,11 @@ impl RunReport {
     pub fn junit(&self) -> Report {
         let mut suite = TestSuite::new(format!("hopper {}", self.run));
         let mut total_ms = 0u64;
+        let not_run = self.not_run_reason();
         for unit in &self.units {
             total_ms += unit.duration_ms;
             let id = unit.unit.as_str();
-            let mut case = TestCase::new(names::own_name(id), status_of(unit, self.flaky_result));
+            let mut case = TestCase::new(names::own_name(id), status_of(unit, self.flaky_result, not_run.as_deref()));
             let kind = if unit.kind.is_empty() { "hopper" } else { unit.kind.as_str() };
             case.set_classname(names::classname_of(id).unwrap_or(kind));
             case.add_property(Property::new(names::UNIT_PROPERTY, id));
@@ -223,7 +229,23 @@ mod tests {
             finished_workers: vec![],
             flaky_result: FlakyResult::Pass,
             quarantine: Default::default(),
+            stopped_after: None,
         }
+    }
+
+    #[test]
+    fn a_unit_a_stopped_build_never_ran_is_skipped_saying_why() {
+        let mut stopped = report();
+        stopped.units.push(UnitReport::new(UnitId::new("t.py::later").unwrap(), "test".into()));
+        let TestCaseStatus::NonSuccess { .. } = &case(&stopped.junit(), "later").status else {
+            panic!("an unfinished unit of a build that did not stop is an error")
+        };
+        stopped.stopped_after = Some(3);
+        let junit = stopped.junit();
+        let TestCaseStatus::Skipped { message, .. } = &case(&junit, "later").status else { panic!("skipped") };
+        let message = message.as_ref().unwrap().as_str();
+        assert_eq!(message, "not run: the build stopped after 3 failures (--max-failures 3)");
+        assert!(matches!(case(&junit, "bad").status, TestCaseStatus::NonSuccess { .. }), "failures stay failures");
     }
 
     fn case<'a>(report: &'a Report, name: &str) -> &'a TestCase {

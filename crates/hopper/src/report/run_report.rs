@@ -129,6 +129,9 @@ pub struct RunReport {
     pub flaky_result: FlakyResult,
     /// The units that never fail the build (`--quarantine`).
     pub quarantine: Quarantine,
+    /// The failure limit the build stopped at (`--max-failures`), when it
+    /// did: its unfinished units were never run.
+    pub stopped_after: Option<u32>,
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -169,6 +172,9 @@ impl RunReport {
         for event in read_events(queue, run).await? {
             report.apply(&index, event);
         }
+        if queue.progress(run).await?.is_some_and(|p| p.stopped) {
+            report.stopped_after = queue.budgets(run).await?.and_then(|b| b.max_failures);
+        }
         Ok(Some(report))
     }
 
@@ -184,6 +190,7 @@ impl RunReport {
             finished_workers: Vec::new(),
             flaky_result: FlakyResult::default(),
             quarantine: Quarantine::default(),
+            stopped_after: None,
         }
     }
 
@@ -271,7 +278,14 @@ impl RunReport {
         }
     }
 
-    /// Units not finalized yet.
+    /// The reason a unit that did not run is skipped, when the build stopped
+    /// at its failure limit.
+    pub fn not_run_reason(&self) -> Option<String> {
+        self.stopped_after
+            .map(|limit| format!("not run: the build stopped after {limit} failures (--max-failures {limit})"))
+    }
+
+    /// Units not finalized yet (never run, when the build stopped).
     pub fn unfinished(&self) -> Vec<UnitId> {
         self.units.iter().filter(|u| u.outcome.is_none()).map(|u| u.unit.clone()).collect()
     }
@@ -422,7 +436,15 @@ impl RunReport {
             }
         }
         self.write_quarantined(&mut out);
-        if !unfinished.is_empty() {
+        if let Some(limit) = self.stopped_after {
+            let _ = writeln!(
+                out,
+                "\nNOT RUN units ({}): {}\nhopper: stopped after {limit} failures (--max-failures); {} units not run",
+                unfinished.len(),
+                crate::errors::name_units(&unfinished),
+                unfinished.len()
+            );
+        } else if !unfinished.is_empty() {
             let _ =
                 writeln!(out, "\nUNFINISHED units ({}): {}", unfinished.len(), crate::errors::name_units(&unfinished));
         }
@@ -721,6 +743,7 @@ mod tests {
             finished_workers: vec![],
             flaky_result: FlakyResult::default(),
             quarantine: Quarantine::default(),
+            stopped_after: None,
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 30, None));
         report.apply(&index, requeued("flaky"));
@@ -809,6 +832,7 @@ mod tests {
             finished_workers: vec![],
             flaky_result: FlakyResult::default(),
             quarantine: Quarantine::default(),
+            stopped_after: None,
         };
         report.apply(&index, finalized("ok", Outcome::Passed, 3, None));
         assert!(report.passed());

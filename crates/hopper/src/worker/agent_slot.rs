@@ -119,6 +119,9 @@ impl Slot {
                     self.dry_backoff = (self.dry_backoff * 2).min(config.idle_poll);
                 }
             }
+            if shared.halted.load(std::sync::atomic::Ordering::Relaxed) {
+                self.hand_back_unsent().await;
+            }
             if self.buffer.is_empty() && self.sent.is_empty() {
                 self.flush().await?;
                 match idle(&shared, &mut wait).await? {
@@ -482,6 +485,20 @@ impl Slot {
     /// On shutdown or a fatal error: report what is done, end the agent,
     /// and hand back every unit held (the one it was running was stopped by
     /// us, the others never started) with `release`, which spends no budget.
+    /// The build stopped at its failure limit: the units this slot reserved
+    /// but has not sent to its agent go back to the queue (they will not
+    /// run); those the agent already has finish.
+    async fn hand_back_unsent(&mut self) {
+        let mut held: Vec<Delivery> = self.buffer.drain(..).collect();
+        for delivery in &held {
+            self.untrack(delivery);
+        }
+        if let Some(sharding) = &self.command.sharding {
+            held.extend(sharding.pool.lock().drain());
+        }
+        hand_back(&self.shared, &held, Duration::ZERO).await;
+    }
+
     async fn give_up(&mut self) {
         if let Err(error) = self.flush().await {
             tracing::warn!(%error, "could not finalize the passed tests on the way out");

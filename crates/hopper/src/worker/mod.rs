@@ -59,6 +59,7 @@ impl Worker {
                 stop,
                 wake: Notify::new(),
                 running: Mutex::new(Vec::new()),
+                halted: std::sync::atomic::AtomicBool::new(false),
                 summary: Mutex::new(WorkerSummary::default()),
             }),
         })

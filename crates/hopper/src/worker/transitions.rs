@@ -54,6 +54,10 @@ pub(super) struct Shared {
     /// Wakes idle slots when a local slot requeued or finished a unit.
     pub(super) wake: Notify,
     pub(super) running: Mutex<Vec<UnitId>>,
+    /// The build reached its failure limit (a reserve replied `STOPPED`):
+    /// nothing more will be handed out, so slots hand back what they have
+    /// not started and end once their running units are done.
+    pub(super) halted: std::sync::atomic::AtomicBool,
     pub(super) summary: Mutex<WorkerSummary>,
 }
 
@@ -82,6 +86,9 @@ pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reser
         );
         shared.wake.notify_waiters();
     }
+    if batch.stopped && !shared.halted.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!("the build reached its failure limit (--max-failures): no more units for this worker");
+    }
     if batch.corrupt && batch.deliveries.is_empty() {
         return Err(HopperError::StateLost { run: config.run.clone() });
     }
@@ -91,7 +98,8 @@ pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reser
 
 /// What an idle slot found.
 pub(super) enum Idle {
-    /// Every unit of the run is finalized: the slot is done.
+    /// Every unit of the run is finalized, or the run stopped at its failure
+    /// limit: the slot is done.
     Complete,
     /// The worker is stopping.
     Stopped,
@@ -106,7 +114,8 @@ pub(super) async fn idle(shared: &Shared, wait: &mut Duration) -> Result<Idle, H
     let run = &shared.config.run;
     match shared.queue.progress(run).await? {
         None => return Err(HopperError::StateLost { run: run.clone() }),
-        Some(p) if p.is_complete() => {
+        // Stopped at the failure limit: nothing more will come to this slot.
+        Some(p) if p.is_complete() || p.stopped => {
             shared.wake.notify_waiters();
             return Ok(Idle::Complete);
         }

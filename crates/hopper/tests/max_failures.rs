@@ -1,0 +1,136 @@
+//! Fail fast across the fleet: a real pytest suite of 200 tests, 10 of
+//! them failing, spread through it. With `--max-failures 3` (or
+//! `HOPPER_MAX_FAILURES`) the build stops: at most 3 units fail for good
+//! plus those already running, the report says "stopped after 3 failures;
+//! M units not run" and exits 1, and in the JUnit each unit that did not
+//! run is a skipped case whose message says why. On a private Redis the
+//! limit is the build's, not a worker's: a worker that joins after the stop
+//! runs nothing. A missing pytest or redis-server fails these tests, never
+//! skips them.
+
+mod common;
+
+use std::process::Output;
+
+use common::{junit_cases, texts, venv_python, Build, Project};
+use quick_junit::TestCaseStatus;
+
+const TESTS: usize = 200;
+const SLOTS: usize = 2;
+/// Units an agent slot may already have started when the stop comes: the
+/// one it runs and the one waiting in its pipe.
+const IN_FLIGHT_PER_SLOT: usize = 2;
+
+/// 200 tests of 10 ms each; every 20th (from the 8th) fails.
+fn suite() -> Project {
+    let mut py = String::from("import time\n\n");
+    for i in 0..TESTS {
+        let body = if i % 20 == 7 { "    assert False, 'planned failure'\n" } else { "    pass\n" };
+        py.push_str(&format!("def test_{i:03}():\n    time.sleep(0.01)\n{body}\n"));
+    }
+    Project::new(&[("test_many.py", py)])
+}
+
+/// The options of every build here: no retry, so each failure is for good.
+const OPTIONS: [&str; 5] = ["--no-timings", "-j", "2", "--max-requeues", "0"];
+
+fn pytest() -> Vec<String> {
+    [venv_python().as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"].map(String::from).to_vec()
+}
+
+fn shown(output: &Output) -> String {
+    let (stdout, stderr) = texts(output);
+    format!("stdout:\n{stdout}\nstderr:\n{stderr}")
+}
+
+/// A number that follows `before` and precedes `after` in `text`.
+fn number_between(text: &str, before: &str, after: &str) -> usize {
+    let start = text.find(before).unwrap_or_else(|| panic!("{before:?} in\n{text}")) + before.len();
+    let rest = &text[start..];
+    let end = rest.find(after).unwrap_or_else(|| panic!("{after:?} after {before:?} in\n{text}"));
+    rest[..end].trim().parse().unwrap_or_else(|e| panic!("{e}: {:?} in\n{text}", &rest[..end]))
+}
+
+/// Checks a stopped build's report and JUnit; returns (failed, not run).
+fn check_stopped(output: &Output, shown: &str, project: &Project) -> (usize, usize) {
+    assert_eq!(output.status.code(), Some(1), "a stopped build is red\n{shown}");
+    let not_run = number_between(shown, "stopped after 3 failures (--max-failures); ", " units not run");
+    let failed = number_between(shown, "passed (0 flaky), ", " failed");
+    assert!(
+        (3..=3 + SLOTS * IN_FLIGHT_PER_SLOT).contains(&failed),
+        "at most 3 failed for good, plus those already running: {failed}\n{shown}"
+    );
+    assert!(not_run > 0, "the build stopped before the end\n{shown}");
+    let cases = junit_cases(&project.junit());
+    assert_eq!(cases.len(), TESTS, "every unit is a case");
+    let skipped: Vec<&TestCaseStatus> =
+        cases.values().filter(|s| matches!(s, TestCaseStatus::Skipped { .. })).collect();
+    assert_eq!(skipped.len(), not_run, "each unit not run is a skipped case");
+    for status in skipped {
+        let TestCaseStatus::Skipped { message, .. } = status else { unreachable!() };
+        let message = message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+        assert!(message.contains("not run: the build stopped after 3 failures"), "{message}");
+    }
+    let failures = cases.values().filter(|s| matches!(s, TestCaseStatus::NonSuccess { .. })).count();
+    assert_eq!(failures, failed, "{shown}");
+    (failed, not_run)
+}
+
+fn on_memory(project: &Project, extra: &[&str], env: &[(&str, &str)]) -> (Output, String) {
+    let mut run = project.hopper();
+    run.arg("run").args(OPTIONS).args(["--discover", "pytest", "--junit"]).arg(project.junit()).args(extra);
+    for (name, value) in env {
+        run.env(name, value);
+    }
+    let output = run.arg("--").args(pytest()).output().unwrap();
+    let shown = shown(&output);
+    (output, shown)
+}
+
+#[test]
+fn on_memory_the_build_stops_after_max_failures() {
+    let project = suite();
+    let (output, shown) = on_memory(&project, &["--max-failures", "3"], &[]);
+    check_stopped(&output, &shown, &project);
+    let (output, shown) = on_memory(&project, &[], &[("HOPPER_MAX_FAILURES", "3")]);
+    check_stopped(&output, &shown, &project);
+
+    let (output, shown) = on_memory(&project, &[], &[]);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("200 units, 190 passed (0 flaky), 10 failed, 0 unfinished"), "no limit: all ran\n{shown}");
+    assert!(!shown.contains("stopped after"), "{shown}");
+}
+
+#[test]
+fn on_redis_the_limit_is_the_builds_and_a_late_worker_runs_nothing() {
+    let project = suite();
+    let build = Build::on_shared_redis("hopper-max-failures");
+    let worker = |name: &str| {
+        let output = project
+            .hopper()
+            .arg("run")
+            .args(build.args())
+            .args(OPTIONS)
+            .args(["--max-failures", "3", "--worker", name, "--discover", "pytest", "--"])
+            .args(pytest())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "the worker leaves the verdict to the report\n{}", shown(&output));
+        output
+    };
+    let report = || {
+        let output = project.hopper().arg("report").args(build.args()).arg("--junit").arg(project.junit()).output();
+        let output = output.unwrap();
+        let shown = shown(&output);
+        (output, shown)
+    };
+    worker("w1");
+    let (output, shown) = report();
+    let before = check_stopped(&output, &shown, &project);
+    let events = build.finalized(project.path());
+
+    worker("late");
+    let (output, shown) = report();
+    assert_eq!(check_stopped(&output, &shown, &project), before, "the late worker ran nothing\n{shown}");
+    assert_eq!(build.finalized(project.path()), events, "nothing was finalized by the late worker");
+}
