@@ -61,6 +61,7 @@ fn check_stopped(output: &Output, shown: &str, project: &Project) -> (usize, usi
         "at most 3 failed for good, plus those already running: {failed}\n{shown}"
     );
     assert!(not_run > 0, "the build stopped before the end\n{shown}");
+    assert!(shown.contains(&format!("{failed} failed, {not_run} not run;")), "the verdict line counts them\n{shown}");
     let cases = junit_cases(&project.junit());
     assert_eq!(cases.len(), TESTS, "every unit is a case");
     let skipped: Vec<&TestCaseStatus> =

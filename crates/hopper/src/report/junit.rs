@@ -93,16 +93,20 @@ fn status_of(unit: &UnitReport, flaky_result: FlakyResult, not_run: Option<&str>
             }
             status
         }
-        None if not_run.is_some() => {
-            let mut status = TestCaseStatus::skipped();
-            status.set_message(not_run.unwrap_or_default()).set_type("not_run");
-            status
-        }
-        None => {
-            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-            status.set_message("unfinished: no worker finished this unit").set_type("unfinished");
-            status
-        }
+        // Never finished: skipped when the build stopped at its failure limit
+        // first (`not_run` says so), else an error.
+        None => match not_run {
+            Some(reason) => {
+                let mut status = TestCaseStatus::skipped();
+                status.set_message(reason).set_type("not_run");
+                status
+            }
+            None => {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+                status.set_message("unfinished: no worker finished this unit").set_type("unfinished");
+                status
+            }
+        },
     }
 }
 

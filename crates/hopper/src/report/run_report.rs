@@ -507,6 +507,7 @@ impl RunReport {
             let _ = writeln!(out, "worker error: {error}");
         }
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
+        let unfinished_label = if self.stopped_after.is_some() { "not run" } else { "unfinished" };
         let outside = match self.failing_outside_errors().count() {
             0 => String::new(),
             n => format!(", {n} error(s) outside tests"),
@@ -518,7 +519,7 @@ impl RunReport {
         };
         let _ = writeln!(
             out,
-            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} unfinished{skipped}{outside}{flaky_fail}{quarantined}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
+            "\nhopper: build {}: {verdict}: {total} units, {passed} passed ({} flaky), {} failed, {} {unfinished_label}{skipped}{outside}{flaky_fail}{quarantined}; {requeued} unit(s) requeued ({requeues} requeue(s)), {reclaims} reclaim(s)",
             self.run,
             flaky.len(),
             failed.len(),

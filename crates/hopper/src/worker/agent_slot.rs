@@ -482,9 +482,6 @@ impl Slot {
         sharding.pool.lock().forget(&lost);
     }
 
-    /// On shutdown or a fatal error: report what is done, end the agent,
-    /// and hand back every unit held (the one it was running was stopped by
-    /// us, the others never started) with `release`, which spends no budget.
     /// The build stopped at its failure limit: the units this slot reserved
     /// but has not sent to its agent go back to the queue (they will not
     /// run); those the agent already has finish.
@@ -499,6 +496,9 @@ impl Slot {
         hand_back(&self.shared, &held, Duration::ZERO).await;
     }
 
+    /// On shutdown or a fatal error: report what is done, end the agent,
+    /// and hand back every unit held (the one it was running was stopped by
+    /// us, the others never started) with `release`, which spends no budget.
     async fn give_up(&mut self) {
         if let Err(error) = self.flush().await {
             tracing::warn!(%error, "could not finalize the passed tests on the way out");
