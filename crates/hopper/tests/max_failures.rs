@@ -10,12 +10,13 @@
 
 mod common;
 
-use std::process::Output;
+use std::process::{Child, Output, Stdio};
 
 use common::{junit_cases, texts, venv_python, Build, Project};
 use quick_junit::TestCaseStatus;
 
 const TESTS: usize = 200;
+/// Slots of one worker (`-j 2`).
 const SLOTS: usize = 2;
 /// Units an agent slot may already have started when the stop comes: the
 /// one it runs and the one waiting in its pipe.
@@ -52,12 +53,12 @@ fn number_between(text: &str, before: &str, after: &str) -> usize {
 }
 
 /// Checks a stopped build's report and JUnit; returns (failed, not run).
-fn check_stopped(output: &Output, shown: &str, project: &Project) -> (usize, usize) {
+fn check_stopped(output: &Output, shown: &str, project: &Project, slots: usize) -> (usize, usize) {
     assert_eq!(output.status.code(), Some(1), "a stopped build is red\n{shown}");
     let not_run = number_between(shown, "stopped after 3 failures (--max-failures); ", " units not run");
     let failed = number_between(shown, "passed (0 flaky), ", " failed");
     assert!(
-        (3..=3 + SLOTS * IN_FLIGHT_PER_SLOT).contains(&failed),
+        (3..=3 + slots * IN_FLIGHT_PER_SLOT).contains(&failed),
         "at most 3 failed for good, plus those already running: {failed}\n{shown}"
     );
     assert!(not_run > 0, "the build stopped before the end\n{shown}");
@@ -92,9 +93,9 @@ fn on_memory(project: &Project, extra: &[&str], env: &[(&str, &str)]) -> (Output
 fn on_memory_the_build_stops_after_max_failures() {
     let project = suite();
     let (output, shown) = on_memory(&project, &["--max-failures", "3"], &[]);
-    check_stopped(&output, &shown, &project);
+    check_stopped(&output, &shown, &project, SLOTS);
     let (output, shown) = on_memory(&project, &[], &[("HOPPER_MAX_FAILURES", "3")]);
-    check_stopped(&output, &shown, &project);
+    check_stopped(&output, &shown, &project, SLOTS);
 
     let (output, shown) = on_memory(&project, &[], &[]);
     assert_eq!(output.status.code(), Some(1), "{shown}");
@@ -107,17 +108,21 @@ fn on_redis_the_limit_is_the_builds_and_a_late_worker_runs_nothing() {
     let project = suite();
     let build = Build::on_shared_redis("hopper-max-failures");
     let worker = |name: &str| {
-        let output = project
+        project
             .hopper()
             .arg("run")
             .args(build.args())
             .args(OPTIONS)
             .args(["--max-failures", "3", "--worker", name, "--discover", "pytest", "--"])
             .args(pytest())
-            .output()
-            .unwrap();
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let finished = |child: Child| {
+        let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(0), "the worker leaves the verdict to the report\n{}", shown(&output));
-        output
     };
     let report = || {
         let output = project.hopper().arg("report").args(build.args()).arg("--junit").arg(project.junit()).output();
@@ -125,13 +130,16 @@ fn on_redis_the_limit_is_the_builds_and_a_late_worker_runs_nothing() {
         let shown = shown(&output);
         (output, shown)
     };
-    worker("w1");
+    // Two workers at once: the limit is the build's, not each worker's.
+    let (w1, w2) = (worker("w1"), worker("w2"));
+    finished(w1);
+    finished(w2);
     let (output, shown) = report();
-    let before = check_stopped(&output, &shown, &project);
+    let before = check_stopped(&output, &shown, &project, 2 * SLOTS);
     let events = build.finalized(project.path());
 
-    worker("late");
+    finished(worker("late"));
     let (output, shown) = report();
-    assert_eq!(check_stopped(&output, &shown, &project), before, "the late worker ran nothing\n{shown}");
+    assert_eq!(check_stopped(&output, &shown, &project, 2 * SLOTS), before, "the late worker ran nothing\n{shown}");
     assert_eq!(build.finalized(project.path()), events, "nothing was finalized by the late worker");
 }
