@@ -46,7 +46,7 @@ async fn main() -> Result<()> {
     let spec = RunSpec {
         run: run.clone(),
         units: UNITS.iter().map(|u| Ok(UnitSpec::new(UnitId::new(u)?, "job"))).collect::<Result<_>>()?,
-        budgets: Budgets { max_requeues: 1, requeue_tolerance: 0.5, max_reclaims: 2 },
+        budgets: Budgets { max_requeues: 1, requeue_tolerance: 0.5, max_reclaims: 2, max_failures: None },
         ttl: Duration::from_secs(600),
     };
 
@@ -115,6 +115,8 @@ async fn consume(queue: Arc<dyn UnitQueue>, spec: RunSpec, me: WorkerId) -> Resu
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            // The run's failure limit was reached (none is set here): take no more.
+            ReserveReply::Stopped => return Ok(()),
             ReserveReply::Corrupt => bail!("{me}: the run's state is gone (expired or deleted)"),
         }
     }
