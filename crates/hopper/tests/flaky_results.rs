@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{texts, venv_python, Build, Project};
+use common::{pytest_command, texts, venv_python, Build, Project};
 
 /// A test that fails its first attempt (it leaves a marker file) and passes
 /// the next; a passing one; and, when `always` holds, one that always fails.
@@ -88,11 +88,6 @@ fn read_retries(junit: &Path) -> Read {
 /// What the options of every build here are: three attempts per test, for every test.
 const RETRIES: [&str; 6] = ["--no-timings", "-j", "1", "--max-requeues", "2", "--requeue-tolerance"];
 
-/// The pytest command after `--`.
-fn pytest() -> Vec<String> {
-    [venv_python().as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"].map(String::from).to_vec()
-}
-
 /// The build on the memory queue: `hopper run`, which gives the verdict, with `extra` options.
 fn on_memory(project: &Project, extra: &[&str]) -> (Output, String) {
     let output = project
@@ -103,7 +98,7 @@ fn on_memory(project: &Project, extra: &[&str]) -> (Output, String) {
         .arg(project.junit())
         .args(extra)
         .arg("--")
-        .args(pytest())
+        .args(pytest_command())
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&output);
@@ -118,7 +113,7 @@ fn redis_worker(project: &Project, build: &Build) {
         .args(build.args())
         .args(RETRIES)
         .args(["1", "--worker", "w1", "--discover", "pytest", "--"])
-        .args(pytest())
+        .args(pytest_command())
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&output);

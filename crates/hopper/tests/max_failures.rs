@@ -12,7 +12,7 @@ mod common;
 
 use std::process::{Child, Output, Stdio};
 
-use common::{junit_cases, texts, venv_python, Build, Project};
+use common::{junit_cases, pytest_command, shown, Build, Project};
 use quick_junit::TestCaseStatus;
 
 const TESTS: usize = 200;
@@ -34,15 +34,6 @@ fn suite() -> Project {
 
 /// The options of every build here: no retry, so each failure is for good.
 const OPTIONS: [&str; 5] = ["--no-timings", "-j", "2", "--max-requeues", "0"];
-
-fn pytest() -> Vec<String> {
-    [venv_python().as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"].map(String::from).to_vec()
-}
-
-fn shown(output: &Output) -> String {
-    let (stdout, stderr) = texts(output);
-    format!("stdout:\n{stdout}\nstderr:\n{stderr}")
-}
 
 /// A number that follows `before` and precedes `after` in `text`.
 fn number_between(text: &str, before: &str, after: &str) -> usize {
@@ -84,7 +75,7 @@ fn on_memory(project: &Project, extra: &[&str], env: &[(&str, &str)]) -> (Output
     for (name, value) in env {
         run.env(name, value);
     }
-    let output = run.arg("--").args(pytest()).output().unwrap();
+    let output = run.arg("--").args(pytest_command()).output().unwrap();
     let shown = shown(&output);
     (output, shown)
 }
@@ -114,7 +105,7 @@ fn on_redis_the_limit_is_the_builds_and_a_late_worker_runs_nothing() {
             .args(build.args())
             .args(OPTIONS)
             .args(["--max-failures", "3", "--worker", name, "--discover", "pytest", "--"])
-            .args(pytest())
+            .args(pytest_command())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

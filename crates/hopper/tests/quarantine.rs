@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{texts, venv_python, Build, Project};
+use common::{pytest_command, shown, texts, venv_python, Build, Project};
 
 /// A passing test and one that always fails; the quarantine file names the
 /// failing one (with a comment and a blank line, which are ignored).
@@ -33,16 +33,6 @@ const BAD: &str = "test_quarantine.py::test_known_bad";
 /// The options of every build here: one slot, no retry.
 const OPTIONS: [&str; 5] = ["--no-timings", "-j", "1", "--max-requeues", "0"];
 
-/// The pytest command after `--`.
-fn pytest() -> Vec<String> {
-    [venv_python().as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"].map(String::from).to_vec()
-}
-
-fn shown(output: &Output) -> String {
-    let (stdout, stderr) = texts(output);
-    format!("stdout:\n{stdout}\nstderr:\n{stderr}")
-}
-
 /// The build on the memory queue with `extra` options and `env`.
 fn on_memory(project: &Project, extra: &[&str], env: &[(&str, &str)]) -> (Output, String) {
     let mut run = project.hopper();
@@ -50,7 +40,7 @@ fn on_memory(project: &Project, extra: &[&str], env: &[(&str, &str)]) -> (Output
     for (name, value) in env {
         run.env(name, value);
     }
-    let output = run.arg("--").args(pytest()).output().unwrap();
+    let output = run.arg("--").args(pytest_command()).output().unwrap();
     let shown = shown(&output);
     (output, shown)
 }
@@ -127,7 +117,7 @@ fn on_redis_the_report_applies_the_quarantine() {
         .args(build.args())
         .args(OPTIONS)
         .args(["--worker", "w1", "--discover", "pytest", "--"])
-        .args(pytest())
+        .args(pytest_command())
         .output()
         .unwrap();
     assert_eq!(worker.status.code(), Some(0), "the worker leaves the verdict to the report\n{}", shown(&worker));

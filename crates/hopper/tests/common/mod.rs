@@ -57,6 +57,17 @@ pub fn venv_python() -> String {
     venv_bin().join("python").display().to_string()
 }
 
+/// The pytest command hopper runs after `--`: the tests' venv, quiet, no cache.
+pub fn pytest_command() -> Vec<String> {
+    [venv_python().as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"].map(String::from).to_vec()
+}
+
+/// `output`'s stdout and stderr, labelled, for an assertion's message.
+pub fn shown(output: &Output) -> String {
+    let (stdout, stderr) = texts(output);
+    format!("stdout:\n{stdout}\nstderr:\n{stderr}")
+}
+
 /// stdout and stderr of a finished command, for assertions and messages.
 pub fn texts(output: &Output) -> (String, String) {
     (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())

@@ -14,8 +14,8 @@ use super::json::ApiJson;
 use super::state::ApiState;
 use crate::events::MailEventKind;
 use crate::storage::{DeliveryRecord, WebhookRecord};
+use crate::webhooks::check_url;
 use crate::webhooks::signature::new_secret;
-use crate::webhooks::{check_url, sender::MAX_URL_LEN};
 
 /// Most webhooks one user may have.
 pub const MAX_WEBHOOKS_PER_USER: usize = 20;
@@ -126,9 +126,6 @@ pub async fn create(
     auth: AuthUser,
     ApiJson(body): ApiJson<NewWebhook>,
 ) -> Result<(StatusCode, Json<CreatedWebhook>), ApiError> {
-    if body.url.len() > MAX_URL_LEN {
-        return Err(ApiError::field("url", format!("is longer than {MAX_URL_LEN} bytes")));
-    }
     let mut events = body.events;
     events.sort_by_key(|e| e.as_str());
     events.dedup();

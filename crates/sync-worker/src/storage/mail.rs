@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::{Any, Row, Transaction};
 
-use super::webhooks::{record_outbox, OutboxEvent};
+use super::webhooks::{record_outbox, user_and_webhooks, OutboxEvent};
 use super::{now_ms, query_err, Storage, StorageError};
 use crate::events::{AccountChanged, EventSink, MailEvent, MailEventKind, SyncEvent};
 use crate::source::Fence;
@@ -450,12 +450,7 @@ impl FencedTx {
         let a = self.account;
         let needs_user = !self.pending.is_empty() || (self.status_changed && self.events.is_some());
         let user = if needs_user {
-            let row = sqlx::query("SELECT user_id FROM accounts WHERE id = $1")
-                .bind(&a)
-                .fetch_one(&mut *self.tx)
-                .await
-                .map_err(query_err(format!("read the user of {a}")))?;
-            let user: String = row.try_get(0).map_err(query_err(format!("read the user of {a}")))?;
+            let (user, hooks) = user_and_webhooks(&mut self.tx, &a).await?;
             // In this transaction, so a webhook's event is stored exactly
             // when the change it announces is.
             let outbox: Vec<OutboxEvent<'_>> = self
@@ -468,7 +463,7 @@ impl FencedTx {
                     uid: *uid,
                 })
                 .collect();
-            record_outbox(&mut self.tx, &user, &a, &outbox).await?;
+            record_outbox(&mut self.tx, &a, &hooks, &outbox).await?;
             Some(user)
         } else {
             None

@@ -523,32 +523,52 @@ pub(super) struct OutboxEvent<'a> {
     pub uid: u32,
 }
 
-/// Records, in the fenced write `tx` of `account` (of `user`), one delivery
-/// per event and webhook of `user`'s that takes it (held for a paused
-/// webhook). Writes nothing when the user has no webhook for these events.
-pub(super) async fn record_outbox(
+/// A webhook as the outbox needs it: the events it takes, its id, whether it is paused.
+pub(super) struct OutboxHook {
+    kinds: Vec<MailEventKind>,
+    id: String,
+    paused: bool,
+}
+
+/// The user of `account` and that user's webhooks, in one round trip of
+/// the fenced write `tx` (every commit that announces something reads them).
+pub(super) async fn user_and_webhooks(
     tx: &mut Transaction<'static, Any>,
-    user: &str,
     account: &str,
-    events: &[OutboxEvent<'_>],
-) -> Result<(), StorageError> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let rows = sqlx::query("SELECT id, events, paused_at FROM webhooks WHERE user_id = $1")
-        .bind(user)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(query_err(format!("read the webhooks of user {user}")))?;
+) -> Result<(String, Vec<OutboxHook>), StorageError> {
+    let rows = sqlx::query(
+        "SELECT a.user_id, w.id, w.events, w.paused_at FROM accounts a \
+         LEFT JOIN webhooks w ON w.user_id = a.user_id WHERE a.id = $1",
+    )
+    .bind(account)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(query_err(format!("read the user and webhooks of {account}")))?;
+    let get = |e| query_err(format!("read the {e} of account {account}'s webhooks"));
+    let Some(first) = rows.first() else {
+        return Err(StorageError::NotFound { what: "account", key: account.to_string() });
+    };
+    let user: String = first.try_get(0).map_err(get("user"))?;
     let mut hooks = Vec::with_capacity(rows.len());
     for row in &rows {
-        let get = |e| query_err(format!("read a webhook's {e} of user {user}"));
-        let id: String = row.try_get(0).map_err(get("id"))?;
-        let names: String = row.try_get(1).map_err(get("events"))?;
-        let paused: Option<i64> = row.try_get(2).map_err(get("pause"))?;
-        hooks.push((parse_events(&id, &names)?, id, paused.is_some()));
+        let Some(id) = row.try_get::<Option<String>, _>(1).map_err(get("id"))? else { continue };
+        let names: String = row.try_get(2).map_err(get("events"))?;
+        let paused: Option<i64> = row.try_get(3).map_err(get("pause"))?;
+        hooks.push(OutboxHook { kinds: parse_events(&id, &names)?, id, paused: paused.is_some() });
     }
-    if !hooks.iter().any(|(kinds, _, _)| events.iter().any(|e| kinds.contains(&e.kind))) {
+    Ok((user, hooks))
+}
+
+/// Records, in the fenced write `tx` of `account`, one delivery per event
+/// and webhook in `hooks` that takes it (held for a paused webhook).
+/// Writes nothing when no webhook takes these events.
+pub(super) async fn record_outbox(
+    tx: &mut Transaction<'static, Any>,
+    account: &str,
+    hooks: &[OutboxHook],
+    events: &[OutboxEvent<'_>],
+) -> Result<(), StorageError> {
+    if !hooks.iter().any(|h| events.iter().any(|e| h.kinds.contains(&e.kind))) {
         return Ok(());
     }
     let run = new_batch(tx).await?;
@@ -557,7 +577,7 @@ pub(super) async fn record_outbox(
     for e in events {
         let event_id = event_id(account, e);
         let message_id = MessageKey { folder: e.folder.to_string(), uidvalidity: e.uidvalidity, uid: e.uid }.encode();
-        for (kinds, webhook, paused) in &hooks {
+        for OutboxHook { kinds, id: webhook, paused } in hooks {
             if !kinds.contains(&e.kind) {
                 continue;
             }

@@ -190,7 +190,10 @@ async fn look(
     tasks: &mut JoinSet<()>,
 ) -> Result<usize, DispatchError> {
     let mut total = 0;
-    for name in ctx.storage.open_webhook_batches(OPEN_BATCHES).await? {
+    let open = ctx.storage.open_webhook_batches(OPEN_BATCHES).await?;
+    // Batches another worker finished are no longer listed: forget them.
+    known.retain(|name| open.contains(name));
+    for name in open {
         let run = RunId::new(&name)?;
         if !known.contains(&name) {
             if !ensure_run(ctx, &run, &name).await? {
