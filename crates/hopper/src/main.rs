@@ -113,6 +113,10 @@ struct RunArgs {
     /// running units finish, the others are reported as not run.
     #[arg(long, value_name = "N", env = "HOPPER_MAX_FAILURES", value_parser = clap::value_parser!(u32).range(1..))]
     max_failures: Option<u32>,
+    /// With --max-failures: when the build stops, stop this worker's running
+    /// units too (reported as not run) instead of letting them finish.
+    #[arg(long, env = "HOPPER_MAX_FAILURES_KILL", requires = "max_failures")]
+    max_failures_kill: bool,
     /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
     /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -259,6 +263,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             max_reclaims: args.max_reclaims,
             max_failures: args.max_failures,
         },
+        max_failures_kill: args.max_failures_kill,
         run_ttl: args.run_ttl,
         command: args.command,
         junit: args.junit,

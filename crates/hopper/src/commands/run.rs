@@ -65,6 +65,9 @@ pub struct RunOptions {
     pub output_tail: usize,
     /// The budgets (frozen into the run by whichever worker initialises it).
     pub budgets: Budgets,
+    /// `--max-failures-kill`: a stop at the failure limit stops this
+    /// worker's running units too.
+    pub max_failures_kill: bool,
     /// The run's inactivity TTL in the queue.
     pub run_ttl: Duration,
     /// The command template (`{unit}`).
@@ -232,6 +235,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         idle_poll: if kind.is_shared() { Duration::from_millis(500) } else { Duration::from_millis(50) },
         env: Vec::new(),
         invocations,
+        stop_running_on_halt: options.max_failures_kill,
     };
     // Check the whole spec before anything is written to the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;

@@ -107,7 +107,7 @@ impl Slot {
             // Reserve while the agent still has requests in its pipe, so it
             // never waits for the queue's round trip.
             let dry = self.sent.len() + self.buffer.len() > 0 && Instant::now() < self.dry_until;
-            if self.buffer.len() < PIPELINE && !dry {
+            if self.wants_more() && !dry {
                 self.flush().await?;
                 let got = self.refill().await?;
                 if got {
@@ -119,7 +119,12 @@ impl Slot {
                     self.dry_backoff = (self.dry_backoff * 2).min(config.idle_poll);
                 }
             }
-            if shared.halted.load(std::sync::atomic::Ordering::Relaxed) {
+            if shared.kills_running() {
+                // `--max-failures-kill`: the agent's tests are stopped too.
+                self.give_up().await;
+                return Ok(());
+            }
+            if shared.halt.is_cancelled() {
                 self.hand_back_unsent().await;
             }
             if self.buffer.is_empty() && self.sent.is_empty() {
@@ -157,14 +162,19 @@ impl Slot {
                 _ = tokio::time::sleep_until(flush_at), if !self.done.is_empty() => self.flush().await?,
                 _ = beat.tick() => self.heartbeat().await,
                 _ = shared.stop.cancelled() => {}
+                _ = shared.halt.cancelled(), if config.stop_running_on_halt => {}
             }
         }
     }
 
     /// Units to reserve now: about `PREFETCH_WINDOW` of work at the average
-    /// test time seen so far.
+    /// test time seen so far, but no more than about half this slot's share
+    /// of what still waits in the queue: as the queue drains, the batches
+    /// shrink to one unit, so no slot sits on units an idle one could run.
     fn prefetch(&self) -> usize {
-        ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / self.avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH)
+        let by_time =
+            ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / self.avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH);
+        by_time.min(self.shared.share_per_slot()).max(1)
     }
 
     async fn refill(&mut self) -> Result<bool, HopperError> {
@@ -273,8 +283,32 @@ impl Slot {
         }
     }
 
+    /// Whether to reserve now: while fewer than [`PIPELINE`] units wait
+    /// here, so the agent never waits on the queue; near the end of the
+    /// queue only when the slot holds nothing, so that no unit waits here
+    /// behind a running one while another slot could run it.
+    fn wants_more(&self) -> bool {
+        if self.pipeline() == 1 {
+            self.buffer.is_empty() && self.sent.is_empty()
+        } else {
+            self.buffer.len() < PIPELINE
+        }
+    }
+
+    /// Requests to keep in the agent's pipe: [`PIPELINE`], or one near the
+    /// end of the queue, where a second would wait here while another slot
+    /// may be idle.
+    fn pipeline(&self) -> usize {
+        if self.shared.share_per_slot() <= 1 {
+            1
+        } else {
+            PIPELINE
+        }
+    }
+
     async fn feed(&mut self) {
-        while self.sent.len() < PIPELINE {
+        let depth = self.pipeline();
+        while self.sent.len() < depth {
             let Some(delivery) = self.buffer.pop_front() else { break };
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -496,7 +530,8 @@ impl Slot {
         hand_back(&self.shared, &held, Duration::ZERO).await;
     }
 
-    /// On shutdown or a fatal error: report what is done, end the agent,
+    /// On shutdown, a fatal error or a stop with `--max-failures-kill`:
+    /// report what is done, end the agent,
     /// and hand back every unit held (the one it was running was stopped by
     /// us, the others never started) with `release`, which spends no budget.
     async fn give_up(&mut self) {

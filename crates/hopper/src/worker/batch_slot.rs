@@ -91,9 +91,15 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
     tokio::pin!(process);
     let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
     beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut halted_here = false;
     let result = loop {
         tokio::select! {
             result = &mut process => break result,
+            // `--max-failures-kill`: the build stopped, so this batch stops too.
+            _ = shared.halt.cancelled(), if config.stop_running_on_halt && !halted_here => {
+                halted_here = true;
+                stop_unit.cancel();
+            }
             _ = beat.tick() => {
                 // The deliveries still ours, heartbeated in one call.
                 let held: Vec<Delivery> =
@@ -115,7 +121,7 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
     }
     shared.summary.lock().invocations += 1;
 
-    if shared.stop.is_cancelled() && result.termination == Termination::Stopped {
+    if (shared.stop.is_cancelled() || halted_here) && result.termination == Termination::Stopped {
         let owned: Vec<Delivery> =
             deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
         hand_back(shared, &owned, result.duration).await;

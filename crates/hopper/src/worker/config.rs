@@ -36,6 +36,10 @@ pub struct WorkerConfig {
     pub env: Vec<(String, String)>,
     /// How each slot starts an invocation.
     pub invocations: Invocations,
+    /// When the build stops at its failure limit, stop the units running
+    /// here too and hand them back (they are reported as not run), instead
+    /// of letting them finish (`--max-failures-kill`).
+    pub stop_running_on_halt: bool,
 }
 
 /// How a worker's slots start invocations: batches, each one process, or one

@@ -59,7 +59,8 @@ impl Worker {
                 stop,
                 wake: Notify::new(),
                 running: Mutex::new(Vec::new()),
-                halted: std::sync::atomic::AtomicBool::new(false),
+                halt: CancellationToken::new(),
+                queued_hint: std::sync::atomic::AtomicU64::new(u64::MAX),
                 summary: Mutex::new(WorkerSummary::default()),
             }),
         })
@@ -85,6 +86,7 @@ impl Worker {
             }
         };
         shared.summary.lock().leader = leader;
+        shared.saw_queued(total);
         shared.observer.run_started(&spec.run, total, leader);
         Ok(leader)
     }
@@ -153,6 +155,12 @@ async fn liveness_loop(shared: Arc<Shared>) {
             Err(error) => tracing::debug!(%error, "liveness update failed"),
         }
         if let Ok(Some(progress)) = shared.queue.progress(run).await {
+            // A slot busy with one long unit reserves nothing, so it learns
+            // of a stop here.
+            if progress.stopped {
+                shared.halt();
+            }
+            shared.saw_queued(progress.queued);
             shared.observer.progress(&progress);
         }
     }

@@ -4,6 +4,7 @@
 //! (fenced off). The slots differ only in how they run what they reserved.
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,11 +55,50 @@ pub(super) struct Shared {
     /// Wakes idle slots when a local slot requeued or finished a unit.
     pub(super) wake: Notify,
     pub(super) running: Mutex<Vec<UnitId>>,
-    /// The build reached its failure limit (a reserve replied `STOPPED`):
-    /// nothing more will be handed out, so slots hand back what they have
-    /// not started and end once their running units are done.
-    pub(super) halted: std::sync::atomic::AtomicBool,
+    /// Cancelled when the build reached its failure limit (a reserve replied
+    /// `STOPPED`, or the progress says so): nothing more will be handed out,
+    /// so slots hand back what they have not started and end once their
+    /// running units are done, or at once with
+    /// [`WorkerConfig::stop_running_on_halt`](crate::worker::WorkerConfig::stop_running_on_halt).
+    pub(super) halt: CancellationToken,
+    /// About how many units wait in the queue: the last progress read, less
+    /// what this worker reserved since (other workers' reservations make it
+    /// an over-estimate). Slots reserve less ahead as it falls, so that near
+    /// the end no slot holds units another could already run.
+    pub(super) queued_hint: AtomicU64,
     pub(super) summary: Mutex<WorkerSummary>,
+}
+
+impl Shared {
+    /// The build reached its failure limit: says so once, and stops the slots
+    /// taking more (and, with `stop_running_on_halt`, running more).
+    pub(super) fn halt(&self) {
+        if !self.halt.is_cancelled() {
+            tracing::info!("the build reached its failure limit (--max-failures): no more units for this worker");
+            self.halt.cancel();
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// Records a progress read: how many units wait in the queue.
+    pub(super) fn saw_queued(&self, queued: u64) {
+        self.queued_hint.store(queued, Ordering::Relaxed);
+    }
+
+    /// How many units one slot should reserve ahead at most now: about half
+    /// its share of what waits, so that the queue's last units spread over
+    /// every slot (never fewer than one).
+    pub(super) fn share_per_slot(&self) -> usize {
+        let slots = self.config.slots.max(1) as u64;
+        let share = self.queued_hint.load(Ordering::Relaxed).div_ceil(2 * slots);
+        usize::try_from(share).unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Whether running units are stopped now: the build halted and the worker
+    /// was told to stop them (`--max-failures-kill`).
+    pub(super) fn kills_running(&self) -> bool {
+        self.config.stop_running_on_halt && self.halt.is_cancelled()
+    }
 }
 
 /// What one reservation gave.
@@ -77,6 +117,8 @@ pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reser
     let config = &shared.config;
     let reclaim_after = config.queue_reclaim_after()?;
     let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
+    let taken = batch.deliveries.len() as u64;
+    let _ = shared.queued_hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| Some(q.saturating_sub(taken)));
     for unit in &batch.exhausted {
         shared.observer.attempt_ended(
             unit,
@@ -86,8 +128,8 @@ pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reser
         );
         shared.wake.notify_waiters();
     }
-    if batch.stopped && !shared.halted.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::info!("the build reached its failure limit (--max-failures): no more units for this worker");
+    if batch.stopped {
+        shared.halt();
     }
     if batch.corrupt && batch.deliveries.is_empty() {
         return Err(HopperError::StateLost { run: config.run.clone() });
@@ -112,7 +154,11 @@ pub(super) enum Idle {
 /// `wait`, which doubles up to `idle_poll` each time.
 pub(super) async fn idle(shared: &Shared, wait: &mut Duration) -> Result<Idle, HopperError> {
     let run = &shared.config.run;
-    match shared.queue.progress(run).await? {
+    let progress = shared.queue.progress(run).await?;
+    if let Some(p) = &progress {
+        shared.saw_queued(p.queued);
+    }
+    match progress {
         None => return Err(HopperError::StateLost { run: run.clone() }),
         // Stopped at the failure limit: nothing more will come to this slot.
         Some(p) if p.is_complete() || p.stopped => {
@@ -188,6 +234,14 @@ pub(super) async fn requeue_failed(
         RequeueReply::Finalized { .. } => {
             shared.summary.lock().failed += 1;
             shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Failed, duration, Some(detail));
+            // This failure may have reached the build's limit: learn it now,
+            // not at the next reserve, which a slot with units reserved ahead
+            // may not make for a while (a read only when a unit fails for good).
+            if let Ok(Some(progress)) = shared.queue.progress(run).await {
+                if progress.stopped {
+                    shared.halt();
+                }
+            }
         }
         RequeueReply::Stale => fenced_off(shared, delivery, "requeue", Ack::Stale).await,
         RequeueReply::Corrupt => fenced_off(shared, delivery, "requeue", Ack::Corrupt).await,
