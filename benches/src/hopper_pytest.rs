@@ -47,7 +47,7 @@ const SLOW: usize = 4;
 const SLOW_S: f64 = 0.5;
 const TESTS: usize = FILES * PER_FILE + SLOW;
 
-fn python() -> Result<PathBuf> {
+pub fn python() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("HOPPER_BENCH_PYTHON") {
         return Ok(PathBuf::from(path));
     }
@@ -109,7 +109,7 @@ fn timed_cpu(mut cmd: Command, what: &str) -> Result<(Duration, f64, String)> {
     Ok((elapsed, cpu, stdout))
 }
 
-fn path_env(python: &Path) -> String {
+pub fn path_env(python: &Path) -> String {
     let bin = python.parent().map(|p| p.display().to_string()).unwrap_or_default();
     format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
 }

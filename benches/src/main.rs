@@ -8,6 +8,7 @@ mod hopper_local;
 mod hopper_nextest;
 mod hopper_pytest;
 mod hopper_redis;
+mod hopper_tail;
 mod machine;
 mod mem_queue;
 mod redis_per_test;
@@ -31,6 +32,10 @@ const BENCHES: &[(&str, &str)] = &[
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
     ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
+    (
+        "hopper-tail",
+        "2,000 long-tailed pytest tests, slowest last, 2 workers x 2 slots on Redis: tail idle, wall vs ideal",
+    ),
     ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
@@ -58,6 +63,7 @@ fn main() -> Result<()> {
             "sync-ownership" => sync_ownership::run().await,
             "hopper-pytest" => hopper_pytest::run().await,
             "hopper-nextest" => hopper_nextest::run().await,
+            "hopper-tail" => hopper_tail::run().await,
             "sync-initial" => sync_initial::run().await,
             "sync-hot" => sync_hot::run().await,
             "sync-noop" => sync_noop::run().await,

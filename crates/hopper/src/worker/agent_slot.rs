@@ -336,7 +336,10 @@ impl Slot {
                 };
                 let Some(sent) = self.sent.remove(at) else { return Ok(()) };
                 self.barren_starts = 0;
-                self.avg_ms = self.avg_ms * 0.9 + duration_ms as f64 * 0.1;
+                // Up fast, down slowly: a suite whose tests get slower (a
+                // slow tail) shrinks the prefetch before a slot sits on it.
+                let weight = if duration_ms as f64 > self.avg_ms { 0.5 } else { 0.1 };
+                self.avg_ms = self.avg_ms * (1.0 - weight) + duration_ms as f64 * weight;
                 let duration = Duration::from_millis(duration_ms);
                 self.untrack(&sent.delivery);
                 self.shared.summary.lock().timings.push((sent.delivery.unit.to_string(), duration_ms));

@@ -61,6 +61,7 @@ impl Worker {
                 running: Mutex::new(Vec::new()),
                 halt: CancellationToken::new(),
                 queued_hint: std::sync::atomic::AtomicU64::new(u64::MAX),
+                hint_read_at: Mutex::new(std::time::Instant::now()),
                 summary: Mutex::new(WorkerSummary::default()),
             }),
         })

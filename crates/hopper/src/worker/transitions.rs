@@ -6,7 +6,7 @@
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold_core::{Ack, Delivery, RequeueReply, RequeueRequest, UnitId, UnitQueue};
 use parking_lot::Mutex;
@@ -66,6 +66,8 @@ pub(super) struct Shared {
     /// an over-estimate). Slots reserve less ahead as it falls, so that near
     /// the end no slot holds units another could already run.
     pub(super) queued_hint: AtomicU64,
+    /// When the hint was last read from the queue.
+    pub(super) hint_read_at: Mutex<Instant>,
     pub(super) summary: Mutex<WorkerSummary>,
 }
 
@@ -83,6 +85,21 @@ impl Shared {
     /// Records a progress read: how many units wait in the queue.
     pub(super) fn saw_queued(&self, queued: u64) {
         self.queued_hint.store(queued, Ordering::Relaxed);
+        *self.hint_read_at.lock() = Instant::now();
+    }
+
+    /// Reads the queue's progress again when the hint is older than
+    /// [`HINT_FRESHNESS`]: other workers drain the queue too, and a stale
+    /// hint lets a slot reserve the slow tail of a build all at once. At most
+    /// a couple of reads a second per worker, whatever its slots.
+    async fn refresh_hint(&self) {
+        if self.hint_read_at.lock().elapsed() < HINT_FRESHNESS {
+            return;
+        }
+        *self.hint_read_at.lock() = Instant::now();
+        if let Ok(Some(progress)) = self.queue.progress(&self.config.run).await {
+            self.saw_queued(progress.queued);
+        }
     }
 
     /// How many units one slot should reserve ahead at most now: about half
@@ -101,6 +118,9 @@ impl Shared {
     }
 }
 
+/// How old the queued hint may be when a slot reserves.
+const HINT_FRESHNESS: Duration = Duration::from_millis(500);
+
 /// What one reservation gave.
 pub(super) struct Reserved {
     /// The units now this slot's to run.
@@ -116,6 +136,7 @@ pub(super) struct Reserved {
 pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reserved, HopperError> {
     let config = &shared.config;
     let reclaim_after = config.queue_reclaim_after()?;
+    shared.refresh_hint().await;
     let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
     let taken = batch.deliveries.len() as u64;
     let _ = shared.queued_hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| Some(q.saturating_sub(taken)));
