@@ -20,7 +20,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
     /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`, `imap_unusable`,
-    /// `imap_unavailable`, `method_not_allowed` or `internal`.
+    /// `imap_unavailable`, `method_not_allowed`, `not_ready` or `internal`.
     #[schema(example = "bad_request")]
     pub code: String,
     /// A sentence; for `bad_request` it starts with the field (`port: ...`).
@@ -112,6 +112,14 @@ pub enum ApiError {
         #[source]
         source: axum::extract::ws::rejection::WebSocketUpgradeRejection,
     },
+    /// `GET /readyz`: a dependency does not answer.
+    #[error("{what} does not answer: {reason}")]
+    NotReady {
+        /// `the database` or `the lease store`.
+        what: &'static str,
+        /// Its error, or that it did not answer in time.
+        reason: String,
+    },
     /// Anything else: a storage or backend failure.
     #[error("internal error while trying to {op}")]
     Internal {
@@ -148,6 +156,7 @@ impl ApiError {
             ApiError::ImapUnusable { .. } => (StatusCode::BAD_REQUEST, "imap_unusable"),
             ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
             ApiError::ImapFailed { .. } => (StatusCode::BAD_GATEWAY, "imap_unavailable"),
+            ApiError::NotReady { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -21,6 +21,7 @@
 //! | `GET /v1/webhooks/{id}/deliveries` | its latest deliveries and what happened to each |
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
+//! | `GET /healthz`, `GET /readyz` | the process is up; the database and the lease store answer ([`health`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
 //!
 //! The handlers share an [`ApiState`] and read their settings from
@@ -36,6 +37,7 @@ pub mod actions;
 pub mod auth;
 mod download;
 pub mod errors;
+pub mod health;
 pub mod json;
 pub mod limiter;
 pub mod messages;
@@ -72,7 +74,7 @@ async fn console() -> Html<&'static str> {
     info(title = "sync-worker API", description = "Accounts, synced mail and live push. Every error is \
         `{\"error\":{\"code\",\"message\"}}` (ErrorBody)."),
     modifiers(&BearerScheme),
-    components(schemas(ErrorBody, errors::ErrorDetail)),
+    components(schemas(ErrorBody, errors::ErrorDetail, health::Probe)),
 )]
 struct ApiDoc;
 
@@ -100,6 +102,8 @@ fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(console))
         .routes(routes!(openapi_json))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
         .routes(routes!(auth::sign_up))
         .routes(routes!(auth::login))
         .routes(routes!(auth::logout))
