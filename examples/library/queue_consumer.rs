@@ -157,7 +157,7 @@ async fn attempt(queue: &dyn UnitQueue, run: &RunId, me: &WorkerId, delivery: De
         }
         return Ok(());
     }
-    let failure = RequeueRequest { duration_ms, failure_summary: Some(format!("{unit} failed")), errors: None };
+    let failure = RequeueRequest { duration_ms, failure_summary: Some(format!("{unit} failed")), ..Default::default() };
     match queue.requeue(run, me, &delivery, &failure).await? {
         RequeueReply::Requeued { retry_index } => println!("{me}: {unit} failed; retry {retry_index} queued"),
         RequeueReply::Finalized { .. } => println!("{me}: {unit} failed; no retry left, so it failed for good"),

@@ -531,6 +531,10 @@ pub struct RequeueRequest {
     pub failure_summary: Option<String>,
     /// Structured error details (at most 1 MiB of JSON).
     pub errors: Option<serde_json::Value>,
+    /// Retry on another worker: the retry is not handed to the requeueing
+    /// worker while another live worker may take it (see the contract,
+    /// "Retry elsewhere"). `false` lets anyone take it, the caller included.
+    pub retry_elsewhere: bool,
 }
 
 impl RequeueRequest {
@@ -592,6 +596,19 @@ pub struct WorkerRecord {
     pub current_unit: Option<UnitId>,
     /// Units it finished (finalized or requeued).
     pub processed: u64,
+    /// Whether it said it has left the run ([`UnitQueue::leave`]) and has
+    /// made no transition since.
+    #[serde(default)]
+    pub left: bool,
+}
+
+impl WorkerRecord {
+    /// Whether the worker counts as live at `now_ms` (store's clock) for a
+    /// liveness window of `window_ms`: it has not left, and its last
+    /// transition is at most `window_ms` old.
+    pub fn is_live(&self, now_ms: u64, window_ms: u64) -> bool {
+        !self.left && now_ms.saturating_sub(self.last_seen_ms) <= window_ms
+    }
 }
 
 /// A delivery pending on a worker.
@@ -660,6 +677,20 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   number of times. Use it for a unit that was never started (prefetched)
 ///   or whose attempt was stopped by the worker itself (a signal), not for a
 ///   failure (that is `requeue`).
+/// * **Retry elsewhere.** A `requeue` with
+///   [`RequeueRequest::retry_elsewhere`] marks the new priority entry with
+///   the requeueing worker and the time. `reserve` does not hand a marked
+///   entry to that worker while another worker is live (a worker record
+///   other than the caller's that has not [left](UnitQueue::leave) and made
+///   a transition within the call's `reclaim_after`) and the entry is younger
+///   than `reclaim_after` (a live worker that never reserves cannot hold a
+///   retry back for longer). Such an entry is moved to the end of the
+///   priority stream as a new entry, keeping its mark and time, with no event
+///   and no budget spent, and the call goes on with the next entry. One call
+///   reads each stream once, for as many entries as it still needs: an entry
+///   moved by a call is not read again by that call. A marked entry handed
+///   out (to another worker, or to its worker once no other is live) is an
+///   ordinary delivery; `release` drops the mark.
 /// * Each unit is finalized exactly once; `finalized` reaches `total` exactly
 ///   when every unit is done.
 /// * Each applied transition appends its event (see [`crate::Event`]) in order
@@ -702,7 +733,7 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 /// assert_eq!(queue.heartbeat(&run, &me, &a).await?, Ack::Ok);
 /// assert_eq!(queue.finalize(&run, &me, &a, &FinalizeRequest::new(Outcome::Passed, 12)).await?, Ack::Ok);
 ///
-/// let failed = RequeueRequest { duration_ms: 7, failure_summary: Some("assertion failed".into()), errors: None };
+/// let failed = RequeueRequest { duration_ms: 7, failure_summary: Some("assertion failed".into()), ..Default::default() };
 /// let ReserveReply::Delivered(b) = queue.reserve(&run, &me, reclaim_after).await? else { panic!("b is queued") };
 /// assert_eq!(queue.requeue(&run, &me, &b, &failed).await?, RequeueReply::Requeued { retry_index: 1 });
 /// // The first delivery of b is no longer anyone's: it is fenced off.
@@ -862,6 +893,15 @@ pub trait UnitQueue: Send + Sync + 'static {
         worker: &WorkerId,
         current_unit: Option<&UnitId>,
     ) -> Result<LivenessReply, QueueError>;
+
+    /// Says the worker will make no more transitions in the run (it is done,
+    /// or shutting down): from now on it does not count as live for retry
+    /// placement (see "Retry elsewhere" in the contract), so a retry it
+    /// failed goes back to a worker still running without waiting. The
+    /// record's current unit is cleared; any later transition of the worker
+    /// makes it live again. Appends no event; renews the run's TTL. `CORRUPT`
+    /// when the run does not exist.
+    async fn leave(&self, run: &RunId, worker: &WorkerId) -> Result<LivenessReply, QueueError>;
 
     /// Appends a `worker_error` event. Not fenced; needs no meta.
     async fn record_worker_error(

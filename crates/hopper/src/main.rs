@@ -117,6 +117,11 @@ struct RunArgs {
     /// units too (reported as not run) instead of letting them finish.
     #[arg(long, env = "HOPPER_MAX_FAILURES_KILL", requires = "max_failures")]
     max_failures_kill: bool,
+    /// Let a failed unit's retry run on the worker that failed it, even while
+    /// another worker could take it (by default a retry goes elsewhere, so a
+    /// failure that only one machine sees is called out as worker-specific).
+    #[arg(long, env = "HOPPER_RETRY_SAME_WORKER")]
+    retry_same_worker: bool,
     /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
     /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -264,6 +269,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
             max_failures: args.max_failures,
         },
         max_failures_kill: args.max_failures_kill,
+        retry_same_worker: args.retry_same_worker,
         run_ttl: args.run_ttl,
         command: args.command,
         junit: args.junit,

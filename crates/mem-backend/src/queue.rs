@@ -85,10 +85,26 @@ struct Pending {
     unit: u32,
 }
 
+/// The mark of a retry that should go to another worker: who failed it, and
+/// since when (store's clock, ms).
+#[derive(Debug, Clone)]
+struct Elsewhere {
+    avoid: WorkerId,
+    since_ms: u64,
+}
+
+/// A stream entry: its id, its unit, and a retry-elsewhere mark.
+#[derive(Debug, Clone)]
+struct Entry {
+    id: EntryId,
+    unit: u32,
+    elsewhere: Option<Elsewhere>,
+}
+
 /// A stream with one consumer group: entries, the group's read cursor, its PEL.
 #[derive(Debug, Default)]
 struct Stream {
-    entries: Vec<(EntryId, u32)>,
+    entries: Vec<Entry>,
     next_unread: usize,
     pending: BTreeMap<EntryId, Pending>,
     last_id: EntryId,
@@ -96,8 +112,12 @@ struct Stream {
 
 impl Stream {
     fn append(&mut self, unit: u32, now: u64) -> EntryId {
+        self.append_marked(unit, None, now)
+    }
+
+    fn append_marked(&mut self, unit: u32, elsewhere: Option<Elsewhere>, now: u64) -> EntryId {
         let id = next_id(&mut self.last_id, now);
-        self.entries.push((id, unit));
+        self.entries.push(Entry { id, unit, elsewhere });
         id
     }
 
@@ -105,12 +125,20 @@ impl Stream {
         self.entries.len() - self.next_unread
     }
 
-    /// `XREADGROUP ... >` for one entry.
-    fn read_new(&mut self, consumer: &WorkerId, now: u64) -> Option<(EntryId, u32)> {
-        let &(id, unit) = self.entries.get(self.next_unread)?;
-        self.next_unread += 1;
-        self.pending.insert(id, Pending { consumer: consumer.clone(), delivery_count: 1, last_delivery_ms: now, unit });
-        Some((id, unit))
+    /// `XREADGROUP ... COUNT n >`: up to `n` unread entries, taken off the
+    /// cursor but not yet pending (see [`Stream::deliver`]).
+    fn read_unread(&mut self, n: usize) -> Vec<Entry> {
+        let end = (self.next_unread + n).min(self.entries.len());
+        let read = self.entries[self.next_unread..end].to_vec();
+        self.next_unread = end;
+        read
+    }
+
+    /// The entry becomes pending on `consumer` (its first delivery).
+    fn deliver(&mut self, entry: &Entry, consumer: &WorkerId, now: u64) {
+        let pending =
+            Pending { consumer: consumer.clone(), delivery_count: 1, last_delivery_ms: now, unit: entry.unit };
+        self.pending.insert(entry.id, pending);
     }
 
     /// The fence: the pending entry when owned by `worker` at `delivery_count`.
@@ -209,8 +237,10 @@ impl Run {
             last_seen_ms: 0,
             current_unit: None,
             processed: 0,
+            left: false,
         });
         record.last_seen_ms = now;
+        record.left = false;
         match current {
             Current::Keep => {}
             Current::Set(unit) => record.current_unit = Some(unit.clone()),
@@ -281,18 +311,41 @@ impl Run {
         }
     }
 
-    fn deliver_new(&mut self, worker: &WorkerId, now: u64) -> Option<ReserveReply> {
+    /// Whether `worker` may not take `entry` now: it failed the unit, the
+    /// mark is younger than `window_ms`, and another worker is live.
+    fn held_back(&self, entry: &Entry, worker: &WorkerId, window_ms: u64, now: u64) -> bool {
+        let Some(mark) = &entry.elsewhere else { return false };
+        &mark.avoid == worker
+            && now.saturating_sub(mark.since_ms) < window_ms
+            && self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms))
+    }
+
+    /// Fresh deliveries for `worker`, at most `max`: the priority stream,
+    /// then the main stream, each read once for as many entries as the call
+    /// still needs. An entry held back for another worker goes to the end of
+    /// the priority stream (not read again by this call).
+    fn deliver_fresh(&mut self, worker: &WorkerId, max: usize, window_ms: u64, now: u64) -> Vec<Delivery> {
+        let mut delivered = Vec::new();
         for name in [StreamName::Priority, StreamName::Main] {
-            let Some((entry, unit)) = self.stream(name).read_new(worker, now) else { continue };
-            // delivery_accounting
-            let header = self.header(unit, worker, now);
-            self.append(Event::Delivered { header, stream: name, entry_id: entry, delivery_count: 1 }, now);
-            let unit_id = self.units[unit as usize].id.clone();
-            self.touch_worker(worker, Current::Set(&unit_id), 0, now);
-            self.renew(now);
-            return Some(ReserveReply::Delivered(self.delivery(name, entry, unit, 1, DeliveryOrigin::Fresh)));
+            if delivered.len() >= max {
+                break;
+            }
+            for entry in self.stream(name).read_unread(max - delivered.len()) {
+                if self.held_back(&entry, worker, window_ms, now) {
+                    self.priority.append_marked(entry.unit, entry.elsewhere, now);
+                    continue;
+                }
+                self.stream(name).deliver(&entry, worker, now);
+                // delivery_accounting
+                let header = self.header(entry.unit, worker, now);
+                self.append(Event::Delivered { header, stream: name, entry_id: entry.id, delivery_count: 1 }, now);
+                let unit_id = self.units[entry.unit as usize].id.clone();
+                self.touch_worker(worker, Current::Set(&unit_id), 0, now);
+                self.renew(now);
+                delivered.push(self.delivery(name, entry.id, entry.unit, 1, DeliveryOrigin::Fresh));
+            }
         }
-        None
+        delivered
     }
 
     fn reclaim(&mut self, worker: &WorkerId, min_idle_ms: u64, now: u64) -> ReserveReply {
@@ -354,10 +407,39 @@ impl Run {
         if self.meta().stopped() {
             return ReserveReply::Stopped;
         }
-        match self.deliver_new(worker, now) {
-            Some(reply) => reply,
+        match self.deliver_fresh(worker, 1, min_idle_ms, now).pop() {
+            Some(delivery) => ReserveReply::Delivered(delivery),
             None => self.reclaim(worker, min_idle_ms, now),
         }
+    }
+
+    /// `reserve` for up to `max` units in one call: fresh entries first
+    /// (each stream read once), then reclaims.
+    fn reserve_batch(&mut self, worker: &WorkerId, max: usize, min_idle_ms: u64, now: u64) -> ReserveBatch {
+        let mut batch = ReserveBatch::default();
+        if self.meta().stopped() {
+            batch.stopped = true;
+            return batch;
+        }
+        batch.deliveries = self.deliver_fresh(worker, max, min_idle_ms, now);
+        while batch.deliveries.len() < max {
+            match self.reclaim(worker, min_idle_ms, now) {
+                ReserveReply::Delivered(d) => batch.deliveries.push(d),
+                ReserveReply::ReclaimExhausted { unit } => {
+                    batch.exhausted.push(unit);
+                    if self.meta().stopped() {
+                        batch.stopped = true;
+                        break;
+                    }
+                }
+                ReserveReply::Stopped => {
+                    batch.stopped = true;
+                    break;
+                }
+                ReserveReply::None | ReserveReply::Corrupt => break,
+            }
+        }
+        batch
     }
 
     fn requeue(&mut self, worker: &WorkerId, delivery: &Delivery, request: &RequeueRequest, now: u64) -> RequeueReply {
@@ -394,7 +476,8 @@ impl Run {
         let previous_retry_index = state.retry_index;
         self.states[unit as usize].retry_index += 1;
         self.stream(delivery.stream).pending.remove(&delivery.entry_id);
-        let new_entry_id = self.priority.append(unit, now);
+        let elsewhere = request.retry_elsewhere.then(|| Elsewhere { avoid: worker.clone(), since_ms: now });
+        let new_entry_id = self.priority.append_marked(unit, elsewhere, now);
         let header = self.header(unit, worker, now);
         self.append(
             Event::Requeued {
@@ -542,22 +625,9 @@ impl UnitQueue for MemoryStore {
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
         let min_idle = reclaim_after.as_millis();
-        let mut batch = ReserveBatch::default();
-        let found = self.with_run(run, |r, now| {
-            while batch.deliveries.len() < max.get() {
-                match r.reserve(worker, min_idle, now) {
-                    ReserveReply::Delivered(d) => batch.deliveries.push(d),
-                    ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
-                    ReserveReply::Stopped => {
-                        batch.stopped = true;
-                        break;
-                    }
-                    ReserveReply::None | ReserveReply::Corrupt => break,
-                }
-            }
-        });
-        batch.corrupt = found.is_none();
-        Ok(batch)
+        Ok(self
+            .with_run(run, |r, now| r.reserve_batch(worker, max.get(), min_idle, now))
+            .unwrap_or(ReserveBatch { corrupt: true, ..ReserveBatch::default() }))
     }
 
     async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
@@ -690,6 +760,17 @@ impl UnitQueue for MemoryStore {
         let applied = self.with_run(run, |r, now| {
             let current = current_unit.map_or(Current::Clear, Current::Set);
             r.touch_worker(worker, current, 0, now);
+            r.renew(now);
+        });
+        Ok(if applied.is_some() { LivenessReply::Ok } else { LivenessReply::Corrupt })
+    }
+
+    async fn leave(&self, run: &RunId, worker: &WorkerId) -> Result<LivenessReply, QueueError> {
+        let applied = self.with_run(run, |r, now| {
+            r.touch_worker(worker, Current::Clear, 0, now);
+            if let Some(record) = r.workers.get_mut(worker) {
+                record.left = true;
+            }
             r.renew(now);
         });
         Ok(if applied.is_some() { LivenessReply::Ok } else { LivenessReply::Corrupt })

@@ -164,6 +164,8 @@ struct StoredWorker {
     last_seen: u64,
     current_unit: Option<UnitId>,
     processed: u64,
+    #[serde(default)]
+    left: bool,
 }
 
 impl RedisStore {
@@ -465,7 +467,8 @@ impl UnitQueue for RedisStore {
             .arg(delivery.kind.as_str())
             .arg(request.duration_ms)
             .arg(json_or_empty(request.failure_summary.as_deref().filter(|s| !s.is_empty())))
-            .arg(json_or_empty(request.errors.as_ref()));
+            .arg(json_or_empty(request.errors.as_ref()))
+            .arg(if request.retry_elsewhere { "1" } else { "0" });
         let value = self.run_transition("requeue", run, &call).await?;
         let bad = |e| queue_reply_err("requeue", run, e);
         let (s, rest) = status("requeue", value).map_err(bad)?;
@@ -527,6 +530,18 @@ impl UnitQueue for RedisStore {
             other => {
                 Err(queue_reply_err("liveness", run, ReplyError::new("liveness", format!("unknown status {other:?}"))))
             }
+        }
+    }
+
+    async fn leave(&self, run: &RunId, worker: &WorkerId) -> Result<LivenessReply, QueueError> {
+        let keys = self.run_keys(run);
+        let call = self.transition(&keys, "leave", worker);
+        let value = self.run_transition("leave", run, &call).await?;
+        let (s, _) = status("leave", value).map_err(|e| queue_reply_err("leave", run, e))?;
+        match s.as_str() {
+            "OK" => Ok(LivenessReply::Ok),
+            "CORRUPT" => Ok(LivenessReply::Corrupt),
+            other => Err(queue_reply_err("leave", run, ReplyError::new("leave", format!("unknown status {other:?}")))),
         }
     }
 
@@ -737,6 +752,7 @@ impl UnitQueue for RedisStore {
                 last_seen_ms: stored.last_seen,
                 current_unit: stored.current_unit,
                 processed: stored.processed,
+                left: stored.left,
             });
         }
         out.sort_by(|a, b| a.worker.cmp(&b.worker));

@@ -55,11 +55,12 @@ enum Op {
     HeartbeatBatch { w: usize, skip: usize },
     Finalize { d: usize, who: Option<usize>, outcome: u8 },
     FinalizeMany { w: usize },
-    Requeue { d: usize, who: Option<usize>, summary: bool },
+    Requeue { d: usize, who: Option<usize>, summary: bool, elsewhere: bool },
     Abandon { d: usize, who: Option<usize> },
     HandBack { d: usize, who: Option<usize> },
     HandBackBatch { w: usize, skip: usize },
     Liveness { w: usize, unit: Option<usize> },
+    Leave { w: usize },
     StaleRecord { d: usize },
     WorkerError { w: usize },
     Step,
@@ -90,12 +91,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (d.clone(), who()).prop_map(|(d, who)| Op::Heartbeat { d, who }),
         6 => (d.clone(), who(), 0..3u8).prop_map(|(d, who, outcome)| Op::Finalize { d, who, outcome }),
         1 => w.clone().prop_map(|w| Op::FinalizeMany { w }),
-        5 => (d.clone(), who(), any::<bool>()).prop_map(|(d, who, summary)| Op::Requeue { d, who, summary }),
+        5 => (d.clone(), who(), any::<bool>(), any::<bool>())
+            .prop_map(|(d, who, summary, elsewhere)| Op::Requeue { d, who, summary, elsewhere }),
         2 => (d.clone(), who()).prop_map(|(d, who)| Op::Abandon { d, who }),
         3 => (d.clone(), who()).prop_map(|(d, who)| Op::HandBack { d, who }),
         1 => (w.clone(), 0..4usize).prop_map(|(w, skip)| Op::HandBackBatch { w, skip }),
         1 => (w.clone(), 0..4usize).prop_map(|(w, skip)| Op::HeartbeatBatch { w, skip }),
         1 => (w.clone(), proptest::option::of(0..4usize)).prop_map(|(w, unit)| Op::Liveness { w, unit }),
+        1 => w.clone().prop_map(|w| Op::Leave { w }),
         1 => d.clone().prop_map(|d| Op::StaleRecord { d }),
         1 => w.clone().prop_map(|w| Op::WorkerError { w }),
         1 => Just(Op::Step),
@@ -303,12 +306,13 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
                 }
             }
         }
-        Op::Requeue { d, who, summary } => match pick(side, *d) {
+        Op::Requeue { d, who, summary, elsewhere } => match pick(side, *d) {
             Some((owner, d)) => {
                 let req = RequeueRequest {
                     duration_ms: 3,
                     failure_summary: summary.then(|| "assertion failed: \\ \"ü\"".to_owned()),
                     errors: summary.then(|| serde_json::json!({"n": 1})),
+                    retry_elsewhere: *elsewhere,
                 };
                 format!("{:?}", q.requeue(run, &wid(who.unwrap_or(owner)), &d, &req).await.expect("requeue"))
             }
@@ -346,6 +350,7 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             let unit = unit.map(|u| UnitId::new(format!("unit \"{u}\"")).expect("unit id"));
             format!("{:?}", q.liveness(run, &wid(*w), unit.as_ref()).await.expect("liveness"))
         }
+        Op::Leave { w } => format!("{:?}", q.leave(run, &wid(*w)).await.expect("leave")),
         Op::StaleRecord { d } => match pick(side, *d) {
             Some((owner, d)) => format!(
                 "{:?}",

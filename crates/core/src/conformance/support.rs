@@ -151,6 +151,7 @@ pub fn failure(summary: &str) -> crate::queue::RequeueRequest {
         duration_ms: 10,
         failure_summary: Some(summary.to_owned()),
         errors: Some(serde_json::json!([{ "message": summary }])),
+        retry_elsewhere: false,
     }
 }
 

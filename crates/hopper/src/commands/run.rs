@@ -68,6 +68,8 @@ pub struct RunOptions {
     /// `--max-failures-kill`: a stop at the failure limit stops this
     /// worker's running units too.
     pub max_failures_kill: bool,
+    /// `--retry-same-worker`: a retry may come back to the worker that failed it.
+    pub retry_same_worker: bool,
     /// The run's inactivity TTL in the queue.
     pub run_ttl: Duration,
     /// The command template (`{unit}`).
@@ -236,6 +238,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         env: Vec::new(),
         invocations,
         stop_running_on_halt: options.max_failures_kill,
+        retry_same_worker: options.retry_same_worker,
     };
     // Check the whole spec before anything is written to the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;

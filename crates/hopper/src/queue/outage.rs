@@ -519,6 +519,10 @@ impl UnitQueue for OutageQueue {
         self.once("liveness", self.inner.liveness(run, worker, current_unit)).await
     }
 
+    async fn leave(&self, run: &RunId, worker: &WorkerId) -> Result<LivenessReply, QueueError> {
+        self.once("leave", self.inner.leave(run, worker)).await
+    }
+
     async fn record_worker_error(
         &self,
         run: &RunId,

@@ -122,6 +122,9 @@ impl UnitQueue for Flaky {
     async fn liveness(&self, r: &RunId, w: &WorkerId, u: Option<&UnitId>) -> Result<LivenessReply, QueueError> {
         self.store.liveness(r, w, u).await
     }
+    async fn leave(&self, r: &RunId, w: &WorkerId) -> Result<LivenessReply, QueueError> {
+        self.store.leave(r, w).await
+    }
     async fn record_worker_error(
         &self,
         r: &RunId,

@@ -40,6 +40,11 @@ pub struct WorkerConfig {
     /// here too and hand them back (they are reported as not run), instead
     /// of letting them finish (`--max-failures-kill`).
     pub stop_running_on_halt: bool,
+    /// Let a failed unit's retry come back to this worker even while another
+    /// worker could take it (`--retry-same-worker`). By default a retry goes
+    /// to another live worker, so a failure caused by one machine is told
+    /// apart from a failing test.
+    pub retry_same_worker: bool,
 }
 
 /// How a worker's slots start invocations: batches, each one process, or one

@@ -124,6 +124,13 @@ impl Worker {
             }
         }
         ticker.abort();
+        // A retry this worker failed may then go back to a worker still
+        // running without waiting for this one to look dead. Best effort: a
+        // worker that cannot say so is simply not live after the timeout.
+        let (run, worker) = (&shared.config.run, &shared.config.worker);
+        if let Err(error) = shared.queue.leave(run, worker).await {
+            tracing::debug!(%error, "could not tell the queue this worker left");
+        }
         shared.observer.finished();
         // A signal explains whatever the slots ran into while stopping.
         if shared.shutdown.is_cancelled() {

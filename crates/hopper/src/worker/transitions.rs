@@ -245,6 +245,7 @@ pub(super) async fn requeue_failed(
             "worker": worker.as_str(),
             "output": output,
         })),
+        retry_elsewhere: !shared.config.retry_same_worker,
     };
     match shared.queue.requeue(run, worker, delivery, &request).await? {
         RequeueReply::Requeued { retry_index } => {

@@ -26,13 +26,15 @@ local function dispatch()
   elseif mode == "finalize_batch" then
     return finalize_batch(m, ARGV[3], 4, true)
   elseif mode == "requeue" then
-    return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+    return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
   elseif mode == "abandoned" then
     return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
   elseif mode == "release_batch" then
     return release_batch(m, ARGV[3], 4)
   elseif mode == "liveness" then
     return liveness(m, ARGV[3])
+  elseif mode == "leave" then
+    return leave(m)
   end
   return redis.error_reply("ERR unknown transition mode " .. tostring(mode))
 end

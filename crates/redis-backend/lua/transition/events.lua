@@ -128,6 +128,9 @@ local function touch_worker(current, delta)
   local cur, processed = "null", 0
   if raw then
     local c, p = string.match(raw, '^{"last_seen":%d+,"current_unit":(.*),"processed":(%d+)}$')
+    if not c then
+      c, p = string.match(raw, '^{"last_seen":%d+,"current_unit":(.*),"processed":(%d+),"left":true}$')
+    end
     if c then
       cur, processed = c, tonumber(p)
     end

@@ -95,12 +95,19 @@ local function pending_row(stream, entry_id)
   return { consumer = row[2], delivery_count = tonumber(row[4]) }
 end
 
--- Stream entry fields as unit, kind: an entry is one field, the unit id
--- valued its kind ({unit, kind}); entries written before that format hold
--- {"id", unit, "type", kind}.
+-- Stream entry fields as unit, kind (and, for a retry that should go to
+-- another worker, the worker to avoid and since when): an entry is one
+-- field, the unit id valued its kind ({unit, kind}), then the mark
+-- ("\1avoid", worker, "\1since", ms; a unit id holds no control
+-- character, so the names cannot clash); entries written before that
+-- format hold {"id", unit, "type", kind}.
+local AVOID, SINCE = "\1avoid", "\1since"
 local function entry_unit(fields)
   if fields[3] == nil then
     return fields[1], fields[2] or ""
+  end
+  if fields[3] == AVOID then
+    return fields[1], fields[2] or "", fields[4], tonumber(fields[6]) or 0
   end
   if fields[1] == "id" and fields[3] == "type" then
     return fields[2], fields[4]

@@ -11,3 +11,13 @@ local function liveness(m, current_unit)
   renew_ttls(m.ttl_ms)
   return { "OK" }
 end
+
+-- mode leave: the worker makes no more transitions; it no longer counts as
+-- live for retry placement until its next transition.
+local function leave(m)
+  touch_worker("null")
+  local raw = redis.call("HGET", workers, worker_id)
+  redis.call("HSET", workers, worker_id, string.sub(raw, 1, -2) .. ',"left":true}')
+  renew_ttls(m.ttl_ms)
+  return { "OK" }
+end

@@ -2,8 +2,10 @@
 -- (The parts are joined in order in src/scripts.rs.)
 
 -- ARGV: stream, entry_id, delivery_count, unit_id, unit_type, duration_ms,
---       failure_summary_json, errors_json.
-local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json)
+--       failure_summary_json, errors_json, elsewhere ("1": mark the retry
+--       to go to another worker than this one).
+local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json,
+                       elsewhere)
   local stream, state = fenced_state(short, entry_id, delivery_count, unit_id)
   if not stream then
     return state
@@ -30,7 +32,12 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
   state.retry_index = state.retry_index + 1
   write_state(unit_id, state)
   redis.call("XACK", stream, GROUP, entry_id)
-  local new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type)
+  local new_entry_id
+  if elsewhere == "1" then
+    new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type, AVOID, worker_id, SINCE, now)
+  else
+    new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type)
+  end
   append_json(event_head("requeued", unit_json, state) .. string.format(
     ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"}',
     previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,

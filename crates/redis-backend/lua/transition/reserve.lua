@@ -30,6 +30,27 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- the ids read fresh.
   local touched, touched_count = nil, { [priority] = 0, [units] = 0 }
   local fresh = {}
+  -- Retry elsewhere: whether a worker other than the caller is live (has not
+  -- left, and made a transition within reclaim_after); read once, when an
+  -- entry marked for another worker than the caller is met.
+  local LEFT = ',"left":true}'
+  local others_live = nil
+  local function another_live()
+    if others_live == nil then
+      others_live = false
+      local all = redis.call("HGETALL", workers)
+      for i = 1, #all, 2 do
+        local record = all[i + 1]
+        local seen = tonumber(string.match(record, '^{"last_seen":(%d+)'))
+        if all[i] ~= worker_id and seen and now - seen <= reclaim_after_ms
+          and string.sub(record, -#LEFT) ~= LEFT then
+          others_live = true
+          break
+        end
+      end
+    end
+    return others_live
+  end
   local function touch(stream, entry_id)
     touched[stream][entry_id] = true
     touched_count[stream] = touched_count[stream] + 1
@@ -44,10 +65,10 @@ local function reserve(m, max, reclaim_after_ms, single)
     if type(read) == "table" and type(read[1]) == "table" then
       local short = stream_short(stream)
       local entries = read[1][2]
-      local ids, unit_list, kinds = {}, {}, {}
+      local ids, unit_list, kinds, avoids, sinces = {}, {}, {}, {}, {}
       for i, entry in ipairs(entries) do
         ids[i] = entry[1]
-        unit_list[i], kinds[i] = entry_unit(entry[2])
+        unit_list[i], kinds[i], avoids[i], sinces[i] = entry_unit(entry[2])
         if not unit_list[i] then
           unit_list[i] = ""
         end
@@ -68,17 +89,25 @@ local function reserve(m, max, reclaim_after_ms, single)
           end
           return reply
         end
-        append_delivered(unit, short, ids[i], state)
-        local r = group + 3 + (i - 1) * 5
-        reply[r + 1] = ids[i]
-        reply[r + 2] = unit
-        reply[r + 3] = kinds[i]
-        reply[r + 4] = state.retry_index
-        reply[r + 5] = state.reclaim_count
-        reply[group + 3] = i
-        delivered = delivered + 1
-        changed = true
-        current = unit
+        if avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live() then
+          -- Held back for another worker: to the end of the priority stream,
+          -- mark kept, not read again by this call.
+          redis.call("XACK", stream, GROUP, ids[i])
+          redis.call("XADD", priority, "*", unit, kinds[i], AVOID, avoids[i], SINCE, sinces[i])
+        else
+          append_delivered(unit, short, ids[i], state)
+          local n = reply[group + 3] + 1
+          local r = group + 3 + (n - 1) * 5
+          reply[r + 1] = ids[i]
+          reply[r + 2] = unit
+          reply[r + 3] = kinds[i]
+          reply[r + 4] = state.retry_index
+          reply[r + 5] = state.reclaim_count
+          reply[group + 3] = n
+          delivered = delivered + 1
+          changed = true
+          current = unit
+        end
       end
       touched_count[stream] = touched_count[stream] + #entries
     end

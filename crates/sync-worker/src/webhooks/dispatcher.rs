@@ -336,7 +336,8 @@ async fn attempt_once(ctx: &Ctx, run: &RunId, delivery: &Delivery) -> Result<(),
     }
     let mut summary = error.clone();
     summary.truncate(summary.floor_char_boundary(MAX_SUMMARY));
-    let request = RequeueRequest { duration_ms: ms, failure_summary: Some(summary), errors: None };
+    let request =
+        RequeueRequest { duration_ms: ms, failure_summary: Some(summary), errors: None, retry_elsewhere: false };
     if let RequeueReply::Finalized { .. } = ctx.queue.requeue(run, &ctx.worker, delivery, &request).await? {
         let reason = format!("{} attempts of one delivery failed; the last: {error}", job.attempts + 1);
         tracing::warn!(webhook = %job.webhook_id, %reason, "webhook paused");

@@ -19,6 +19,7 @@ pub mod reclaim;
 pub mod release;
 pub mod requeue;
 pub mod reserve;
+pub mod retry_elsewhere;
 pub mod ttl;
 pub mod unfenced_events;
 

@@ -11,6 +11,7 @@ pub async fn requeue_puts_unit_on_priority_stream(fx: Fixture) {
         duration_ms: 250,
         failure_summary: Some("assertion failed: left == right".into()),
         errors: Some(json!({ "failures": [{ "name": "t1", "message": "boom" }], "count": 1 })),
+        retry_elsewhere: false,
     };
     let reply = fx.queue.requeue(&r, &worker("w1"), &d, &req).await.unwrap();
     assert_eq!(reply, RequeueReply::Requeued { retry_index: 1 });

@@ -1,0 +1,156 @@
+//! Conformance cases for retry elsewhere ([`RequeueRequest::retry_elsewhere`])
+//! and [`UnitQueue::leave`](crate::UnitQueue::leave): a retry does not go
+//! back to the worker that failed it while another worker is live.
+
+use super::*;
+
+/// A failure of `d` by `w`, to be retried on another worker.
+async fn fail_elsewhere(fx: &Fixture, run: &crate::ids::RunId, w: &str, d: &Delivery) {
+    let request = RequeueRequest { retry_elsewhere: true, ..failure("broken on this machine") };
+    let reply = fx.queue.requeue(run, &worker(w), d, &request).await.expect("requeue");
+    assert!(matches!(reply, RequeueReply::Requeued { .. }), "{reply:?}");
+}
+
+/// Says `w` is alive (a worker record with a fresh transition).
+async fn alive(fx: &Fixture, run: &crate::ids::RunId, w: &str) {
+    assert_eq!(fx.queue.liveness(run, &worker(w), None).await.unwrap(), LivenessReply::Ok);
+}
+
+/// While another worker is live, the failing worker gets the next unit, not
+/// its own retry; the other worker gets the retry, as an ordinary delivery
+/// with its retry index.
+pub async fn a_retry_skips_the_worker_that_failed_it(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let next = reserve(&fx, &r, "w1").await;
+    assert_eq!((next.unit.as_str(), next.stream), ("b", StreamName::Main));
+    let retry = reserve(&fx, &r, "w2").await;
+    assert_eq!((retry.unit.as_str(), retry.stream, retry.retry_index), ("a", StreamName::Priority, 1));
+    assert_eq!(retry.origin, DeliveryOrigin::Fresh);
+    finalize_ok(&fx, &r, "w2", &retry).await;
+    finalize_ok(&fx, &r, "w1", &next).await;
+    assert!(progress(&fx, &r).await.is_complete());
+}
+
+/// Holding a retry back spends nothing and records nothing: no event, the
+/// unit's state unchanged, still counted as queued; the failing worker gets
+/// `NONE` as long as another worker is live and nothing else is queued.
+pub async fn a_held_back_retry_spends_nothing_and_stays_queued(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let events = event_count(&fx, &r).await;
+    for _ in 0..3 {
+        assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None);
+    }
+    assert_eq!(event_count(&fx, &r).await, events, "holding back appends no event");
+    assert_eq!(state_of(&fx, &r, "a").await, unit_state(1, 0, true));
+    assert_eq!(progress(&fx, &r).await, counters(1, 0, 1, 0, 1));
+    assert!(pending_rows(&fx, &r).await.is_empty());
+    let retry = reserve(&fx, &r, "w2").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// With no other worker in the run, the failing worker retries its unit.
+pub async fn a_lone_worker_gets_its_own_retry(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let retry = reserve(&fx, &r, "w1").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A worker that left does not hold a retry back; its next transition makes
+/// it live again.
+pub async fn a_worker_that_left_holds_no_retry_back(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], budgets(3, 1.0, 2)).await;
+    alive(&fx, &r, "w2").await;
+    assert_eq!(fx.queue.leave(&r, &worker("w2")).await.unwrap(), LivenessReply::Ok);
+    let record = worker_record(&fx, &r, "w2").await;
+    assert!(record.left && record.current_unit.is_none(), "{record:?}");
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let retry = reserve(&fx, &r, "w1").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+    fail_elsewhere(&fx, &r, "w1", &retry).await;
+    alive(&fx, &r, "w2").await;
+    assert!(!worker_record(&fx, &r, "w2").await.left, "a transition after leave makes the worker live");
+    assert_eq!(reserve(&fx, &r, "w1").await.unit.as_str(), "b", "w2 is live again, so the retry waits for it");
+}
+
+/// Leaving a run that does not exist is `CORRUPT`.
+pub async fn leaving_a_missing_run_is_corrupt(fx: Fixture) {
+    assert_eq!(fx.queue.leave(&run("nope"), &worker("w1")).await.unwrap(), LivenessReply::Corrupt);
+}
+
+/// A worker not seen within the caller's reclaim timeout is not live: it
+/// holds no retry back.
+pub async fn a_silent_worker_holds_no_retry_back(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    fx.time.advance(ms(400)).await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let retry = delivered(reserve_with(&fx, &r, "w1", ms(200)).await);
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A retry that has waited the caller's reclaim timeout goes to anyone, the
+/// failing worker included: a live worker that never reserves cannot hold it
+/// back for longer.
+pub async fn a_retry_waits_at_most_the_reclaim_timeout(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    // w2 is seen after the failure, and again after the wait.
+    alive(&fx, &r, "w2").await;
+    assert_eq!(reserve_with(&fx, &r, "w1", ms(5_000)).await, ReserveReply::None, "w2 is live: held back");
+    fx.time.advance(ms(400)).await;
+    alive(&fx, &r, "w2").await;
+    let retry = delivered(reserve_with(&fx, &r, "w1", ms(200)).await);
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A batch reads each stream once: an entry held back is moved behind the
+/// others and not read again by the same call, and the batch fills up from
+/// the main stream.
+pub async fn a_batch_passes_over_a_held_back_retry_once(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c", "d"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let batch = fx.queue.reserve_batch(&r, &worker("w1"), batch(3), LONG).await.unwrap();
+    let units: Vec<&str> = batch.deliveries.iter().map(|d| d.unit.as_str()).collect();
+    assert_eq!(units, ["b", "c", "d"]);
+    assert!(batch.deliveries.iter().all(|d| d.stream == StreamName::Main));
+    assert_eq!(progress(&fx, &r).await.queued, 1, "the retry is still queued");
+    let retry = reserve(&fx, &r, "w2").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A requeue without `retry_elsewhere` lets the failing worker take the retry
+/// at once, whoever else is live.
+pub async fn a_plain_retry_may_come_back_to_its_worker(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    let a = reserve(&fx, &r, "w1").await;
+    requeue_as(&fx, &r, "w1", &a, "flaky").await;
+    let retry = reserve(&fx, &r, "w1").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A retry handed out and then released loses its mark: the worker that
+/// failed it may take it.
+pub async fn a_released_retry_loses_its_mark(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    alive(&fx, &r, "w2").await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    let retry = reserve(&fx, &r, "w2").await;
+    assert_eq!(fx.queue.release(&r, &worker("w2"), &retry).await.unwrap(), Ack::Ok);
+    let again = reserve(&fx, &r, "w1").await;
+    assert_eq!((again.unit.as_str(), again.retry_index), ("a", 1));
+}
