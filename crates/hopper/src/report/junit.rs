@@ -30,13 +30,15 @@ use crate::verdicts::names;
 /// The property of a flaky case, with `--flaky-result fail`, that says which
 /// attempt passed.
 pub const FLAKY_PROPERTY: &str = "hopper.flaky";
+/// The property of a worker-specific failure: where it failed and passed.
+pub const WORKER_SPECIFIC_PROPERTY: &str = "hopper.worker-specific";
 
 /// One failed attempt as a `<flakyFailure>` or `<rerunFailure>` (which of
 /// the two is the case's to say).
 fn rerun(attempt: &FailedAttempt) -> TestRerun {
     let mut rerun = TestRerun::new(NonSuccessKind::Failure);
     rerun
-        .set_message(attempt.detail.as_str())
+        .set_message(super::run_report::attempt_on_worker(attempt))
         .set_type(attempt.reason.as_str())
         .set_time(Duration::from_millis(attempt.duration_ms));
     if !attempt.output.is_empty() {
@@ -132,6 +134,12 @@ impl RunReport {
                     "hopper: {}; --flaky-result fail counts it as a failure\n",
                     passing_attempt(unit)
                 ));
+            }
+            if let Some((failed_on, passed_on)) = unit.worker_specific() {
+                let failed_on: Vec<&str> = failed_on.iter().map(|w| w.as_str()).collect();
+                let note = format!("failed on {}, passed on {passed_on}", failed_on.join(", "));
+                notes.push_str(&format!("hopper: worker-specific failure: {note}\n"));
+                case.add_property(Property::new(WORKER_SPECIFIC_PROPERTY, note));
             }
             // Its real status stays (a dashboard sees it fail), marked as
             // not failing the build.
@@ -261,9 +269,14 @@ mod tests {
         let junit = report().junit();
         let TestCaseStatus::Success { flaky_runs } = &case(&junit, "flaky").status else { panic!("passes") };
         let messages: Vec<_> = flaky_runs.iter().map(|r| r.message.as_ref().unwrap().as_str()).collect();
-        assert_eq!(messages, ["first try", "second try"]);
+        assert_eq!(messages, ["first try on w1", "second try on w1"], "each attempt names its worker");
         let xml = junit.to_string().unwrap();
         assert_eq!(xml.matches("<flakyFailure").count(), 2, "{xml}");
+        // It failed only on w1 and passed on w2: a worker-specific failure.
+        let flaky = case(&junit, "flaky");
+        let property = flaky.properties.iter().find(|p| p.name.as_str() == WORKER_SPECIFIC_PROPERTY).unwrap();
+        assert_eq!(property.value.as_str(), "failed on w1, passed on w2");
+        assert!(case(&junit, "bad").properties.iter().all(|p| p.name.as_str() != WORKER_SPECIFIC_PROPERTY));
     }
 
     #[test]
@@ -276,7 +289,7 @@ mod tests {
         assert_eq!(description.as_ref().unwrap().as_str(), "output of attempt 1\n");
         assert_eq!(reruns.kind, FlakyOrRerun::Rerun);
         let later: Vec<_> = reruns.runs.iter().map(|r| r.message.as_ref().unwrap().as_str()).collect();
-        assert_eq!(later, ["attempt 2", "attempt 3"]);
+        assert_eq!(later, ["attempt 2 on w1", "attempt 3 on w1"]);
         let xml = junit.to_string().unwrap();
         assert_eq!(xml.matches("<rerunFailure").count(), 2, "{xml}");
         assert!(xml.contains("<failure message=\"attempt 1\" type=\"exit\">"), "{xml}");

@@ -100,6 +100,22 @@ impl UnitReport {
         self.outcome == Some(Outcome::Passed) && !self.failed_attempts.is_empty()
     }
 
+    /// A worker-specific failure: flaky, and every failed attempt ran on a
+    /// worker other than the one it passed on. The workers it failed on (each
+    /// once, in order) and the one it passed on; a hint about those machines,
+    /// not about the test.
+    pub fn worker_specific(&self) -> Option<(Vec<&WorkerId>, &WorkerId)> {
+        let passed_on = self.finalized_by.as_ref().filter(|_| self.is_flaky())?;
+        let mut failed_on: Vec<&WorkerId> = Vec::new();
+        for attempt in &self.failed_attempts {
+            let worker = attempt.worker.as_ref().filter(|w| *w != passed_on)?;
+            if !failed_on.contains(&worker) {
+                failed_on.push(worker);
+            }
+        }
+        Some((failed_on, passed_on))
+    }
+
     /// Finalized as failed.
     pub fn is_failed(&self) -> bool {
         self.outcome == Some(Outcome::Failed)
@@ -132,6 +148,14 @@ pub struct RunReport {
     /// The failure limit the build stopped at (`--max-failures`), when it
     /// did: its unfinished units were never run.
     pub stopped_after: Option<u32>,
+}
+
+/// An attempt's detail with the worker that ran it, when known.
+pub(super) fn attempt_on_worker(attempt: &FailedAttempt) -> String {
+    match &attempt.worker {
+        Some(worker) => format!("{} on {worker}", attempt.detail),
+        None => attempt.detail.clone(),
+    }
 }
 
 fn text_field(errors: Option<&serde_json::Value>, field: &str) -> Option<String> {
@@ -414,8 +438,27 @@ impl RunReport {
             };
             let _ = writeln!(out, "\nFLAKY units ({}): failed, then passed on a retry{counted}:", flaky.len());
             for unit in &flaky {
-                let details: Vec<String> = unit.failed_attempts.iter().map(|a| a.detail.clone()).collect();
-                let _ = writeln!(out, "  FLAKY {} (failed {}x: {})", unit.unit, details.len(), details.join("; "));
+                let details: Vec<String> = unit.failed_attempts.iter().map(attempt_on_worker).collect();
+                let passed = unit.finalized_by.as_ref().map(|w| format!("; passed on {w}")).unwrap_or_default();
+                let _ =
+                    writeln!(out, "  FLAKY {} (failed {}x: {}{passed})", unit.unit, details.len(), details.join("; "));
+            }
+            let specific: Vec<_> = flaky.iter().filter_map(|u| Some((u, u.worker_specific()?))).collect();
+            if !specific.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "\nWORKER-SPECIFIC failures ({}): failed only on some workers and passed on another, a hint about those machines, not the test:",
+                    specific.len()
+                );
+                for (unit, (failed_on, passed_on)) in &specific {
+                    let failed_on: Vec<String> = failed_on.iter().map(|w| w.to_string()).collect();
+                    let _ = writeln!(
+                        out,
+                        "  WORKER-SPECIFIC {} (failed on {}, passed on {passed_on})",
+                        unit.unit,
+                        failed_on.join(", ")
+                    );
+                }
             }
         }
         let reclaimed: Vec<&UnitReport> = self.units.iter().filter(|u| !u.reclaimed_from.is_empty()).collect();
