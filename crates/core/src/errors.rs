@@ -88,6 +88,24 @@ pub enum SpecError {
         /// Its length.
         len: usize,
     },
+    /// A unit's group name is empty, too long or holds a control character.
+    #[error("unit \"{unit}\": group name {name:?} is invalid: give 1 to 256 bytes without control characters")]
+    BadGroupName {
+        /// The unit.
+        unit: UnitId,
+        /// The offending name.
+        name: String,
+    },
+    /// Two units of one group give it different limits.
+    #[error("group {group:?} has two limits, {first} and {other}: give every unit of a group the same limit")]
+    GroupLimitMismatch {
+        /// The group.
+        group: String,
+        /// The limit seen first.
+        first: u32,
+        /// The other limit.
+        other: u32,
+    },
     /// A free-text field is over its limit.
     #[error("{what} is {len} bytes, over the limit of {max}: shorten it (keep the tail of long output)")]
     TextTooLong {

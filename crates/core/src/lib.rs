@@ -39,7 +39,7 @@ pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
 pub use queue::{
     AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,
     HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, ReleaseReply, RequeueReply,
-    RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitQueue, UnitSpec, UnitState,
+    RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitGroup, UnitQueue, UnitSpec, UnitState,
     WorkerRecord,
 };
 pub use timings::{NoTimings, PassStreak, TimingsError, TimingsStore};

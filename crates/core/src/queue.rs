@@ -107,19 +107,40 @@ impl FromStr for StreamName {
     }
 }
 
-/// One unit of a run: its id and a free kind label (the seed's `type`).
+/// A fleet-wide concurrency group: at most `limit` of its units are handed
+/// out at once, across every worker of the run (see "Groups" in the
+/// [`UnitQueue`] contract).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UnitGroup {
+    /// The group's name: 1 to 256 bytes, no control characters.
+    pub name: String,
+    /// How many of its units may be handed out at once.
+    pub limit: std::num::NonZeroU32,
+}
+
+/// One unit of a run: its id, a free kind label (the seed's `type`) and
+/// the group it belongs to, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct UnitSpec {
     /// The unit.
     pub id: UnitId,
     /// A label the runner may use (e.g. `file`, `test`); may be empty.
     pub kind: String,
+    /// Its concurrency group; `None` runs it whenever a worker asks.
+    #[serde(default)]
+    pub group: Option<UnitGroup>,
 }
 
 impl UnitSpec {
-    /// A unit with the given id and kind.
+    /// A unit with the given id and kind, in no group.
     pub fn new(id: UnitId, kind: impl Into<String>) -> Self {
-        Self { id, kind: kind.into() }
+        Self { id, kind: kind.into(), group: None }
+    }
+
+    /// The same unit in `group`.
+    pub fn in_group(mut self, group: UnitGroup) -> Self {
+        self.group = Some(group);
+        self
     }
 }
 
@@ -188,9 +209,21 @@ impl RunSpec {
             return Err(SpecError::NoUnits { run: self.run.clone() });
         }
         let mut seen = HashSet::with_capacity(self.units.len());
+        let mut limits: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
         for unit in &self.units {
             if unit.kind.len() > MAX_KIND_LEN {
                 return Err(SpecError::KindTooLong { unit: unit.id.clone(), len: unit.kind.len() });
+            }
+            if let Some(group) = &unit.group {
+                let name = group.name.as_str();
+                if name.is_empty() || name.len() > MAX_KIND_LEN || name.chars().any(char::is_control) {
+                    return Err(SpecError::BadGroupName { unit: unit.id.clone(), name: name.to_owned() });
+                }
+                let limit = group.limit.get();
+                if let Some(&first) = limits.get(name).filter(|&&first| first != limit) {
+                    return Err(SpecError::GroupLimitMismatch { group: name.to_owned(), first, other: limit });
+                }
+                limits.insert(name, limit);
             }
             if !seen.insert(&unit.id) {
                 return Err(SpecError::DuplicateUnit { run: self.run.clone(), unit: unit.id.clone() });
@@ -209,9 +242,17 @@ impl RunSpec {
         // same input: ("ab", "") and ("a", "b") differ, whatever a kind holds.
         let mut hash = Sha256::new();
         for unit in units {
-            for field in [unit.id.as_str(), unit.kind.as_str()] {
-                hash.update((field.len() as u64).to_le_bytes());
-                hash.update(field.as_bytes());
+            let group = unit.group.as_ref().map(|g| format!("{}:{}", g.limit, g.name));
+            for field in [Some(unit.id.as_str()), Some(unit.kind.as_str()), group.as_deref()] {
+                // A tag before each field keeps "no group" apart from any group.
+                match field {
+                    Some(field) => {
+                        hash.update([1u8]);
+                        hash.update((field.len() as u64).to_le_bytes());
+                        hash.update(field.as_bytes());
+                    }
+                    None => hash.update([0u8]),
+                }
             }
         }
         hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
@@ -691,6 +732,17 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   moved by a call is not read again by that call. A marked entry handed
 ///   out (to another worker, or to its worker once no other is live) is an
 ///   ordinary delivery; `release` drops the mark.
+/// * **Groups.** A unit of a group ([`UnitSpec::group`]) is handed out
+///   fresh only while fewer than the group's limit of its units are pending
+///   on workers (handed out and not yet finalized, requeued or released; a
+///   dead worker's delivery counts until it is reclaimed, and then for its
+///   new owner, so a group never runs more than its limit). An entry of a
+///   full group met by `reserve` is moved to the end of the priority stream
+///   as a retry held back is, and the call goes on with the next entry: the
+///   other units are not held up, and the group's units come first once it
+///   has room. Re-initialising a run with other groups or limits is
+///   [`QueueError::UnitListMismatch`]; every unit of one group must carry the
+///   same limit ([`SpecError::GroupLimitMismatch`]).
 /// * Each unit is finalized exactly once; `finalized` reaches `total` exactly
 ///   when every unit is done.
 /// * Each applied transition appends its event (see [`crate::Event`]) in order

@@ -52,7 +52,8 @@ fn broken_failures(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("broken.log")).map(|t| t.lines().count()).unwrap_or(0)
 }
 
-const OPTIONS: [&str; 8] = ["-j", "1", "--per-process", "--max-requeues", "1", "--requeue-tolerance", "1", "--discover"];
+const OPTIONS: [&str; 8] =
+    ["-j", "1", "--per-process", "--max-requeues", "1", "--requeue-tolerance", "1", "--discover"];
 
 fn worker(project: &Project, build: &Build, name: &str, broken: bool, extra: &[&str]) -> Child {
     let mut cmd = project.worker(name);

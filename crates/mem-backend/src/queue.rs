@@ -320,29 +320,49 @@ impl Run {
             && self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms))
     }
 
+    /// Whether the unit's group already has its limit of units pending.
+    fn group_full(&self, unit: u32) -> bool {
+        let Some(group) = &self.units[unit as usize].group else { return false };
+        let in_group = |p: &&Pending| self.units[p.unit as usize].group.as_ref().is_some_and(|g| g.name == group.name);
+        let running = self.main.pending.values().chain(self.priority.pending.values()).filter(in_group).count();
+        running >= group.limit.get() as usize
+    }
+
     /// Fresh deliveries for `worker`, at most `max`: the priority stream,
-    /// then the main stream, each read once for as many entries as the call
-    /// still needs. An entry held back for another worker goes to the end of
-    /// the priority stream (not read again by this call).
+    /// then the main stream, each read until the call has its units or the
+    /// stream has no unread entry. An entry held back for another worker, or
+    /// of a full group, goes to the end of the priority stream; once one has,
+    /// the priority stream is read one entry at a time, and meeting an entry
+    /// this call moved back ends its reading (moving it back once more), as
+    /// the Redis script does.
     fn deliver_fresh(&mut self, worker: &WorkerId, max: usize, window_ms: u64, now: u64) -> Vec<Delivery> {
         let mut delivered = Vec::new();
+        let mut moved_back = std::collections::HashSet::new();
         for name in [StreamName::Priority, StreamName::Main] {
-            if delivered.len() >= max {
-                break;
-            }
-            for entry in self.stream(name).read_unread(max - delivered.len()) {
-                if self.held_back(&entry, worker, window_ms, now) {
-                    self.priority.append_marked(entry.unit, entry.elsewhere, now);
-                    continue;
+            let mut wrapped = false;
+            while delivered.len() < max && !wrapped {
+                let count =
+                    if name == StreamName::Priority && !moved_back.is_empty() { 1 } else { max - delivered.len() };
+                let entries = self.stream(name).read_unread(count);
+                if entries.is_empty() {
+                    break;
                 }
-                self.stream(name).deliver(&entry, worker, now);
-                // delivery_accounting
-                let header = self.header(entry.unit, worker, now);
-                self.append(Event::Delivered { header, stream: name, entry_id: entry.id, delivery_count: 1 }, now);
-                let unit_id = self.units[entry.unit as usize].id.clone();
-                self.touch_worker(worker, Current::Set(&unit_id), 0, now);
-                self.renew(now);
-                delivered.push(self.delivery(name, entry.id, entry.unit, 1, DeliveryOrigin::Fresh));
+                for entry in entries {
+                    let again = name == StreamName::Priority && moved_back.contains(&entry.id);
+                    if again || self.held_back(&entry, worker, window_ms, now) || self.group_full(entry.unit) {
+                        moved_back.insert(self.priority.append_marked(entry.unit, entry.elsewhere, now));
+                        wrapped |= again;
+                        continue;
+                    }
+                    self.stream(name).deliver(&entry, worker, now);
+                    // delivery_accounting
+                    let header = self.header(entry.unit, worker, now);
+                    self.append(Event::Delivered { header, stream: name, entry_id: entry.id, delivery_count: 1 }, now);
+                    let unit_id = self.units[entry.unit as usize].id.clone();
+                    self.touch_worker(worker, Current::Set(&unit_id), 0, now);
+                    self.renew(now);
+                    delivered.push(self.delivery(name, entry.id, entry.unit, 1, DeliveryOrigin::Fresh));
+                }
             }
         }
         delivered

@@ -5,7 +5,7 @@
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, max_failures ("" for no limit), total, then `total`
---       pairs of unit id, kind.
+--       triples of unit id, kind, group ("<limit>:<name>", or "" for none).
 -- A probe passes "probe" for total and no units: the same replies when the
 -- run exists, else { "ABSENT" } and nothing changes.
 -- Reply: { "INITIALIZED" }
@@ -51,18 +51,32 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- run. Older servers (no `<ms>-*`) take "*".
 local id_form = string.format("%d-*", now)
 -- An entry is one field: the unit id, valued its kind (the fewest values
--- for the scripts to read back, twice per unit).
-local first = total > 0 and redis.pcall("XADD", units, id_form, ARGV[9], ARGV[10])
+-- for the scripts to read back, twice per unit), then "\1group" valued the
+-- group for a unit in one.
+local function add_unit(form, i)
+  local id, kind, group = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
+  if group == "" then
+    return redis.pcall("XADD", units, form, id, kind)
+  end
+  return redis.pcall("XADD", units, form, id, kind, "\1group", group)
+end
+local first = total > 0 and add_unit(id_form, 1)
 if type(first) == "table" and first.err then
   id_form = "*"
-  redis.call("XADD", units, id_form, ARGV[9], ARGV[10])
+  first = add_unit(id_form, 1)
+  if type(first) == "table" and first.err then
+    return redis.error_reply(first.err)
+  end
 end
 local CHUNK = 256
 local states = {}
 for i = 1, total do
-  local id, kind = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local id = ARGV[6 + 3 * i]
   if i > 1 then
-    redis.call("XADD", units, id_form, id, kind)
+    local added = add_unit(id_form, i)
+    if type(added) == "table" and added.err then
+      return redis.error_reply(added.err)
+    end
   end
   states[#states + 1] = id
   states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'

@@ -14,11 +14,12 @@ for _, pair in ipairs({ { priority, "units:priority" }, { units, "units" } }) do
       if type(range[1]) == "table" then
         -- One field, the unit valued its kind; or (older entries) "id", unit, "type", kind.
         local fields = range[1][2]
-        if fields[3] == nil or fields[3] == "\1avoid" then
+        local extended = fields[3] ~= nil and string.byte(fields[3], 1) == 1
+        if fields[3] == nil or extended then
           unit = fields[1] or false
         end
         for i = 1, #fields, 2 do
-          if fields[3] ~= nil and fields[3] ~= "\1avoid" and fields[i] == "id" then
+          if fields[3] ~= nil and not extended and fields[i] == "id" then
             unit = fields[i + 1]
           end
         end

@@ -8,7 +8,7 @@ use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeRequest, InitOutcome, LivenessReply,
     PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunId, RunSpec,
-    StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    StreamName, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use redis::Value;
 
@@ -345,6 +345,7 @@ impl UnitQueue for RedisStore {
             for unit in &spec.units {
                 call.push(unit.id.as_str());
                 call.push(unit.kind.as_str());
+                call.push(unit.group.as_ref().map(|g| format!("{}:{}", g.limit, g.name)).unwrap_or_default());
             }
             let value = self.eval(&scripts::INITIALIZE, &call).await.map_err(|e| queue_err("initialize", run, e))?;
             (s, rest) = status("initialize", value).map_err(bad)?;
@@ -653,12 +654,12 @@ impl UnitQueue for RedisStore {
             let entries = reply::array("units", value).map_err(|e| queue_reply_err("units", run, e))?;
             let n = entries.len();
             for entry in entries {
-                let (id, unit, kind) = stream_entry(entry).map_err(|e| queue_reply_err("units", run, e))?;
+                let (id, unit, kind, group) = stream_entry(entry).map_err(|e| queue_reply_err("units", run, e))?;
                 let unit = unit.ok_or_else(|| QueueError::Corrupt {
                     run: run.clone(),
                     detail: format!("main stream entry {id} names no unit"),
                 })?;
-                out.push(UnitSpec::new(unit, kind.unwrap_or_default()));
+                out.push(UnitSpec { group, ..UnitSpec::new(unit, kind.unwrap_or_default()) });
                 start = format!("({id}");
             }
             if n < PAGE {
@@ -913,13 +914,31 @@ fn event_tokens<const N: usize>(tokens: &[String], at: usize) -> Result<&[String
 
 /// A stream entry as (id, unit, kind): one field, the unit id valued its
 /// kind; or, written before that format, fields `id` and `type`.
-fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>), ReplyError> {
+/// A main-stream entry: its id, unit, kind and group.
+type StreamEntry = (EntryId, Option<UnitId>, Option<String>, Option<UnitGroup>);
+
+fn stream_entry(entry: Value) -> Result<StreamEntry, ReplyError> {
     const WHAT: &str = "stream entry";
     let items = reply::array(WHAT, entry)?;
     let id = parse_entry_id(WHAT, reply::at(WHAT, &items, 0)?)?;
     let fields = reply::array(WHAT, items.into_iter().nth(1).unwrap_or(Value::Nil))?;
     if let [unit, kind] = fields.as_slice() {
-        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?)));
+        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), None));
+    }
+    // The unit valued its kind, then fields named from byte 1 (`\x01group`).
+    if let [unit, kind, extra @ ..] = fields.as_slice() {
+        let first = reply::string(WHAT, &extra[0])?;
+        if first.starts_with('\x01') {
+            let mut group = None;
+            for kv in extra.chunks(2) {
+                if let [name, value] = kv {
+                    if reply::string(WHAT, name)? == "\x01group" {
+                        group = Some(parse_group(WHAT, &reply::string(WHAT, value)?)?);
+                    }
+                }
+            }
+            return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), group));
+        }
     }
     let (mut unit, mut kind) = (None, None);
     for kv in fields.chunks(2) {
@@ -932,7 +951,15 @@ fn stream_entry(entry: Value) -> Result<(EntryId, Option<UnitId>, Option<String>
             _ => {}
         }
     }
-    Ok((id, unit, kind))
+    Ok((id, unit, kind, None))
+}
+
+/// A stored group field, `<limit>:<name>`.
+fn parse_group(what: &'static str, field: &str) -> Result<UnitGroup, ReplyError> {
+    let bad = || ReplyError::new(what, format!("group field {field:?} is not <limit>:<name>"));
+    let (limit, name) = field.split_once(':').ok_or_else(bad)?;
+    let limit = limit.parse().map_err(|_| bad())?;
+    Ok(UnitGroup { name: name.to_owned(), limit })
 }
 
 #[cfg(test)]
@@ -960,7 +987,11 @@ mod tests {
         let new = stream_entry(entry("5-1", &["tests/a.py::t[x y]", "test"])).unwrap();
         let old = stream_entry(entry("5-1", &["id", "tests/a.py::t[x y]", "type", "test"])).unwrap();
         assert_eq!(new, old);
-        assert_eq!(new, (EntryId::new(5, 1), Some(UnitId::new("tests/a.py::t[x y]").unwrap()), Some("test".into())));
+        let unit = Some(UnitId::new("tests/a.py::t[x y]").unwrap());
+        assert_eq!(new, (EntryId::new(5, 1), unit.clone(), Some("test".into()), None));
+        let grouped = stream_entry(entry("5-1", &["tests/a.py::t[x y]", "test", "\x01group", "2:pg:main"])).unwrap();
+        let group = UnitGroup { name: "pg:main".into(), limit: std::num::NonZeroU32::new(2).unwrap() };
+        assert_eq!(grouped, (EntryId::new(5, 1), unit, Some("test".into()), Some(group)));
         // A unit named like a field name is still the unit of a one-field entry.
         let named_id = stream_entry(entry("5-2", &["id", "type"])).unwrap();
         assert_eq!((named_id.1.unwrap().as_str(), named_id.2.as_deref()), ("id", Some("type")));

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use leasehold_core::{
     Budgets, Delivery, EntryId, Event, FinalizeReason, FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock,
-    Outcome, RequeueRequest, ReserveReply, RunId, RunSpec, StreamName, Tier, Ttl, UnitId, UnitQueue, UnitSpec,
-    WorkerId,
+    Outcome, RequeueRequest, ReserveReply, RunId, RunSpec, StreamName, Tier, Ttl, UnitGroup, UnitId, UnitQueue,
+    UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use leasehold_redis::RedisStore;
@@ -118,6 +118,8 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Clone)]
 struct Case {
     units: usize,
+    /// Units `0, every, 2 × every, ...` are in one group of this limit.
+    group: Option<(usize, u32)>,
     budgets: Budgets,
     ops: Vec<Op>,
 }
@@ -131,9 +133,11 @@ fn case() -> impl Strategy<Value = Case> {
         // The fail-fast limit: none, or low enough to be reached.
         proptest::option::of(1..4u32),
         prop::collection::vec(op(), 1..40),
+        proptest::option::of((1..3usize, 1..3u32)),
     )
-        .prop_map(|(units, max_requeues, requeue_tolerance, max_reclaims, max_failures, ops)| Case {
+        .prop_map(|(units, max_requeues, requeue_tolerance, max_reclaims, max_failures, ops, group)| Case {
             units,
+            group,
             budgets: Budgets { max_requeues, requeue_tolerance, max_reclaims, max_failures },
             ops,
         })
@@ -232,7 +236,18 @@ fn spec(case: &Case, run: &RunId, same: bool) -> RunSpec {
     let n = if same { case.units } else { case.units + 1 };
     RunSpec {
         run: run.clone(),
-        units: (0..n).map(|i| UnitSpec::new(UnitId::new(format!("unit \"{i}\"")).expect("unit id"), "file")).collect(),
+        units: (0..n)
+            .map(|i| {
+                let unit = UnitSpec::new(UnitId::new(format!("unit \"{i}\"")).expect("unit id"), "file");
+                match case.group {
+                    Some((every, limit)) if i % every == 0 => unit.in_group(UnitGroup {
+                        name: "db: one".into(),
+                        limit: std::num::NonZeroU32::new(limit).expect("limit >= 1"),
+                    }),
+                    _ => unit,
+                }
+            })
+            .collect(),
         budgets: case.budgets,
         ttl: Duration::from_secs(3600),
     }

@@ -95,19 +95,30 @@ local function pending_row(stream, entry_id)
   return { consumer = row[2], delivery_count = tonumber(row[4]) }
 end
 
--- Stream entry fields as unit, kind (and, for a retry that should go to
--- another worker, the worker to avoid and since when): an entry is one
--- field, the unit id valued its kind ({unit, kind}), then the mark
--- ("\1avoid", worker, "\1since", ms; a unit id holds no control
--- character, so the names cannot clash); entries written before that
--- format hold {"id", unit, "type", kind}.
-local AVOID, SINCE = "\1avoid", "\1since"
+-- Stream entry fields as unit, kind, then (when set) the worker a retry
+-- should avoid, since when, and the unit's group: an entry is one field, the
+-- unit id valued its kind ({unit, kind}), then optional fields whose names
+-- start with byte 1 (a unit id holds no control character, so they cannot
+-- clash): "\1avoid" worker, "\1since" ms, "\1group" "<limit>:<name>".
+-- Entries written before that format hold {"id", unit, "type", kind}.
+local AVOID, SINCE, GROUP_FIELD = "\1avoid", "\1since", "\1group"
 local function entry_unit(fields)
   if fields[3] == nil then
     return fields[1], fields[2] or ""
   end
-  if fields[3] == AVOID then
-    return fields[1], fields[2] or "", fields[4], tonumber(fields[6]) or 0
+  if string.byte(fields[3], 1) == 1 then
+    local avoid, since, group
+    for i = 3, #fields, 2 do
+      local name = fields[i]
+      if name == AVOID then
+        avoid = fields[i + 1]
+      elseif name == SINCE then
+        since = tonumber(fields[i + 1]) or 0
+      elseif name == GROUP_FIELD then
+        group = fields[i + 1]
+      end
+    end
+    return fields[1], fields[2] or "", avoid, since, group
   end
   if fields[1] == "id" and fields[3] == "type" then
     return fields[2], fields[4]
@@ -134,12 +145,25 @@ local function fence(stream, entry_id, delivery_count, unit_id)
   if type(range[1]) ~= "table" then
     return nil
   end
-  local unit, kind = entry_unit(range[1][2])
+  local unit, kind, _, _, group = entry_unit(range[1][2])
   if unit ~= unit_id then
     return nil
   end
   row.kind = kind
+  row.group = group
   return row
+end
+
+-- XADD of a unit to the priority stream, with its optional fields.
+local function add_priority(unit, kind, avoid, since, group)
+  local args = { "XADD", priority, "*", unit, kind }
+  if avoid then
+    args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = AVOID, avoid, SINCE, since
+  end
+  if group then
+    args[#args + 1], args[#args + 2] = GROUP_FIELD, group
+  end
+  return redis.call(unpack(args))
 end
 
 -- The unit's state, or nil when it is missing or unreadable (CORRUPT).

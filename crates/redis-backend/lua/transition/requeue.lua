@@ -6,7 +6,7 @@
 --       to go to another worker than this one).
 local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json,
                        elsewhere)
-  local stream, state = fenced_state(short, entry_id, delivery_count, unit_id)
+  local stream, state, row = fenced_state(short, entry_id, delivery_count, unit_id)
   if not stream then
     return state
   end
@@ -32,12 +32,11 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
   state.retry_index = state.retry_index + 1
   write_state(unit_id, state)
   redis.call("XACK", stream, GROUP, entry_id)
-  local new_entry_id
+  local avoid = nil
   if elsewhere == "1" then
-    new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type, AVOID, worker_id, SINCE, now)
-  else
-    new_entry_id = redis.call("XADD", priority, "*", unit_id, unit_type)
+    avoid = worker_id
   end
+  local new_entry_id = add_priority(unit_id, unit_type, avoid, now, row.group)
   append_json(event_head("requeued", unit_json, state) .. string.format(
     ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"}',
     previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,

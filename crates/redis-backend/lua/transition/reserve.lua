@@ -51,30 +51,73 @@ local function reserve(m, max, reclaim_after_ms, single)
     end
     return others_live
   end
+  -- Groups: units of each group pending on workers, counted once per call
+  -- when an entry of a group is met: the pending entries of both streams,
+  -- less those this call has read and not yet handed out (counted as they
+  -- are). Keyed by the group field ("<limit>:<name>").
+  local unprocessed = { [priority] = {}, [units] = {} }
+  local group_running = nil
+  local function group_full(group)
+    if not group then
+      return false
+    end
+    if group_running == nil then
+      group_running = {}
+      for _, s in ipairs({ priority, units }) do
+        for _, row in ipairs(redis.call("XPENDING", s, GROUP, "-", "+", 1000000)) do
+          if not unprocessed[s][row[1]] then
+            local range = redis.call("XRANGE", s, row[1], row[1])
+            if type(range[1]) == "table" then
+              local _, _, _, _, g = entry_unit(range[1][2])
+              if g then
+                group_running[g] = (group_running[g] or 0) + 1
+              end
+            end
+          end
+        end
+      end
+    end
+    return (group_running[group] or 0) >= (tonumber(string.match(group, "^(%d+):")) or 0)
+  end
   local function touch(stream, entry_id)
     touched[stream][entry_id] = true
     touched_count[stream] = touched_count[stream] + 1
   end
 
-  -- Fresh entries: priority stream first, then main.
+  -- Fresh entries: priority stream first, then main, each read until the
+  -- call has its units or the stream has no unread entry. An entry held back
+  -- (a retry for another worker, or a unit of a full group) goes to the end
+  -- of the priority stream; once one has, the priority stream is read one
+  -- entry at a time, and meeting an entry this call moved back ends its
+  -- reading (the entry is moved back once more: read is read).
+  local moved_back = {}
+  local moved_any = false
   for _, stream in ipairs({ priority, units }) do
-    if delivered >= max then
-      break
-    end
-    local read = redis.call("XREADGROUP", "GROUP", GROUP, worker_id, "COUNT", max - delivered, "STREAMS", stream, ">")
-    if type(read) == "table" and type(read[1]) == "table" then
+    local wrapped = false
+    fresh[stream] = fresh[stream] or {}
+    while delivered < max and not wrapped do
+      local count = max - delivered
+      if stream == priority and moved_any then
+        count = 1
+      end
+      local read = redis.call("XREADGROUP", "GROUP", GROUP, worker_id, "COUNT", count, "STREAMS", stream, ">")
+      if type(read) ~= "table" or type(read[1]) ~= "table" or #read[1][2] == 0 then
+        break
+      end
       local short = stream_short(stream)
       local entries = read[1][2]
-      local ids, unit_list, kinds, avoids, sinces = {}, {}, {}, {}, {}
+      local ids, unit_list, kinds, avoids, sinces, groups = {}, {}, {}, {}, {}, {}
       for i, entry in ipairs(entries) do
         ids[i] = entry[1]
-        unit_list[i], kinds[i], avoids[i], sinces[i] = entry_unit(entry[2])
+        unprocessed[stream][ids[i]] = true
+        unit_list[i], kinds[i], avoids[i], sinces[i], groups[i] = entry_unit(entry[2])
         if not unit_list[i] then
           unit_list[i] = ""
         end
+        local list = fresh[stream]
+        list[#list + 1] = ids[i]
       end
       local states = read_states(unit_list)
-      fresh[stream] = ids
       local group = #reply
       reply[group + 1] = "FRESH"
       reply[group + 2] = short
@@ -89,12 +132,22 @@ local function reserve(m, max, reclaim_after_ms, single)
           end
           return reply
         end
-        if avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live() then
-          -- Held back for another worker: to the end of the priority stream,
-          -- mark kept, not read again by this call.
+        local again = stream == priority and moved_back[ids[i]]
+        if again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live())
+          or group_full(groups[i]) then
           redis.call("XACK", stream, GROUP, ids[i])
-          redis.call("XADD", priority, "*", unit, kinds[i], AVOID, avoids[i], SINCE, sinces[i])
+          local new_id = add_priority(unit, kinds[i], avoids[i], sinces[i], groups[i])
+          moved_back[new_id] = true
+          moved_any = true
+          unprocessed[stream][ids[i]] = nil
+          if again then
+            wrapped = true
+          end
         else
+          unprocessed[stream][ids[i]] = nil
+          if groups[i] and group_running then
+            group_running[groups[i]] = (group_running[groups[i]] or 0) + 1
+          end
           append_delivered(unit, short, ids[i], state)
           local n = reply[group + 3] + 1
           local r = group + 3 + (n - 1) * 5

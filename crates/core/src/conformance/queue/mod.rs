@@ -13,6 +13,7 @@ pub mod events;
 pub mod fail_fast;
 pub mod fences;
 pub mod finalize;
+pub mod groups;
 pub mod initialize;
 pub mod reads;
 pub mod reclaim;

@@ -1,0 +1,128 @@
+//! Conformance cases for groups ([`UnitSpec::group`](crate::UnitSpec)): at
+//! most a group's limit of its units are handed out at once, across every
+//! worker, and the other units are not held up.
+
+use std::num::NonZeroU32;
+
+use super::*;
+use crate::queue::{UnitGroup, UnitSpec};
+
+fn group(name: &str, limit: u32) -> UnitGroup {
+    UnitGroup { name: name.into(), limit: NonZeroU32::new(limit).expect("a limit of at least 1") }
+}
+
+/// A run whose units named `g*` are in group `pg` with `limit`; the others in none.
+async fn init_grouped(fx: &Fixture, units: &[&str], limit: u32) -> crate::ids::RunId {
+    let mut s = spec(RUN, units, budgets(2, 1.0, 2));
+    for u in &mut s.units {
+        if u.id.as_str().starts_with('g') {
+            u.group = Some(group("pg", limit));
+        }
+    }
+    init_spec(fx, &s).await
+}
+
+/// With the group full, the next worker gets the next unit outside it; once
+/// the group's unit is finalized, its next unit is handed out first.
+pub async fn a_full_group_holds_its_units_back_and_the_others_run(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "g2", "x", "y"], 1).await;
+    let g1 = reserve(&fx, &r, "w1").await;
+    assert_eq!(g1.unit.as_str(), "g1");
+    assert_eq!(reserve(&fx, &r, "w2").await.unit.as_str(), "x", "g2 waits: the group is full");
+    assert_eq!(reserve(&fx, &r, "w3").await.unit.as_str(), "y");
+    assert_eq!(reserve_with(&fx, &r, "w3", LONG).await, ReserveReply::None);
+    assert_eq!(progress(&fx, &r).await.queued, 1, "g2 is still queued");
+    finalize_ok(&fx, &r, "w1", &g1).await;
+    let g2 = reserve(&fx, &r, "w3").await;
+    assert_eq!((g2.unit.as_str(), g2.stream, g2.retry_index), ("g2", StreamName::Priority, 0));
+    assert_eq!(state_of(&fx, &r, "g2").await, unit_state(0, 0, false), "holding back spends nothing");
+}
+
+/// The limit counts every worker's deliveries, and a release gives the
+/// group's place back.
+pub async fn a_group_limit_counts_across_workers_and_a_release_frees_a_place(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "g2", "g3"], 2).await;
+    let g1 = reserve(&fx, &r, "w1").await;
+    let g2 = reserve(&fx, &r, "w2").await;
+    assert_eq!((g1.unit.as_str(), g2.unit.as_str()), ("g1", "g2"));
+    assert_eq!(reserve_with(&fx, &r, "w3", LONG).await, ReserveReply::None, "two of the group run: g3 waits");
+    assert_eq!(fx.queue.release(&r, &worker("w1"), &g1).await.unwrap(), Ack::Ok);
+    assert_eq!(reserve(&fx, &r, "w3").await.unit.as_str(), "g3");
+    assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None, "the released g1 is in the group too");
+}
+
+/// A requeue frees the group's place, and the retry stays in the group: it
+/// comes first (priority stream) and holds the place in turn.
+pub async fn a_retry_stays_in_its_group(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "g2"], 1).await;
+    let g1 = reserve(&fx, &r, "w1").await;
+    assert!(matches!(requeue_as(&fx, &r, "w1", &g1, "boom").await, RequeueReply::Requeued { .. }));
+    let retry = reserve(&fx, &r, "w1").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("g1", 1));
+    assert_eq!(reserve_with(&fx, &r, "w2", LONG).await, ReserveReply::None, "g2 waits for the retry of g1");
+    finalize_ok(&fx, &r, "w1", &retry).await;
+    assert_eq!(reserve(&fx, &r, "w2").await.unit.as_str(), "g2");
+}
+
+/// A dead worker's group unit keeps its place until it is reclaimed, and
+/// then counts for its new owner: the group never runs over its limit.
+pub async fn a_dead_workers_group_unit_counts_until_and_after_its_reclaim(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "g2"], 1).await;
+    let g1 = reserve(&fx, &r, "w1").await;
+    fx.time.advance(ms(300)).await;
+    let reclaimed = delivered(reserve_with(&fx, &r, "w2", ms(100)).await);
+    assert_eq!(reclaimed.unit.as_str(), "g1", "g2 waits; the dead worker's g1 is reclaimed");
+    assert!(matches!(reclaimed.origin, DeliveryOrigin::Reclaimed { .. }));
+    assert_eq!(reserve_with(&fx, &r, "w3", LONG).await, ReserveReply::None, "g1 runs on w2: g2 still waits");
+    assert_all_stale(&fx, &r, "w1", &g1).await;
+    finalize_ok(&fx, &r, "w2", &reclaimed).await;
+    assert_eq!(reserve(&fx, &r, "w3").await.unit.as_str(), "g2");
+}
+
+/// A batch passes over the units of a full group (moved behind, each read
+/// once by the call) and fills up with the units after them.
+pub async fn a_batch_passes_over_a_full_group_once(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "g2", "g3", "x", "y"], 1).await;
+    let first = fx.queue.reserve_batch(&r, &worker("w1"), batch(3), LONG).await.unwrap();
+    let units: Vec<&str> = first.deliveries.iter().map(|d| d.unit.as_str()).collect();
+    assert_eq!(units, ["g1", "x", "y"], "g2 and g3 wait behind");
+    let next = fx.queue.reserve_batch(&r, &worker("w2"), batch(3), LONG).await.unwrap();
+    assert!(next.deliveries.is_empty(), "{next:?}");
+    assert_eq!(progress(&fx, &r).await, counters(5, 0, 0, 3, 2));
+    finalize_ok(&fx, &r, "w1", &first.deliveries[0]).await;
+    let last = fx.queue.reserve_batch(&r, &worker("w2"), batch(3), LONG).await.unwrap();
+    let units: Vec<&str> = last.deliveries.iter().map(|d| d.unit.as_str()).collect();
+    assert_eq!(units.len(), 1, "one place in the group: {units:?}");
+    assert!(units[0] == "g2" || units[0] == "g3", "{units:?}");
+}
+
+/// `units` gives each unit's group back.
+pub async fn units_keep_their_groups(fx: Fixture) {
+    let r = init_grouped(&fx, &["g1", "x"], 3).await;
+    let units = fx.queue.units(&r).await.unwrap();
+    assert_eq!(units[0].group, Some(group("pg", 3)));
+    assert_eq!(units[1].group, None);
+}
+
+/// The groups are part of the unit list: another worker's list with other
+/// groups or limits is a mismatch; one group with two limits, or a bad group
+/// name, is refused.
+pub async fn groups_are_part_of_the_unit_list(fx: Fixture) {
+    init_grouped(&fx, &["g1", "x"], 1).await;
+    let mut other = spec(RUN, &["g1", "x"], budgets(2, 1.0, 2));
+    other.units[0].group = Some(group("pg", 2));
+    assert!(matches!(fx.queue.initialize(&other).await, Err(QueueError::UnitListMismatch { .. })));
+    other.units[0].group = None;
+    assert!(matches!(fx.queue.initialize(&other).await, Err(QueueError::UnitListMismatch { .. })));
+
+    let mut two_limits = spec("r2", &["a", "b"], lenient());
+    two_limits.units[0].group = Some(group("pg", 1));
+    two_limits.units[1].group = Some(group("pg", 2));
+    let error = fx.queue.initialize(&two_limits).await.unwrap_err();
+    assert!(matches!(error, QueueError::Spec(SpecError::GroupLimitMismatch { .. })), "{error:?}");
+    let mut bad_name = spec("r2", &["a"], lenient());
+    bad_name.units = vec![UnitSpec::new(unit("a"), "test").in_group(group("", 1))];
+    let error = fx.queue.initialize(&bad_name).await.unwrap_err();
+    assert!(matches!(error, QueueError::Spec(SpecError::BadGroupName { .. })), "{error:?}");
+    assert_run_absent(&fx, &run("r2")).await;
+}
