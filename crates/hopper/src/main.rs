@@ -122,6 +122,11 @@ struct RunArgs {
     /// failure that only one machine sees is called out as worker-specific).
     #[arg(long, env = "HOPPER_RETRY_SAME_WORKER")]
     retry_same_worker: bool,
+    /// Units (ids or a glob of ids) of which at most LIMIT run at once across
+    /// every worker of the build, e.g. 'pg=1:tests/db/**' for tests sharing one
+    /// database. Repeatable; a unit joins the first group that matches it.
+    #[arg(long = "group", value_name = "NAME=LIMIT:GLOB")]
+    groups: Vec<hopper::units::groups::GroupRule>,
     /// Units per invocation (`{unit}` expands to all of them). With N > 1 each unit's
     /// result is read from the tool's report (see --results).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -270,6 +275,7 @@ fn run_options(args: RunArgs) -> Result<RunOptions, HopperError> {
         },
         max_failures_kill: args.max_failures_kill,
         retry_same_worker: args.retry_same_worker,
+        groups: args.groups,
         run_ttl: args.run_ttl,
         command: args.command,
         junit: args.junit,

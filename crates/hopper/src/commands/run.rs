@@ -70,6 +70,8 @@ pub struct RunOptions {
     pub max_failures_kill: bool,
     /// `--retry-same-worker`: a retry may come back to the worker that failed it.
     pub retry_same_worker: bool,
+    /// `--group`: fleet-wide concurrency groups, first match wins.
+    pub groups: Vec<crate::units::groups::GroupRule>,
     /// The run's inactivity TTL in the queue.
     pub run_ttl: Duration,
     /// The command template (`{unit}`).
@@ -227,6 +229,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         }
         None => units,
     };
+    let mut units = units;
+    for rule in crate::units::groups::assign(&mut units, &options.groups) {
+        observer.warn(&format!("--group {rule} matched no unit: check the glob against the unit ids"));
+    }
     let config = WorkerConfig {
         run: run_id.clone(),
         worker: worker_id.clone(),

@@ -5,6 +5,7 @@
 //! the queue, so bad input never leaves a half-made run behind.
 
 pub mod discover;
+pub mod groups;
 pub mod timings;
 
 use std::collections::HashSet;

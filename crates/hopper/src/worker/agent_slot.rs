@@ -55,7 +55,8 @@ struct Slot {
     done: Vec<(Delivery, FinalizeRequest, Duration)>,
     last_flush: Instant,
     next_seq: u64,
-    avg_ms: f64,
+    /// The average test time seen so far; `None` before the first result.
+    avg_ms: Option<f64>,
     barren_starts: u32,
     /// No reserve before this while the agent has work (the queue was empty).
     dry_until: Instant,
@@ -76,7 +77,7 @@ pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<Age
         done: Vec::new(),
         last_flush: Instant::now(),
         next_seq: 1,
-        avg_ms: 50.0,
+        avg_ms: None,
         barren_starts: 0,
         dry_until: Instant::now(),
         dry_backoff: Duration::from_millis(2),
@@ -171,9 +172,17 @@ impl Slot {
     /// test time seen so far, but no more than about half this slot's share
     /// of what still waits in the queue: as the queue drains, the batches
     /// shrink to one unit, so no slot sits on units an idle one could run.
+    ///
+    /// Before the first result the test time is unknown: a slot takes only
+    /// [`PIPELINE`] units, so that the first worker of a build does not sit
+    /// on a large share of it while the others are still starting.
     fn prefetch(&self) -> usize {
-        let by_time =
-            ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / self.avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH);
+        let by_time = match self.avg_ms {
+            Some(avg_ms) => {
+                ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH)
+            }
+            None => PIPELINE,
+        };
         by_time.min(self.shared.share_per_slot()).max(1)
     }
 
@@ -338,8 +347,14 @@ impl Slot {
                 self.barren_starts = 0;
                 // Up fast, down slowly: a suite whose tests get slower (a
                 // slow tail) shrinks the prefetch before a slot sits on it.
-                let weight = if duration_ms as f64 > self.avg_ms { 0.5 } else { 0.1 };
-                self.avg_ms = self.avg_ms * (1.0 - weight) + duration_ms as f64 * weight;
+                let latest = duration_ms as f64;
+                self.avg_ms = Some(match self.avg_ms {
+                    Some(avg) => {
+                        let weight = if latest > avg { 0.5 } else { 0.1 };
+                        avg * (1.0 - weight) + latest * weight
+                    }
+                    None => latest,
+                });
                 let duration = Duration::from_millis(duration_ms);
                 self.untrack(&sent.delivery);
                 self.shared.summary.lock().timings.push((sent.delivery.unit.to_string(), duration_ms));

@@ -62,6 +62,7 @@ impl Worker {
                 halt: CancellationToken::new(),
                 queued_hint: std::sync::atomic::AtomicU64::new(u64::MAX),
                 hint_read_at: Mutex::new(std::time::Instant::now()),
+                fleet_workers: std::sync::atomic::AtomicU64::new(1),
                 summary: Mutex::new(WorkerSummary::default()),
             }),
         })
@@ -171,5 +172,6 @@ async fn liveness_loop(shared: Arc<Shared>) {
             shared.saw_queued(progress.queued);
             shared.observer.progress(&progress);
         }
+        shared.count_fleet().await;
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Ack, Delivery, RequeueReply, RequeueRequest, UnitId, UnitQueue};
+use leasehold_core::{Ack, Delivery, RequeueReply, RequeueRequest, UnitId, UnitQueue, WorkerRecord};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +68,9 @@ pub(super) struct Shared {
     pub(super) queued_hint: AtomicU64,
     /// When the hint was last read from the queue.
     pub(super) hint_read_at: Mutex<Instant>,
+    /// Live workers of the build at the last read (this one included): the
+    /// queue's units are shared with their slots too.
+    pub(super) fleet_workers: AtomicU64,
     pub(super) summary: Mutex<WorkerSummary>,
 }
 
@@ -100,13 +103,24 @@ impl Shared {
         if let Ok(Some(progress)) = self.queue.progress(&self.config.run).await {
             self.saw_queued(progress.queued);
         }
+        self.count_fleet().await;
+    }
+
+    /// Reads how many workers of the build are live (see [`live_workers`]).
+    pub(super) async fn count_fleet(&self) {
+        if let Ok(records) = self.queue.workers(&self.config.run).await {
+            let window = u64::try_from(self.config.reclaim_after.as_millis()).unwrap_or(u64::MAX);
+            self.fleet_workers.store(live_workers(&records, window), Ordering::Relaxed);
+        }
     }
 
     /// How many units one slot should reserve ahead at most now: about half
     /// its share of what waits, so that the queue's last units spread over
-    /// every slot (never fewer than one).
+    /// every slot of the fleet (taking the other live workers to have as many
+    /// slots as this one; never fewer than one).
     pub(super) fn share_per_slot(&self) -> usize {
-        let slots = self.config.slots.max(1) as u64;
+        let fleet = self.fleet_workers.load(Ordering::Relaxed).max(1);
+        let slots = (self.config.slots.max(1) as u64).saturating_mul(fleet);
         let share = self.queued_hint.load(Ordering::Relaxed).div_ceil(2 * slots);
         usize::try_from(share).unwrap_or(usize::MAX).max(1)
     }
@@ -116,6 +130,14 @@ impl Shared {
     pub(super) fn kills_running(&self) -> bool {
         self.config.stop_running_on_halt && self.halt.is_cancelled()
     }
+}
+
+/// The live workers among `records` (at least 1, the caller): not left, and
+/// seen within `window_ms` of the newest record (the store's clock, so a
+/// skewed local clock does not matter).
+fn live_workers(records: &[WorkerRecord], window_ms: u64) -> u64 {
+    let newest = records.iter().map(|r| r.last_seen_ms).max().unwrap_or(0);
+    (records.iter().filter(|r| r.is_live(newest, window_ms)).count() as u64).max(1)
 }
 
 /// How old the queued hint may be when a slot reserves.
