@@ -161,6 +161,23 @@ fn a_group_of_limit_one_never_overlaps_across_three_workers_and_the_others_are_n
 }
 
 #[test]
+fn a_group_never_overlaps_across_three_workers_with_pytest_agents() {
+    let project = project();
+    let build = Build::on_shared_redis("hopper-groups-agents");
+    let workers: Vec<Child> = ["w1", "w2", "w3"].iter().map(|w| worker(&project, &build, w, &[])).collect();
+    for child in workers {
+        let output = child.wait_with_output().unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(0), "a worker:\n{stdout}\n{stderr}");
+    }
+    let (code, shown) = report(&project, &build);
+    assert_eq!(code, Some(0), "{shown}");
+    let spans = spans(project.path());
+    assert_eq!(spans.len(), 18, "each test ran once: {spans:#?}");
+    assert_group_never_overlaps(&spans);
+}
+
+#[test]
 fn a_worker_killed_inside_a_group_test_gives_its_place_back_within_the_timeout() {
     let project = project();
     std::fs::write(project.path().join("hang"), "").unwrap();

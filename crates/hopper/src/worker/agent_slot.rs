@@ -209,7 +209,13 @@ impl Slot {
             return Ok(true);
         }
         let mut reserved = false;
-        if sharding.pool.lock().len() < MAX_PREFETCH * sharding.count() * 2 {
+        // The pool holds the siblings' units for a while: no more than the
+        // worker's share of the queue (other workers of the build take the
+        // rest), so a slot whose own files have nothing to give now (their
+        // units run elsewhere, or wait for their group) does not reserve the
+        // whole build into it.
+        let cap = (self.shared.share_per_slot() * sharding.count()).min(MAX_PREFETCH * sharding.count() * 2);
+        if sharding.pool.lock().len() < cap {
             if let Some(batch) = self.reserve(want * sharding.count()).await? {
                 reserved = true;
                 let mut pool = sharding.pool.lock();
