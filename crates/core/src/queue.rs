@@ -737,10 +737,11 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   on workers (handed out and not yet finalized, requeued or released; a
 ///   dead worker's delivery counts until it is reclaimed, and then for its
 ///   new owner, so a group never runs more than its limit). An entry of a
-///   full group met by `reserve` is moved to the end of the priority stream
-///   as a retry held back is, and the call goes on with the next entry: the
-///   other units are not held up, and the group's units come first once it
-///   has room. Re-initialising a run with other groups or limits is
+///   full group met by `reserve` waits aside (still counted as queued, no
+///   event, no budget) and the call goes on with the next entry, so the
+///   other units are not held up; each place the group frees (a unit of it
+///   finalized, requeued or released) puts the group's oldest waiting entry
+///   back at the end of the priority stream, read first. Re-initialising a run with other groups or limits is
 ///   [`QueueError::UnitListMismatch`]; every unit of one group must carry the
 ///   same limit ([`SpecError::GroupLimitMismatch`]).
 /// * Each unit is finalized exactly once; `finalized` reaches `total` exactly

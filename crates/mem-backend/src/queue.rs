@@ -168,6 +168,8 @@ struct Run {
     attempts: Vec<EventRecord>,
     attempts_last_id: EntryId,
     workers: BTreeMap<WorkerId, WorkerRecord>,
+    /// Entries waiting for a place in their full group, per group, oldest first.
+    parked: BTreeMap<String, std::collections::VecDeque<Entry>>,
     expires_at_ms: u64,
 }
 
@@ -189,6 +191,7 @@ impl Run {
             attempts: Vec::new(),
             attempts_last_id: EntryId::default(),
             workers: BTreeMap::new(),
+            parked: BTreeMap::new(),
             expires_at_ms: now.saturating_add(ttl_ms),
         }
     }
@@ -288,6 +291,7 @@ impl Run {
         now: u64,
     ) {
         self.stream(stream).pending.remove(&entry);
+        self.unpark(unit, now);
         let header = self.header(unit, worker, now);
         self.append(
             Event::Finalized {
@@ -320,6 +324,15 @@ impl Run {
             && self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms))
     }
 
+    /// A place of `unit`'s group was freed: the group's oldest parked entry
+    /// goes back to the priority stream.
+    fn unpark(&mut self, unit: u32, now: u64) {
+        let Some(group) = self.units[unit as usize].group.as_ref() else { return };
+        if let Some(entry) = self.parked.get_mut(&group.name).and_then(|waiting| waiting.pop_front()) {
+            self.priority.append_marked(entry.unit, entry.elsewhere, now);
+        }
+    }
+
     /// Whether the unit's group already has its limit of units pending.
     fn group_full(&self, unit: u32) -> bool {
         let Some(group) = &self.units[unit as usize].group else { return false };
@@ -349,7 +362,13 @@ impl Run {
                 }
                 for entry in entries {
                     let again = name == StreamName::Priority && moved_back.contains(&entry.id);
-                    if again || self.held_back(&entry, worker, window_ms, now) || self.group_full(entry.unit) {
+                    if !again && self.group_full(entry.unit) {
+                        // Its group is full: it waits for a place.
+                        let group = self.units[entry.unit as usize].group.as_ref().map(|g| g.name.clone());
+                        self.parked.entry(group.unwrap_or_default()).or_default().push_back(entry);
+                        continue;
+                    }
+                    if again || self.held_back(&entry, worker, window_ms, now) {
                         moved_back.insert(self.priority.append_marked(entry.unit, entry.elsewhere, now));
                         wrapped |= again;
                         continue;
@@ -498,6 +517,7 @@ impl Run {
         self.stream(delivery.stream).pending.remove(&delivery.entry_id);
         let elsewhere = request.retry_elsewhere.then(|| Elsewhere { avoid: worker.clone(), since_ms: now });
         let new_entry_id = self.priority.append_marked(unit, elsewhere, now);
+        self.unpark(unit, now);
         let header = self.header(unit, worker, now);
         self.append(
             Event::Requeued {
@@ -522,6 +542,7 @@ impl Run {
         let Some(unit) = self.fenced_unit(worker, delivery) else { return Ack::Stale };
         self.stream(delivery.stream).pending.remove(&delivery.entry_id);
         let new_entry_id = self.priority.append(unit, now);
+        self.unpark(unit, now);
         let header = self.header(unit, worker, now);
         self.append(
             Event::Released { header, stream: delivery.stream, entry_id: delivery.entry_id, new_entry_id },
@@ -541,7 +562,8 @@ impl Run {
             failed: meta.failed,
             stopped: meta.stopped(),
             in_flight: (self.main.pending.len() + self.priority.pending.len()) as u64,
-            queued: (self.main.unread() + self.priority.unread()) as u64,
+            queued: (self.main.unread() + self.priority.unread() + self.parked.values().map(|p| p.len()).sum::<usize>())
+                as u64,
         }
     }
 }

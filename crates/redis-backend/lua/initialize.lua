@@ -2,7 +2,7 @@
 -- the consumer groups and the frozen budgets; later callers are told the run
 -- exists (and get its budgets) or, with another unit list, that it differs.
 --
--- KEYS: units, units:priority, attempts, meta, unit_state, workers
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, max_failures ("" for no limit), total, then `total`
 --       triples of unit id, kind, group ("<limit>:<name>", or "" for none).
@@ -15,8 +15,8 @@
 -- A retry of the same call (same nonce) after a lost reply answers
 -- INITIALIZED again, so a re-sent initialize cannot demote the leader.
 
-local units, priority, attempts, meta, unit_state, workers =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local units, priority, attempts, meta, unit_state, workers, parked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local total = ARGV[8]
 
@@ -39,7 +39,7 @@ end
 -- No meta: the run does not exist. Drop leftovers of an earlier run of the same
 -- id (state whose meta was lost) so the groups and units start clean; the
 -- event log is kept (worker errors may be recorded before initialisation).
-redis.call("DEL", units, priority, unit_state, workers)
+redis.call("DEL", units, priority, unit_state, workers, parked)
 total = tonumber(total)
 
 local t = redis.call("TIME")
@@ -70,8 +70,12 @@ if type(first) == "table" and first.err then
 end
 local CHUNK = 256
 local states = {}
+local has_groups = 0
 for i = 1, total do
   local id = ARGV[6 + 3 * i]
+  if ARGV[8 + 3 * i] ~= "" then
+    has_groups = 1
+  end
   if i > 1 then
     local added = add_unit(id_form, i)
     if type(added) == "table" and added.err then
@@ -103,9 +107,10 @@ redis.call("HSET", meta,
   "fingerprint", fingerprint,
   "init_nonce", nonce,
   "ttl_ms", ttl_ms,
-  "created_at_ms", now)
+  "created_at_ms", now,
+  "has_groups", has_groups)
 
-for _, key in ipairs({ units, priority, attempts, meta, unit_state, workers }) do
+for _, key in ipairs({ units, priority, attempts, meta, unit_state, workers, parked }) do
   redis.call("PEXPIRE", key, ttl_ms)
 end
 return { "INITIALIZED" }

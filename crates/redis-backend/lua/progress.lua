@@ -1,11 +1,11 @@
 -- A consistent snapshot of a run's counters.
 --
--- KEYS: units, units:priority, meta
+-- KEYS: units, units:priority, meta, parked
 -- Reply: false when the run does not exist, else
 --        { total, finalized, requeued_units, in_flight, queued, failed, stopped (0/1) }
 -- A run without max_failures (none set, or stored before it existed) never stops.
 
-local units, priority, meta = KEYS[1], KEYS[2], KEYS[3]
+local units, priority, meta, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local m = redis.call("HMGET", meta, "total_units", "finalized_count", "requeued_units_count", "failed_count",
   "max_failures")
 if not m[1] then
@@ -43,5 +43,7 @@ local stopped = 0
 if max_failures and failed >= max_failures then
   stopped = 1
 end
-return { tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0, p_pending + u_pending, p_queued + u_queued, failed,
+-- Entries waiting for a place in their group are queued too.
+local waiting = redis.call("ZCARD", parked)
+return { tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0, p_pending + u_pending, p_queued + u_queued + waiting, failed,
   stopped }

@@ -10,6 +10,7 @@
 //! | its meta | `P:hopper:{run}:meta` |
 //! | per-unit state | `P:hopper:{run}:unit_state` |
 //! | worker records | `P:hopper:{run}:workers` |
+//! | entries waiting for a place in their group | `P:hopper:{run}:parked` |
 //! | unit timings of earlier runs (30-day TTL) | `P:hopper:timings` |
 //! | units' pass streaks over earlier runs (30-day TTL) | `P:hopper:streaks` |
 //! | a lease | `{P}:sync:lease:<id>` |
@@ -82,6 +83,8 @@ pub struct RunKeys {
     pub unit_state: String,
     /// Worker records hash.
     pub workers: String,
+    /// Entries waiting for a place in their full group (a sorted set).
+    pub parked: String,
 }
 
 impl RunKeys {
@@ -95,12 +98,13 @@ impl RunKeys {
             meta: format!("{base}:meta"),
             unit_state: format!("{base}:unit_state"),
             workers: format!("{base}:workers"),
+            parked: format!("{base}:parked"),
         }
     }
 
     /// All six, in script order.
-    pub fn all(&self) -> [&str; 6] {
-        [&self.units, &self.priority, &self.attempts, &self.meta, &self.unit_state, &self.workers]
+    pub fn all(&self) -> [&str; 7] {
+        [&self.units, &self.priority, &self.attempts, &self.meta, &self.unit_state, &self.workers, &self.parked]
     }
 }
 

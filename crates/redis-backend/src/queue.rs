@@ -584,7 +584,7 @@ impl UnitQueue for RedisStore {
 
     async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
         let keys = self.run_keys(run);
-        let call = Call::new([&keys.units, &keys.priority, &keys.meta]);
+        let call = Call::new([&keys.units, &keys.priority, &keys.meta, &keys.parked]);
         let value = self.eval(&scripts::PROGRESS, &call).await.map_err(|e| queue_err("progress", run, e))?;
         let bad = |e| queue_reply_err("progress", run, e);
         let items = reply::array("progress", value).map_err(bad)?;

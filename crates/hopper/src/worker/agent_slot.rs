@@ -369,8 +369,11 @@ impl Slot {
                         let outcome = if outcome == TestOutcome::Passed { Outcome::Passed } else { Outcome::Skipped };
                         let request =
                             crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref());
+                        // A group's unit holds one of the group's places until
+                        // it is finalized: free it now, not at the next flush.
+                        let grouped = self.shared.in_group(&sent.delivery.unit);
                         self.done.push((sent.delivery, request, duration));
-                        if self.done.len() >= FLUSH_AT {
+                        if self.done.len() >= FLUSH_AT || grouped {
                             self.flush().await?;
                         }
                     }

@@ -63,6 +63,7 @@ impl Worker {
                 queued_hint: std::sync::atomic::AtomicU64::new(u64::MAX),
                 hint_read_at: Mutex::new(std::time::Instant::now()),
                 fleet_workers: std::sync::atomic::AtomicU64::new(1),
+                grouped: std::sync::OnceLock::new(),
                 summary: Mutex::new(WorkerSummary::default()),
             }),
         })
@@ -79,6 +80,8 @@ impl Worker {
         let spec = RunSpec { run: shared.config.run.clone(), units, budgets, ttl };
         spec.validate()?;
         let total = spec.units.len() as u64;
+        let grouped = spec.units.iter().filter(|u| u.group.is_some()).map(|u| u.id.clone()).collect();
+        let _ = shared.grouped.set(grouped);
         let outcome = shared.queue.initialize(&spec).await?;
         let leader = match outcome {
             InitOutcome::Initialized => true,

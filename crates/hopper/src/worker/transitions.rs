@@ -71,6 +71,8 @@ pub(super) struct Shared {
     /// Live workers of the build at the last read (this one included): the
     /// queue's units are shared with their slots too.
     pub(super) fleet_workers: AtomicU64,
+    /// The units of the build that are in a group (`--group`), set at join.
+    pub(super) grouped: std::sync::OnceLock<std::collections::HashSet<UnitId>>,
     pub(super) summary: Mutex<WorkerSummary>,
 }
 
@@ -123,6 +125,11 @@ impl Shared {
         let slots = (self.config.slots.max(1) as u64).saturating_mul(fleet);
         let share = self.queued_hint.load(Ordering::Relaxed).div_ceil(2 * slots);
         usize::try_from(share).unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Whether `unit` is in a group (`--group`).
+    pub(super) fn in_group(&self, unit: &UnitId) -> bool {
+        self.grouped.get().is_some_and(|grouped| grouped.contains(unit))
     }
 
     /// Whether running units are stopped now: the build halted and the worker

@@ -14,6 +14,7 @@ local function dispatch()
   if not m then
     return CORRUPT
   end
+  has_groups = m.has_groups
 
   if mode == "reserve" then
     return reserve(m, ARGV[3], ARGV[4], ARGV[5])

@@ -147,7 +147,16 @@ end
 -- and failed_count += 1 for a failure (the fail-fast count).
 -- `extra` is raw JSON fields to append (",\"k\":v..."), or "".
 local function finalize_entry(stream, entry_id, unit_json, state, outcome, duration_ms, reason_json, errors_json, extra)
+  local group = nil
+  if has_groups then
+    local range = redis.call("XRANGE", stream, entry_id, entry_id)
+    if type(range[1]) == "table" then
+      local _
+      _, _, _, _, group = entry_unit(range[1][2])
+    end
+  end
   redis.call("XACK", stream, GROUP, entry_id)
+  unpark(group)
   append_json(event_head("finalized", unit_json, state) .. string.format(
     ',"outcome":"%s","duration_ms":%d,"reason":%s,"errors":%s,"stream":"%s","entry_id":"%s"%s}',
     outcome, tonumber(duration_ms) or 0, raw_or_null(reason_json), raw_or_null(errors_json),

@@ -56,7 +56,7 @@ local function finalize_batch(m, count, base, hinted)
   -- exactly, and an entry the range reads miss is looked up on its own. A
   -- batch is a few runs (each reserve call delivers adjacent entries), so
   -- this is a few range reads that return only the batch's entries.
-  local dc_of, unit_of = {}, {}
+  local dc_of, unit_of, group_of = {}, {}, {}
   for _, stream in ipairs({ units, priority }) do
     local p = pos[stream]
     for _, range in ipairs(ranges[stream]) do
@@ -70,7 +70,8 @@ local function finalize_batch(m, count, base, hinted)
       for _, entry in ipairs(redis.call("XRANGE", stream, lo, hi, "COUNT", n)) do
         local f = p[entry[1]]
         if f then
-          unit_of[f] = entry_unit(entry[2]) or false
+          local unit, _, _, _, group = entry_unit(entry[2])
+          unit_of[f], group_of[f] = unit or false, group
         end
       end
     end
@@ -84,7 +85,12 @@ local function finalize_batch(m, count, base, hinted)
       end
       if dc_of[i] and unit_of[i] == nil then
         local range = redis.call("XRANGE", stream, entry_id, entry_id)
-        unit_of[i] = type(range[1]) == "table" and entry_unit(range[1][2]) or false
+        if type(range[1]) == "table" then
+          local unit, _, _, _, group = entry_unit(range[1][2])
+          unit_of[i], group_of[i] = unit or false, group
+        else
+          unit_of[i] = false
+        end
       end
     end
   end
@@ -130,6 +136,13 @@ local function finalize_batch(m, count, base, hinted)
   for stream, ids in pairs(acks) do
     for first = 1, #ids, 512 do
       redis.call("XACK", stream, GROUP, unpack(ids, first, math.min(first + 511, #ids)))
+    end
+  end
+  if has_groups then
+    for j, i in ipairs(passed) do
+      if states[j] then
+        unpark(group_of[first[i]])
+      end
     end
   end
   if done > 0 then

@@ -51,7 +51,7 @@ end
 -- Meta fields every transition needs, in one call. nil when the run is gone.
 local function read_meta()
   local m = redis.call("HMGET", meta, "ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims",
-    "total_units", "requeued_units_count", "max_failures", "failed_count")
+    "total_units", "requeued_units_count", "max_failures", "failed_count", "has_groups")
   local ttl = tonumber(m[1])
   if not ttl then
     return nil
@@ -66,6 +66,7 @@ local function read_meta()
     -- nil: no limit (also a run stored before the budget existed).
     max_failures = tonumber(m[7]),
     failed = tonumber(m[8]) or 0,
+    has_groups = m[9] == "1",
   }
 end
 
@@ -83,6 +84,7 @@ local function renew_ttls(ttl_ms)
   redis.call("PEXPIRE", meta, ttl_ms)
   redis.call("PEXPIRE", unit_state, ttl_ms)
   redis.call("PEXPIRE", workers, ttl_ms)
+  redis.call("PEXPIRE", parked, ttl_ms)
 end
 
 -- The pending row of one entry: {consumer, delivery_count} or nil.
@@ -164,6 +166,42 @@ local function add_priority(unit, kind, avoid, since, group)
     args[#args + 1], args[#args + 2] = GROUP_FIELD, group
   end
   return redis.call(unpack(args))
+end
+
+-- Groups: an entry met while its group is full waits in `parked` (it is
+-- acknowledged on its stream), and each place its group frees (a unit of
+-- the group finalized, requeued or released) puts the group's oldest parked
+-- entry back on the priority stream. A member is the group, a sequence
+-- number, the unit, the worker a retry avoids (or ""), since when, and the
+-- kind, joined by byte 0 (no field but the kind, last, holds one), so a
+-- lexicographic range of one group gives its entries oldest first.
+local function park(stream, entry_id, unit, kind, avoid, since, group)
+  redis.call("XACK", stream, GROUP, entry_id)
+  local seq = redis.call("HINCRBY", meta, "park_seq", 1)
+  redis.call("ZADD", parked, 0, table.concat(
+    { group, string.format("%020d", seq), unit, avoid or "", tostring(since or ""), kind }, "\0"))
+end
+
+local function unpark(group)
+  if not group then
+    return
+  end
+  local oldest = redis.call("ZRANGEBYLEX", parked, "[" .. group .. "\0", "(" .. group .. "\1", "LIMIT", 0, 1)[1]
+  if not oldest then
+    return
+  end
+  redis.call("ZREM", parked, oldest)
+  local fields, at = {}, 1
+  for _ = 1, 5 do
+    local zero = string.find(oldest, "\0", at, true)
+    fields[#fields + 1] = string.sub(oldest, at, zero - 1)
+    at = zero + 1
+  end
+  local avoid, since = fields[4], tonumber(fields[5])
+  if avoid == "" then
+    avoid = nil
+  end
+  add_priority(fields[3], string.sub(oldest, at), avoid, since, group)
 end
 
 -- The unit's state, or nil when it is missing or unreadable (CORRUPT).

@@ -4,8 +4,9 @@
 -- State transitions of one run of the fenced unit queue. One dispatcher, one
 -- function per mode; modelled on rspec-hopper's transition.lua (the seed).
 --
--- KEYS: units, units:priority, attempts, meta, unit_state, workers
---       (all share the run's hash tag)
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
+--       (all share the run's hash tag; parked is a sorted set of the
+--       entries waiting for a place in their full group)
 -- ARGV: mode, worker_id, then mode-specific arguments (see dispatch).
 --
 -- Replies are arrays whose first element is a status string: "OK", "NONE",
@@ -32,11 +33,13 @@
 --   prefetched units) without spending a retry or reclaim budget; the seed
 --   could only abandon them to the reclaim timeout, which costs a reclaim.
 
-local units, priority, attempts, meta, unit_state, workers =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local units, priority, attempts, meta, unit_state, workers, parked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local mode, worker_id = ARGV[1], ARGV[2]
 
 local GROUP = "workers"
+-- Whether the run has groups (meta's has_groups), set by the dispatch.
+local has_groups = false
 local STALE, CORRUPT = { "STALE" }, { "CORRUPT" }
 
 local time = redis.call("TIME")

@@ -133,8 +133,12 @@ local function reserve(m, max, reclaim_after_ms, single)
           return reply
         end
         local again = stream == priority and moved_back[ids[i]]
-        if again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live())
-          or group_full(groups[i]) then
+        if not again and group_full(groups[i]) then
+          -- Its group is full: it waits in `parked` for a place.
+          park(stream, ids[i], unit, kinds[i], avoids[i], sinces[i], groups[i])
+          unprocessed[stream][ids[i]] = nil
+        elseif again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live()) then
+          -- Held back for another worker: to the end of the priority stream.
           redis.call("XACK", stream, GROUP, ids[i])
           local new_id = add_priority(unit, kinds[i], avoids[i], sinces[i], groups[i])
           moved_back[new_id] = true

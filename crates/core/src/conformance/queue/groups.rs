@@ -47,8 +47,36 @@ pub async fn a_group_limit_counts_across_workers_and_a_release_frees_a_place(fx:
     assert_eq!((g1.unit.as_str(), g2.unit.as_str()), ("g1", "g2"));
     assert_eq!(reserve_with(&fx, &r, "w3", LONG).await, ReserveReply::None, "two of the group run: g3 waits");
     assert_eq!(fx.queue.release(&r, &worker("w1"), &g1).await.unwrap(), Ack::Ok);
-    assert_eq!(reserve(&fx, &r, "w3").await.unit.as_str(), "g3");
-    assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None, "the released g1 is in the group too");
+    let again = reserve(&fx, &r, "w3").await;
+    assert_eq!(again.unit.as_str(), "g1", "the released unit comes back first, in the place it freed");
+    assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None, "g3 still waits");
+    assert_eq!(progress(&fx, &r).await.queued, 1);
+    finalize_ok(&fx, &r, "w2", &g2).await;
+    assert_eq!(reserve(&fx, &r, "w1").await.unit.as_str(), "g3", "a finalize frees a place for the waiting unit");
+}
+
+/// Many units waiting for one place cost each reserve nothing: the units
+/// outside the group are handed out at once, and each place freed lets the
+/// oldest waiting unit in.
+pub async fn units_waiting_for_their_group_do_not_slow_a_reserve(fx: Fixture) {
+    let mut names: Vec<String> = (0..200).map(|i| format!("g{i:03}")).collect();
+    names.push("x".into());
+    let r = init_grouped(&fx, &as_strs(&names), 1).await;
+    let first = reserve(&fx, &r, "w1").await;
+    assert_eq!(first.unit.as_str(), "g000");
+    assert_eq!(reserve(&fx, &r, "w2").await.unit.as_str(), "x");
+    let events = event_count(&fx, &r).await;
+    for _ in 0..20 {
+        assert_eq!(reserve_with(&fx, &r, "w2", LONG).await, ReserveReply::None);
+    }
+    assert_eq!(event_count(&fx, &r).await, events);
+    assert_eq!(progress(&fx, &r).await.queued, 199);
+    let (mut held, mut by) = (first, "w1");
+    for i in 1..4 {
+        finalize_ok(&fx, &r, by, &held).await;
+        (held, by) = (reserve(&fx, &r, "w2").await, "w2");
+        assert_eq!(held.unit.as_str(), format!("g{i:03}"), "oldest first");
+    }
 }
 
 /// A requeue frees the group's place, and the retry stays in the group: it
