@@ -129,12 +129,22 @@ pub struct UnitSpec {
     /// Its concurrency group; `None` runs it whenever a worker asks.
     #[serde(default)]
     pub group: Option<UnitGroup>,
+    /// A quarantined unit: its failures do not count toward the run's
+    /// failure limit ([`Budgets::max_failures`]).
+    #[serde(default)]
+    pub quarantined: bool,
 }
 
 impl UnitSpec {
     /// A unit with the given id and kind, in no group.
     pub fn new(id: UnitId, kind: impl Into<String>) -> Self {
-        Self { id, kind: kind.into(), group: None }
+        Self { id, kind: kind.into(), group: None, quarantined: false }
+    }
+
+    /// The same unit, quarantined (see [`UnitSpec::quarantined`]).
+    pub fn quarantine(mut self) -> Self {
+        self.quarantined = true;
+        self
     }
 
     /// The same unit in `group`.
@@ -243,7 +253,8 @@ impl RunSpec {
         let mut hash = Sha256::new();
         for unit in units {
             let group = unit.group.as_ref().map(|g| format!("{}:{}", g.limit, g.name));
-            for field in [Some(unit.id.as_str()), Some(unit.kind.as_str()), group.as_deref()] {
+            let quarantined = unit.quarantined.then_some("quarantined");
+            for field in [Some(unit.id.as_str()), Some(unit.kind.as_str()), group.as_deref(), quarantined] {
                 // A tag before each field keeps "no group" apart from any group.
                 match field {
                     Some(field) => {
@@ -281,6 +292,10 @@ pub struct UnitState {
     pub reclaim_count: u32,
     /// Whether the unit has been requeued at least once (counted against tolerance).
     pub entered_retry: bool,
+    /// Whether it is quarantined ([`UnitSpec::quarantined`]): its failures do
+    /// not count toward the failure limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quarantined: bool,
 }
 
 /// How a delivery reached its worker.
@@ -599,7 +614,8 @@ pub struct Progress {
     pub in_flight: u64,
     /// Entries not yet delivered (main and priority streams).
     pub queued: u64,
-    /// Units finalized as failed (failed for good), whichever transition did it.
+    /// Units finalized as failed (failed for good), whichever transition did
+    /// it, quarantined units not counted: the count the failure limit reads.
     #[serde(default)]
     pub failed: u64,
     /// Whether the run reached its failure limit ([`Budgets::max_failures`]),
@@ -700,7 +716,8 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   (`reclaim_budget_exhausted`) and replies `FINALIZED`.
 /// * **Fail fast.** Every transition that finalizes a unit as failed
 ///   (`finalize` with [`Outcome::Failed`], `requeue` or a reclaim over
-///   budget) counts it in the run's `failed` ([`Progress::failed`]). Once
+///   budget) counts it in the run's `failed` ([`Progress::failed`]), unless
+///   the unit is quarantined ([`UnitSpec::quarantined`]). Once
 ///   `failed` reaches the run's [`Budgets::max_failures`], the run is
 ///   stopped: `reserve` replies `STOPPED` before reading any stream or
 ///   reclaiming, changes nothing and appends no event, for every worker,

@@ -173,3 +173,21 @@ fn on_memory_a_unit_that_passed_twenty_local_builds_in_a_row_is_ready_to_leave()
     );
     assert!(shown.contains("READY ok.sh"), "{shown}");
 }
+
+#[test]
+fn a_quarantined_failure_does_not_count_toward_max_failures() {
+    let mut text = String::from("def test_a_known_bad():\n    assert False, 'known bad'\n");
+    for i in 0..5 {
+        text.push_str(&format!("\ndef test_b_{i}():\n    pass\n"));
+    }
+    let project =
+        Project::new(&[("test_limit.py", text), ("quarantine.txt", "test_limit.py::test_a_known_bad\n".into())]);
+    let (output, shown) = on_memory(&project, &["--max-failures", "1"], &[]);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("stopped after 1 failures (--max-failures); "), "{shown}");
+
+    let (output, shown) = on_memory(&project, &["--max-failures", "1", "--quarantine", "quarantine.txt"], &[]);
+    assert_eq!(output.status.code(), Some(0), "a quarantined failure never stops the build\n{shown}");
+    assert!(!shown.contains("stopped after"), "{shown}");
+    assert!(shown.contains("6 units, 5 passed"), "every test ran\n{shown}");
+}

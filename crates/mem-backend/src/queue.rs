@@ -308,9 +308,10 @@ impl Run {
             },
             now,
         );
+        let counted = outcome == Outcome::Failed && !self.states[unit as usize].quarantined;
         let meta = self.meta_mut();
         meta.finalized += 1;
-        if outcome == Outcome::Failed {
+        if counted {
             meta.failed += 1;
         }
     }
@@ -645,7 +646,8 @@ impl UnitQueue for MemoryStore {
             fingerprint,
         });
         run.units = spec.units.clone();
-        run.states = vec![UnitState::default(); spec.units.len()];
+        run.states =
+            spec.units.iter().map(|u| UnitState { quarantined: u.quarantined, ..UnitState::default() }).collect();
         for i in 0..spec.units.len() {
             run.main.append(i as u32, now);
         }

@@ -5,7 +5,8 @@
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
 -- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, max_failures ("" for no limit), total, then `total`
---       triples of unit id, kind, group ("<limit>:<name>", or "" for none).
+--       quadruples of unit id, kind, group ("<limit>:<name>", or "" for
+--       none), quarantined ("1", or "").
 -- A probe passes "probe" for total and no units: the same replies when the
 -- run exists, else { "ABSENT" } and nothing changes.
 -- Reply: { "INITIALIZED" }
@@ -54,11 +55,19 @@ local id_form = string.format("%d-*", now)
 -- for the scripts to read back, twice per unit), then "\1group" valued the
 -- group for a unit in one.
 local function add_unit(form, i)
-  local id, kind, group = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
-  if group == "" then
+  local id, kind, group, quarantined = ARGV[5 + 4 * i], ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[8 + 4 * i]
+  if group == "" and quarantined ~= "1" then
     return redis.pcall("XADD", units, form, id, kind)
   end
-  return redis.pcall("XADD", units, form, id, kind, "\1group", group)
+  local args = { "XADD", units, form, id, kind }
+  if group ~= "" then
+    args[#args + 1], args[#args + 2] = "\1group", group
+  end
+  if quarantined == "1" then
+    -- Read back by `units` only (the scripts read it from the unit's state).
+    args[#args + 1], args[#args + 2] = "\1quarantined", "1"
+  end
+  return redis.pcall(unpack(args))
 end
 local first = total > 0 and add_unit(id_form, 1)
 if type(first) == "table" and first.err then
@@ -72,8 +81,8 @@ local CHUNK = 256
 local states = {}
 local has_groups = 0
 for i = 1, total do
-  local id = ARGV[6 + 3 * i]
-  if ARGV[8 + 3 * i] ~= "" then
+  local id = ARGV[5 + 4 * i]
+  if ARGV[7 + 4 * i] ~= "" then
     has_groups = 1
   end
   if i > 1 then
@@ -83,7 +92,11 @@ for i = 1, total do
     end
   end
   states[#states + 1] = id
-  states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
+  if ARGV[8 + 4 * i] == "1" then
+    states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false,"quarantined":true}'
+  else
+    states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
+  end
   if #states >= 2 * CHUNK then
     redis.call("HSET", unit_state, unpack(states))
     states = {}

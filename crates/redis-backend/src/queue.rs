@@ -346,6 +346,7 @@ impl UnitQueue for RedisStore {
                 call.push(unit.id.as_str());
                 call.push(unit.kind.as_str());
                 call.push(unit.group.as_ref().map(|g| format!("{}:{}", g.limit, g.name)).unwrap_or_default());
+                call.push(if unit.quarantined { "1" } else { "" });
             }
             let value = self.eval(&scripts::INITIALIZE, &call).await.map_err(|e| queue_err("initialize", run, e))?;
             (s, rest) = status("initialize", value).map_err(bad)?;
@@ -654,12 +655,13 @@ impl UnitQueue for RedisStore {
             let entries = reply::array("units", value).map_err(|e| queue_reply_err("units", run, e))?;
             let n = entries.len();
             for entry in entries {
-                let (id, unit, kind, group) = stream_entry(entry).map_err(|e| queue_reply_err("units", run, e))?;
+                let (id, unit, kind, group, quarantined) =
+                    stream_entry(entry).map_err(|e| queue_reply_err("units", run, e))?;
                 let unit = unit.ok_or_else(|| QueueError::Corrupt {
                     run: run.clone(),
                     detail: format!("main stream entry {id} names no unit"),
                 })?;
-                out.push(UnitSpec { group, ..UnitSpec::new(unit, kind.unwrap_or_default()) });
+                out.push(UnitSpec { group, quarantined, ..UnitSpec::new(unit, kind.unwrap_or_default()) });
                 start = format!("({id}");
             }
             if n < PAGE {
@@ -914,8 +916,8 @@ fn event_tokens<const N: usize>(tokens: &[String], at: usize) -> Result<&[String
 
 /// A stream entry as (id, unit, kind): one field, the unit id valued its
 /// kind; or, written before that format, fields `id` and `type`.
-/// A main-stream entry: its id, unit, kind and group.
-type StreamEntry = (EntryId, Option<UnitId>, Option<String>, Option<UnitGroup>);
+/// A main-stream entry: its id, unit, kind, group and whether it is quarantined.
+type StreamEntry = (EntryId, Option<UnitId>, Option<String>, Option<UnitGroup>, bool);
 
 fn stream_entry(entry: Value) -> Result<StreamEntry, ReplyError> {
     const WHAT: &str = "stream entry";
@@ -923,21 +925,23 @@ fn stream_entry(entry: Value) -> Result<StreamEntry, ReplyError> {
     let id = parse_entry_id(WHAT, reply::at(WHAT, &items, 0)?)?;
     let fields = reply::array(WHAT, items.into_iter().nth(1).unwrap_or(Value::Nil))?;
     if let [unit, kind] = fields.as_slice() {
-        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), None));
+        return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), None, false));
     }
     // The unit valued its kind, then fields named from byte 1 (`\x01group`).
     if let [unit, kind, extra @ ..] = fields.as_slice() {
         let first = reply::string(WHAT, &extra[0])?;
         if first.starts_with('\x01') {
-            let mut group = None;
+            let (mut group, mut quarantined) = (None, false);
             for kv in extra.chunks(2) {
                 if let [name, value] = kv {
-                    if reply::string(WHAT, name)? == "\x01group" {
-                        group = Some(parse_group(WHAT, &reply::string(WHAT, value)?)?);
+                    match reply::string(WHAT, name)?.as_str() {
+                        "\x01group" => group = Some(parse_group(WHAT, &reply::string(WHAT, value)?)?),
+                        "\x01quarantined" => quarantined = true,
+                        _ => {}
                     }
                 }
             }
-            return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), group));
+            return Ok((id, Some(parse_unit(WHAT, unit)?), Some(reply::string(WHAT, kind)?), group, quarantined));
         }
     }
     let (mut unit, mut kind) = (None, None);
@@ -951,7 +955,7 @@ fn stream_entry(entry: Value) -> Result<StreamEntry, ReplyError> {
             _ => {}
         }
     }
-    Ok((id, unit, kind, None))
+    Ok((id, unit, kind, None, false))
 }
 
 /// A stored group field, `<limit>:<name>`.
@@ -988,10 +992,10 @@ mod tests {
         let old = stream_entry(entry("5-1", &["id", "tests/a.py::t[x y]", "type", "test"])).unwrap();
         assert_eq!(new, old);
         let unit = Some(UnitId::new("tests/a.py::t[x y]").unwrap());
-        assert_eq!(new, (EntryId::new(5, 1), unit.clone(), Some("test".into()), None));
+        assert_eq!(new, (EntryId::new(5, 1), unit.clone(), Some("test".into()), None, false));
         let grouped = stream_entry(entry("5-1", &["tests/a.py::t[x y]", "test", "\x01group", "2:pg:main"])).unwrap();
         let group = UnitGroup { name: "pg:main".into(), limit: std::num::NonZeroU32::new(2).unwrap() };
-        assert_eq!(grouped, (EntryId::new(5, 1), unit, Some("test".into()), Some(group)));
+        assert_eq!(grouped, (EntryId::new(5, 1), unit, Some("test".into()), Some(group), false));
         // A unit named like a field name is still the unit of a one-field entry.
         let named_id = stream_entry(entry("5-2", &["id", "type"])).unwrap();
         assert_eq!((named_id.1.unwrap().as_str(), named_id.2.as_deref()), ("id", Some("type")));

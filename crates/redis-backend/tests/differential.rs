@@ -120,6 +120,8 @@ struct Case {
     units: usize,
     /// Units `0, every, 2 × every, ...` are in one group of this limit.
     group: Option<(usize, u32)>,
+    /// Whether the odd units are quarantined (their failures not counted).
+    quarantine_odd: bool,
     budgets: Budgets,
     ops: Vec<Op>,
 }
@@ -133,14 +135,17 @@ fn case() -> impl Strategy<Value = Case> {
         // The fail-fast limit: none, or low enough to be reached.
         proptest::option::of(1..4u32),
         prop::collection::vec(op(), 1..40),
-        proptest::option::of((1..3usize, 1..3u32)),
+        (proptest::option::of((1..3usize, 1..3u32)), any::<bool>()),
     )
-        .prop_map(|(units, max_requeues, requeue_tolerance, max_reclaims, max_failures, ops, group)| Case {
-            units,
-            group,
-            budgets: Budgets { max_requeues, requeue_tolerance, max_reclaims, max_failures },
-            ops,
-        })
+        .prop_map(
+            |(units, max_requeues, requeue_tolerance, max_reclaims, max_failures, ops, (group, quarantine_odd))| Case {
+                units,
+                group,
+                quarantine_odd,
+                budgets: Budgets { max_requeues, requeue_tolerance, max_reclaims, max_failures },
+                ops,
+            },
+        )
 }
 
 /// Entry ids of one backend as ordinals in order of first appearance.
@@ -238,7 +243,8 @@ fn spec(case: &Case, run: &RunId, same: bool) -> RunSpec {
         run: run.clone(),
         units: (0..n)
             .map(|i| {
-                let unit = UnitSpec::new(UnitId::new(format!("unit \"{i}\"")).expect("unit id"), "file");
+                let mut unit = UnitSpec::new(UnitId::new(format!("unit \"{i}\"")).expect("unit id"), "file");
+                unit.quarantined = case.quarantine_odd && i % 2 == 1;
                 match case.group {
                     Some((every, limit)) if i % every == 0 => unit.in_group(UnitGroup {
                         name: "db: one".into(),

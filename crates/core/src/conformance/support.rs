@@ -232,7 +232,7 @@ pub async fn state_of(fx: &Fixture, run: &RunId, u: &str) -> UnitState {
 
 /// A unit state from its fields.
 pub fn unit_state(retry_index: u32, reclaim_count: u32, entered_retry: bool) -> UnitState {
-    UnitState { retry_index, reclaim_count, entered_retry }
+    UnitState { retry_index, reclaim_count, entered_retry, quarantined: false }
 }
 
 /// The record of worker `w`, which must exist.

@@ -233,6 +233,10 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     for rule in crate::units::groups::assign(&mut units, &options.groups) {
         observer.warn(&format!("--group {rule} matched no unit: check the glob against the unit ids"));
     }
+    // A quarantined unit's failures never stop the build (--max-failures).
+    for unit in &mut units {
+        unit.quarantined = quarantine.contains(unit.id.as_str());
+    }
     let config = WorkerConfig {
         run: run_id.clone(),
         worker: worker_id.clone(),

@@ -162,7 +162,7 @@ local function finalize_entry(stream, entry_id, unit_json, state, outcome, durat
     outcome, tonumber(duration_ms) or 0, raw_or_null(reason_json), raw_or_null(errors_json),
     stream_short(stream), entry_id, extra))
   redis.call("HINCRBY", meta, "finalized_count", 1)
-  if outcome == "failed" then
+  if outcome == "failed" and not state.quarantined then
     redis.call("HINCRBY", meta, "failed_count", 1)
   end
 end

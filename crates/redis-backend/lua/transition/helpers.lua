@@ -204,17 +204,26 @@ local function unpark(group)
   add_priority(fields[3], string.sub(oldest, at), avoid, since, group)
 end
 
+-- A unit state as stored: the seed's JSON, and `,"quarantined":true` last
+-- for a quarantined unit (its failures do not count toward the failure
+-- limit). nil when unreadable.
+local QUARANTINED = ',"quarantined":true'
+local function parse_state(raw)
+  local r, c, e, rest = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)(.-)}$')
+  if not r or (e ~= "true" and e ~= "false") or (rest ~= "" and rest ~= QUARANTINED) then
+    return nil
+  end
+  return { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true"),
+    quarantined = rest ~= "" }
+end
+
 -- The unit's state, or nil when it is missing or unreadable (CORRUPT).
 local function read_state(unit_id)
   local raw = redis.call("HGET", unit_state, unit_id)
   if not raw then
     return nil
   end
-  local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
-  if not r or (e ~= "true" and e ~= "false") then
-    return nil
-  end
-  return { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
+  return parse_state(raw)
 end
 
 local FRESH_RAW = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
@@ -235,10 +244,7 @@ local function read_states(unit_ids)
         -- Shared, read-only: batch paths never change a state.
         state = FRESH_STATE
       elseif raw then
-        local r, c, e = string.match(raw, '^{"retry_index":(%d+),"reclaim_count":(%d+),"entered_retry":(%a+)}$')
-        if r and (e == "true" or e == "false") then
-          state = { retry_index = tonumber(r), reclaim_count = tonumber(c), entered_retry = (e == "true") }
-        end
+        state = parse_state(raw) or false
       end
       out[first + i - 1] = state
     end
@@ -247,9 +253,13 @@ local function read_states(unit_ids)
 end
 
 local function write_state(unit_id, state)
+  local quarantined = ""
+  if state.quarantined then
+    quarantined = QUARANTINED
+  end
   redis.call("HSET", unit_state, unit_id, string.format(
-    '{"retry_index":%d,"reclaim_count":%d,"entered_retry":%s}',
-    state.retry_index, state.reclaim_count, tostring(state.entered_retry == true)))
+    '{"retry_index":%d,"reclaim_count":%d,"entered_retry":%s%s}',
+    state.retry_index, state.reclaim_count, tostring(state.entered_retry == true), quarantined))
 end
 
 -- The opening of a unit event (no closing brace): type and header fields.

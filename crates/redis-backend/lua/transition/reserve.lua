@@ -225,7 +225,9 @@ local function reserve(m, max, reclaim_after_ms, single)
         string.format(',"previous_worker_id":%s,"delivery_count":%d', jstr(previous), delivery_count))
       reply[#reply + 1] = "FINALIZED"
       reply[#reply + 1] = unit
-      m.failed = m.failed + 1
+      if not state.quarantined then
+        m.failed = m.failed + 1
+      end
       if m.max_failures and m.failed >= m.max_failures then
         tail = "STOPPED"
         break

@@ -107,3 +107,35 @@ pub async fn max_failures_is_frozen_at_initialize(fx: Fixture) {
     assert_eq!(outcome, InitOutcome::AlreadyInitialized { budgets: limited(None) });
     assert_eq!(fx.queue.budgets(&none.run).await.expect("budgets"), Some(limited(None)));
 }
+
+/// A quarantined unit's failures do not count toward the limit, whichever
+/// transition finalizes it as failed (`finalize`, a requeue over budget, a
+/// reclaim over budget); the others still stop the run. Its state and the
+/// unit list say it is quarantined.
+pub async fn quarantined_failures_do_not_count_toward_the_limit(fx: Fixture) {
+    let mut s = spec(RUN, &["q1", "q2", "q3", "a"], limited(Some(1)));
+    for u in s.units.iter_mut().filter(|u| u.id.as_str().starts_with('q')) {
+        u.quarantined = true;
+    }
+    let r = init_spec(&fx, &s).await;
+    assert!(state_of(&fx, &r, "q1").await.quarantined);
+    assert!(!state_of(&fx, &r, "a").await.quarantined);
+    let listed = fx.queue.units(&r).await.unwrap();
+    assert_eq!(listed.iter().map(|u| u.quarantined).collect::<Vec<_>>(), [true, true, true, false]);
+
+    let q1 = reserve(&fx, &r, "w1").await;
+    assert_eq!(fx.queue.finalize(&r, &worker("w1"), &q1, &failed_result()).await.unwrap(), Ack::Ok);
+    let q2 = reserve(&fx, &r, "w1").await;
+    assert_eq!(requeue_as(&fx, &r, "w1", &q2, "boom").await, RequeueReply::Finalized { retry_index: 0 });
+    let _q3 = reserve(&fx, &r, "dead").await;
+    let a = reserve(&fx, &r, "w2").await;
+    fx.time.advance(ms(300)).await;
+    // max_reclaims 0: q3 is finalized as failed at its reclaim, not counted.
+    assert_eq!(reserve_with(&fx, &r, "w2", ms(100)).await, ReserveReply::ReclaimExhausted { unit: unit("q3") });
+    let p = progress(&fx, &r).await;
+    assert_eq!((p.finalized, p.failed, p.stopped), (3, 0, false), "{p:?}");
+    assert_eq!(fx.queue.finalize(&r, &worker("w2"), &a, &failed_result()).await.unwrap(), Ack::Ok);
+    let p = progress(&fx, &r).await;
+    assert_eq!((p.failed, p.stopped), (1, true), "{p:?}");
+    assert_eq!(reserve_with(&fx, &r, "w2", LONG).await, ReserveReply::Stopped);
+}
