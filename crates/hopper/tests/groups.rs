@@ -9,10 +9,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{pytest_command, sigkill, sigkill_group, texts, wait_for, Build, Project};
+use common::{pytest_command, sigkill, sigkill_group, spawn_worker, texts, wait_for, Build, Project};
 use leasehold_redis::test_support::RedisServer;
 
 /// A test body that records `start`/`end` lines (name, worker, process group,
@@ -102,29 +102,27 @@ fn assert_group_never_overlaps(spans: &[Span]) {
 }
 
 fn worker(project: &Project, build: &Build, name: &str, extra: &[&str]) -> Child {
-    project
-        .worker(name)
-        .args(["run", "--worker", name, "--no-timings", "-j", "2", "--group", GROUP])
-        .args(build.args())
-        .args(extra)
-        .args(["--discover", "pytest", "--"])
-        .args(pytest_command())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a worker")
+    let shared = build.args();
+    let shared: Vec<&str> = shared.iter().map(String::as_str).collect();
+    let pytest = pytest_command();
+    let mut args = vec!["-j", "2", "--group", GROUP];
+    args.extend(extra);
+    args.extend(["--discover", "pytest", "--"]);
+    args.extend(pytest.iter().map(String::as_str));
+    spawn_worker(project, &shared, name, &args)
+}
+
+/// Waits for every worker; each must exit 0 (the verdict is the report's).
+fn wait_all(workers: impl IntoIterator<Item = Child>) {
+    for child in workers {
+        let output = child.wait_with_output().unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(0), "a worker:\n{stdout}\n{stderr}");
+    }
 }
 
 fn report(project: &Project, build: &Build) -> (Option<i32>, String) {
-    let output = project
-        .hopper()
-        .arg("report")
-        .args(build.args())
-        .arg("--junit")
-        .arg(project.junit())
-        .args(["--wait-timeout", "120"])
-        .output()
-        .unwrap();
+    let output = build.report(project.path(), &project.junit()).wait_with_output().unwrap();
     let (stdout, stderr) = texts(&output);
     (output.status.code(), format!("stdout:\n{stdout}\nstderr:\n{stderr}"))
 }
@@ -137,11 +135,7 @@ fn a_group_of_limit_one_never_overlaps_across_three_workers_and_the_others_are_n
     // workers share the build however fast each one starts.
     let workers: Vec<Child> =
         ["w1", "w2", "w3"].iter().map(|w| worker(&project, &build, w, &["--per-process"])).collect();
-    for child in workers {
-        let output = child.wait_with_output().unwrap();
-        let (stdout, stderr) = texts(&output);
-        assert_eq!(output.status.code(), Some(0), "a worker:\n{stdout}\n{stderr}");
-    }
+    wait_all(workers);
     let (code, shown) = report(&project, &build);
     assert_eq!(code, Some(0), "{shown}");
     assert!(shown.contains("18 units, 18 passed"), "{shown}");
@@ -165,11 +159,7 @@ fn a_group_never_overlaps_across_three_workers_with_pytest_agents() {
     let project = project();
     let build = Build::on_shared_redis("hopper-groups-agents");
     let workers: Vec<Child> = ["w1", "w2", "w3"].iter().map(|w| worker(&project, &build, w, &[])).collect();
-    for child in workers {
-        let output = child.wait_with_output().unwrap();
-        let (stdout, stderr) = texts(&output);
-        assert_eq!(output.status.code(), Some(0), "a worker:\n{stdout}\n{stderr}");
-    }
+    wait_all(workers);
     let (code, shown) = report(&project, &build);
     assert_eq!(code, Some(0), "{shown}");
     let spans = spans(project.path());
@@ -198,11 +188,7 @@ fn a_worker_killed_inside_a_group_test_gives_its_place_back_within_the_timeout()
     let _ = doomed.wait();
     let killed_at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(120);
-    for (name, child) in workers {
-        let output = child.wait_with_output().unwrap();
-        let (stdout, stderr) = texts(&output);
-        assert_eq!(output.status.code(), Some(0), "{name}:\n{stdout}\n{stderr}");
-    }
+    wait_all(workers.into_iter().map(|(_, child)| child));
     assert!(Instant::now() < deadline);
     let (code, shown) = report(&project, &build);
     assert_eq!(code, Some(0), "the killed test was reclaimed and passed\n{shown}");

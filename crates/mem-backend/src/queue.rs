@@ -334,12 +334,12 @@ impl Run {
         }
     }
 
-    /// Whether the unit's group already has its limit of units pending.
-    fn group_full(&self, unit: u32) -> bool {
-        let Some(group) = &self.units[unit as usize].group else { return false };
+    /// The unit's group when it already has its limit of units pending.
+    fn full_group(&self, unit: u32) -> Option<&str> {
+        let group = self.units[unit as usize].group.as_ref()?;
         let in_group = |p: &&Pending| self.units[p.unit as usize].group.as_ref().is_some_and(|g| g.name == group.name);
         let running = self.main.pending.values().chain(self.priority.pending.values()).filter(in_group).count();
-        running >= group.limit.get() as usize
+        (running >= group.limit.get() as usize).then_some(group.name.as_str())
     }
 
     /// Fresh deliveries for `worker`, at most `max`: the priority stream,
@@ -363,10 +363,9 @@ impl Run {
                 }
                 for entry in entries {
                     let again = name == StreamName::Priority && moved_back.contains(&entry.id);
-                    if !again && self.group_full(entry.unit) {
+                    if let Some(group) = self.full_group(entry.unit).filter(|_| !again).map(str::to_owned) {
                         // Its group is full: it waits for a place.
-                        let group = self.units[entry.unit as usize].group.as_ref().map(|g| g.name.clone());
-                        self.parked.entry(group.unwrap_or_default()).or_default().push_back(entry);
+                        self.parked.entry(group).or_default().push_back(entry);
                         continue;
                     }
                     if again || self.held_back(&entry, worker, window_ms, now) {

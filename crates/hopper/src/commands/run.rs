@@ -199,7 +199,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         worker: &worker_id,
     };
     let Prepared { units, invocations, outside_errors } = execution.prepare(preparing, &plugins).await?;
-    let units = match &rerun {
+    let mut units = match &rerun {
         Some(rerun) => {
             let (units, gone) = rerun.select(units);
             if !gone.is_empty() {
@@ -229,7 +229,6 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         }
         None => units,
     };
-    let mut units = units;
     for rule in crate::units::groups::assign(&mut units, &options.groups) {
         observer.warn(&format!("--group {rule} matched no unit: check the glob against the unit ids"));
     }
