@@ -86,6 +86,10 @@ pub enum Event {
         entry_id: EntryId,
         /// The new entry on the priority stream.
         new_entry_id: EntryId,
+        /// The worker's slot that ran the failed attempt, when it said
+        /// ([`RequeueRequest::slot`](crate::queue::RequeueRequest::slot)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// A unit reached its final outcome.
     Finalized {
@@ -113,6 +117,11 @@ pub enum Event {
         /// Set when finalized by an exhausted retry budget: the failure.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_summary: Option<String>,
+        /// The worker's slot that ran the final attempt, when it said
+        /// ([`FinalizeRequest::slot`](crate::queue::FinalizeRequest::slot),
+        /// or the requeue's over its budget).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// A worker gave up a delivery (shutting down); it will be reclaimed.
     Abandoned {

@@ -561,12 +561,22 @@ pub struct FinalizeRequest {
     pub reason: Option<FinalizeReason>,
     /// Structured error details (at most 1 MiB of JSON).
     pub errors: Option<serde_json::Value>,
+    /// Which of the worker's slots ran the attempt (the worker's own
+    /// numbering), kept in the [`Event::Finalized`](crate::Event::Finalized)
+    /// event so that a report can draw each attempt where it ran. The queue
+    /// only records it.
+    pub slot: Option<u32>,
 }
 
 impl FinalizeRequest {
     /// A plain outcome with its duration.
     pub fn new(outcome: Outcome, duration_ms: u64) -> Self {
-        Self { outcome, duration_ms, reason: None, errors: None }
+        Self { outcome, duration_ms, reason: None, errors: None, slot: None }
+    }
+
+    /// The same request, run on the worker's slot `slot`.
+    pub fn on_slot(self, slot: u32) -> Self {
+        Self { slot: Some(slot), ..self }
     }
 
     /// Checks the sizes of the free-form fields.
@@ -591,6 +601,11 @@ pub struct RequeueRequest {
     /// worker while another live worker may take it (see the contract,
     /// "Retry elsewhere"). `false` lets anyone take it, the caller included.
     pub retry_elsewhere: bool,
+    /// Which of the worker's slots ran the failed attempt, kept in the
+    /// [`Event::Requeued`](crate::Event::Requeued) event (or the
+    /// [`Event::Finalized`](crate::Event::Finalized) one over the budget),
+    /// as [`FinalizeRequest::slot`].
+    pub slot: Option<u32>,
 }
 
 impl RequeueRequest {

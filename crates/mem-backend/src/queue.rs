@@ -305,6 +305,7 @@ impl Run {
                 previous_worker_id: extra.previous_worker_id,
                 delivery_count: extra.delivery_count,
                 failure_summary: extra.failure_summary,
+                slot: extra.slot,
             },
             now,
         );
@@ -403,7 +404,7 @@ impl Run {
                 let extra = FinalizeExtra {
                     previous_worker_id: Some(previous),
                     delivery_count: Some(count),
-                    failure_summary: None,
+                    ..FinalizeExtra::default()
                 };
                 self.finalize_entry(
                     name,
@@ -490,7 +491,7 @@ impl Run {
         let summary = request.failure_summary.clone().filter(|s| !s.is_empty());
 
         if over_unit_cap || over_tolerance {
-            let extra = FinalizeExtra { previous_worker_id: None, delivery_count: None, failure_summary: summary };
+            let extra = FinalizeExtra { failure_summary: summary, slot: request.slot, ..FinalizeExtra::default() };
             self.finalize_entry(
                 delivery.stream,
                 delivery.entry_id,
@@ -529,6 +530,7 @@ impl Run {
                 stream: delivery.stream,
                 entry_id: delivery.entry_id,
                 new_entry_id,
+                slot: request.slot,
             },
             now,
         );
@@ -569,10 +571,12 @@ impl Run {
 }
 
 /// Fields of a `finalized` event that only some paths set.
+#[derive(Default)]
 struct FinalizeExtra {
     previous_worker_id: Option<WorkerId>,
     delivery_count: Option<u32>,
     failure_summary: Option<String>,
+    slot: Option<u32>,
 }
 
 use leasehold_core::duration::millis;
@@ -729,7 +733,7 @@ impl UnitQueue for MemoryStore {
         request.validate()?;
         Ok(ack(self.with_run(run, |r, now| {
             let unit = r.fenced_unit(worker, delivery)?;
-            let extra = FinalizeExtra { previous_worker_id: None, delivery_count: None, failure_summary: None };
+            let extra = FinalizeExtra { slot: request.slot, ..FinalizeExtra::default() };
             r.finalize_entry(
                 delivery.stream,
                 delivery.entry_id,

@@ -25,6 +25,12 @@ fn json_or_empty<T: serde::Serialize + ?Sized>(value: Option<&T>) -> String {
     value.and_then(|v| serde_json::to_string(v).ok()).unwrap_or_default()
 }
 
+/// The event's `slot` field with its leading comma, or "" for none (the
+/// field is left out, as serde leaves it out).
+fn slot_field(slot: Option<u32>) -> String {
+    slot.map(|slot| format!(r#","slot":{slot}"#)).unwrap_or_default()
+}
+
 /// One item of a reserve reply.
 enum Item {
     Delivered(Delivery),
@@ -233,13 +239,14 @@ impl RedisStore {
         // The finalized event after its header: nothing the script decides.
         let null_if_empty = |json: String| if json.is_empty() { "null".to_owned() } else { json };
         let tail = format!(
-            r#","outcome":"{}","duration_ms":{},"reason":{},"errors":{},"stream":"{}","entry_id":"{}"}}"#,
+            r#","outcome":"{}","duration_ms":{},"reason":{},"errors":{},"stream":"{}","entry_id":"{}"{}}}"#,
             request.outcome.as_str(),
             request.duration_ms,
             null_if_empty(json_or_empty(request.reason.as_ref().map(|r| r.as_str()).filter(|r| !r.is_empty()))),
             null_if_empty(json_or_empty(request.errors.as_ref())),
             d.stream.as_str(),
             entry_id,
+            slot_field(request.slot),
         );
         call.push(d.stream.as_str());
         call.push(entry_id);
@@ -470,7 +477,8 @@ impl UnitQueue for RedisStore {
             .arg(request.duration_ms)
             .arg(json_or_empty(request.failure_summary.as_deref().filter(|s| !s.is_empty())))
             .arg(json_or_empty(request.errors.as_ref()))
-            .arg(if request.retry_elsewhere { "1" } else { "0" });
+            .arg(if request.retry_elsewhere { "1" } else { "0" })
+            .arg(slot_field(request.slot));
         let value = self.run_transition("requeue", run, &call).await?;
         let bad = |e| queue_reply_err("requeue", run, e);
         let (s, rest) = status("requeue", value).map_err(bad)?;

@@ -301,6 +301,8 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             Some((owner, d)) => {
                 let mut req =
                     FinalizeRequest::new([Outcome::Passed, Outcome::Failed, Outcome::Skipped][*outcome as usize], 7);
+                // Slot 0, 1 or none: the events keep what the worker said.
+                req.slot = (*outcome != 2).then_some(u32::from(*outcome));
                 if *outcome == 1 {
                     req.reason = Some(FinalizeReason::Timeout);
                     req.errors = Some(serde_json::json!([{"message": "boom \"x\""}]));
@@ -312,7 +314,7 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
         Op::FinalizeMany { w } => {
             // Everything this worker was ever handed, in order (stale ones included).
             let mine: Vec<Delivery> = side.deliveries.iter().filter(|(o, _)| o == w).map(|(_, d)| d.clone()).collect();
-            let req = FinalizeRequest::new(Outcome::Passed, 1);
+            let req = FinalizeRequest::new(Outcome::Passed, 1).on_slot(5);
             match &side.redis {
                 Some(redis) => {
                     let items: Vec<_> = mine.into_iter().map(|d| (d, req.clone())).collect();
@@ -334,6 +336,7 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
                     failure_summary: summary.then(|| "assertion failed: \\ \"ü\"".to_owned()),
                     errors: summary.then(|| serde_json::json!({"n": 1})),
                     retry_elsewhere: *elsewhere,
+                    slot: summary.then_some(2),
                 };
                 format!("{:?}", q.requeue(run, &wid(who.unwrap_or(owner)), &d, &req).await.expect("requeue"))
             }

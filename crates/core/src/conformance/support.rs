@@ -152,6 +152,7 @@ pub fn failure(summary: &str) -> crate::queue::RequeueRequest {
         failure_summary: Some(summary.to_owned()),
         errors: Some(serde_json::json!([{ "message": summary }])),
         retry_elsewhere: false,
+        slot: None,
     }
 }
 

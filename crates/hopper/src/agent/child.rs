@@ -318,6 +318,12 @@ fn describe(status: Option<std::process::ExitStatus>) -> String {
     }
 }
 
+/// The environment variable that gives a unit (or an agent) the index of
+/// the worker's slot that runs it, from 0: one slot runs one thing at a
+/// time, so a suite can give each slot its own scratch database or port.
+/// The queue's events keep the same index, for `hopper report --html`.
+pub const SLOT_ENV: &str = "HOPPER_SLOT";
+
 /// The environment every agent gets: the build and the worker.
 pub fn agent_env(run: &leasehold_core::RunId, worker: &leasehold_core::WorkerId) -> Vec<(String, String)> {
     vec![("HOPPER_BUILD".to_owned(), run.to_string()), ("HOPPER_WORKER".to_owned(), worker.to_string())]

@@ -757,6 +757,7 @@ mod tests {
             previous_worker_id: None,
             delivery_count: None,
             failure_summary: Some("exit code 1".into()),
+            slot: None,
         }
     }
 
@@ -770,6 +771,7 @@ mod tests {
             stream: StreamName::Main,
             entry_id: EntryId::new(1, 0),
             new_entry_id: EntryId::new(2, 0),
+            slot: None,
         }
     }
 

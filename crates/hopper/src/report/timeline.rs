@@ -2,21 +2,19 @@
 //! worker's lanes, rebuilt from the queue's event log.
 //!
 //! The log says when a unit was delivered to a worker, when its attempt
-//! ended (requeued, finalized, abandoned, reclaimed from a dead worker) and
-//! how long the attempt ran. It does not say which of the worker's slots ran
-//! it, so lanes are rebuilt: an attempt ran for its duration up to its end,
-//! and a worker's attempts are packed onto as few lanes as overlap requires
-//! (in delivery order, each onto the lane that came free last). Per-process units give the worker's real slot
-//! count and busy times this way. Units delivered together (one
+//! ended (requeued, finalized, abandoned, reclaimed from a dead worker), how
+//! long the attempt ran and, when the worker said, which of its slots ran it
+//! (hopper's workers say: the `slot` of `requeued` and `finalized` events).
+//! An attempt ran for its duration up to its end, on its slot's lane. An
+//! attempt with no slot (an older worker's, one lost with its worker, one
+//! given up on shutdown) is packed onto as few extra lanes of its worker as
+//! overlap requires (in delivery order, each onto the lane that came free
+//! last). Units delivered together (one
 //! `reserve_batch`: consecutive `delivered` events of one worker at one
 //! instant) whose durations fit one after another in their span are a batch:
 //! they share one lane, run one after another up to the end, and the time
 //! before the first of them is drawn as the invocation's overhead (start-up,
 //! collection).
-//!
-//! Keeping the slot out of the queue keeps both backends' events unchanged;
-//! the price is that a lane is "a slot" only in count and timing, not in its
-//! number.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -118,7 +116,8 @@ pub struct Bar {
 pub struct Lane {
     /// The worker.
     pub worker: String,
-    /// Its lane number within the worker (1 = first).
+    /// Its lane number within the worker (1 = first): the slot's index + 1
+    /// for a slot's lane, after the worker's slots for packed lanes.
     pub slot: usize,
     /// When its last bar ended (ms after the build's start).
     pub last_end_ms: u64,
@@ -156,6 +155,8 @@ struct Attempt {
     kind: BarKind,
     attempt: u32,
     note: String,
+    /// The worker's slot that ran it, when the event said.
+    slot: Option<u32>,
 }
 
 struct Open {
@@ -179,7 +180,8 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
                      end_ms: u64,
                      duration_ms: Option<u64>,
                      kind: BarKind,
-                     note: String| {
+                     note: String,
+                     slot: Option<u32>| {
         let Some(held) = open.remove(unit) else { return };
         if &held.worker != worker && kind != BarKind::Lost {
             // Not this worker's delivery (a stale result): keep it open.
@@ -199,6 +201,7 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
             kind,
             attempt: *attempt,
             note,
+            slot,
         });
     };
     for event in events {
@@ -217,22 +220,23 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
             Event::Reclaimed { header, previous_worker_id, .. } => {
                 if let Some(previous) = previous_worker_id {
                     let note = format!("its worker stopped responding; reclaimed by {}", header.worker_id);
-                    close(&mut open, &mut out, &header.unit_id, &previous, header.at_ms, None, BarKind::Lost, note);
+                    close(&mut open, &mut out, &header.unit_id, &previous, header.at_ms, None, BarKind::Lost, note, None);
                 }
                 group += 1;
                 open.insert(header.unit_id, Open { worker: header.worker_id, delivered_ms: header.at_ms, group });
             }
-            Event::Requeued { header, duration_ms, failure_summary, .. } => {
+            Event::Requeued { header, duration_ms, failure_summary, slot, .. } => {
                 failed_before.insert(header.unit_id.clone(), true);
                 let note = failure_summary.unwrap_or_default();
                 let (unit, worker) = (&header.unit_id, &header.worker_id);
-                close(&mut open, &mut out, unit, worker, header.at_ms, Some(duration_ms), BarKind::Retried, note);
+                let ran = Some(duration_ms);
+                close(&mut open, &mut out, unit, worker, header.at_ms, ran, BarKind::Retried, note, slot);
             }
-            Event::Finalized { header, outcome, duration_ms, reason, failure_summary, errors, .. } => {
+            Event::Finalized { header, outcome, duration_ms, reason, failure_summary, errors, slot, .. } => {
                 let (unit, worker) = (&header.unit_id, &header.worker_id);
                 if reason == Some(FinalizeReason::ReclaimBudgetExhausted) {
                     let note = "reclaimed too often".to_owned();
-                    close(&mut open, &mut out, unit, worker, header.at_ms, None, BarKind::Lost, note);
+                    close(&mut open, &mut out, unit, worker, header.at_ms, None, BarKind::Lost, note, None);
                     continue;
                 }
                 let flaky = failed_before.get(unit).copied().unwrap_or(false);
@@ -244,12 +248,13 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
                 };
                 let detail = errors.as_ref().and_then(|e| e.get("detail")).and_then(|d| d.as_str()).map(str::to_owned);
                 let note = detail.or(failure_summary).unwrap_or_default();
-                close(&mut open, &mut out, unit, worker, header.at_ms, Some(duration_ms), kind, note);
+                close(&mut open, &mut out, unit, worker, header.at_ms, Some(duration_ms), kind, note, slot);
             }
             Event::Abandoned { header, elapsed_ms, .. } => {
                 let (unit, worker) = (&header.unit_id, &header.worker_id);
                 let note = "given up on shutdown".to_owned();
-                close(&mut open, &mut out, unit, worker, header.at_ms, Some(elapsed_ms), BarKind::Abandoned, note);
+                let ran = Some(elapsed_ms);
+                close(&mut open, &mut out, unit, worker, header.at_ms, ran, BarKind::Abandoned, note, None);
             }
             Event::Released { header, .. } => {
                 // Handed back with no result and no duration (on a signal, or
@@ -272,15 +277,20 @@ struct Block {
     /// Where its first unit starts.
     start_ms: u64,
     end_ms: u64,
+    /// The slot that ran it, when the events say.
+    slot: Option<u32>,
     members: Vec<(Attempt, u64, u64)>,
 }
 
 fn blocks(attempts: Vec<Attempt>) -> Vec<Block> {
-    let mut by_group: Vec<(usize, Vec<Attempt>)> = Vec::new();
-    let mut index: HashMap<usize, usize> = HashMap::new();
+    // Two slots that reserved at the same instant look like one batch; the
+    // slots they name tell them apart.
+    let mut by_group: Vec<((usize, Option<u32>), Vec<Attempt>)> = Vec::new();
+    let mut index: HashMap<(usize, Option<u32>), usize> = HashMap::new();
     for attempt in attempts {
-        let at = *index.entry(attempt.group).or_insert_with(|| {
-            by_group.push((attempt.group, Vec::new()));
+        let key = (attempt.group, attempt.slot);
+        let at = *index.entry(key).or_insert_with(|| {
+            by_group.push((key, Vec::new()));
             by_group.len() - 1
         });
         by_group[at].1.push(attempt);
@@ -303,7 +313,8 @@ fn blocks(attempts: Vec<Attempt>) -> Vec<Block> {
             }
             placed.reverse();
             let worker = placed[0].0.worker.clone();
-            out.push(Block { worker, head_ms: delivered, start_ms: cursor, end_ms: end, members: placed });
+            let slot = placed[0].0.slot;
+            out.push(Block { worker, head_ms: delivered, start_ms: cursor, end_ms: end, slot, members: placed });
         } else {
             for attempt in members {
                 let start = attempt.end_ms.saturating_sub(attempt.duration_ms).max(attempt.delivered_ms);
@@ -312,6 +323,7 @@ fn blocks(attempts: Vec<Attempt>) -> Vec<Block> {
                     head_ms: start,
                     start_ms: start,
                     end_ms: attempt.end_ms,
+                    slot: attempt.slot,
                     members: vec![(attempt.clone(), start, attempt.end_ms)],
                 });
             }
@@ -332,34 +344,49 @@ impl Timeline {
         let end = blocks.iter().map(|b| b.end_ms).max().unwrap_or(origin);
         let rel = |t: u64| t.saturating_sub(origin);
 
+        // Packed lanes are numbered after each worker's slots.
+        let mut slots_of: HashMap<WorkerId, usize> = HashMap::new();
+        for block in &blocks {
+            if let Some(slot) = block.slot {
+                let count = slots_of.entry(block.worker.clone()).or_default();
+                *count = (*count).max(slot as usize + 1);
+            }
+        }
         let mut lanes: Vec<Lane> = Vec::new();
         let mut bars = Vec::new();
-        let mut worker_lanes: Vec<usize> = Vec::new();
+        let mut slot_lanes: HashMap<u32, usize> = HashMap::new();
+        let mut packed_lanes: Vec<usize> = Vec::new();
         let mut current: Option<WorkerId> = None;
         for block in blocks {
             if current.as_ref() != Some(&block.worker) {
                 current = Some(block.worker.clone());
-                worker_lanes.clear();
+                slot_lanes.clear();
+                packed_lanes.clear();
             }
-            // The lane that came free last before the block's delivery: a slot
-            // that goes on with its next unit or batch.
-            let free = worker_lanes
-                .iter()
-                .copied()
-                .filter(|l| lanes[*l].last_end_ms <= rel(block.head_ms))
-                .max_by_key(|l| (lanes[*l].last_end_ms, std::cmp::Reverse(*l)));
-            let lane = match free {
-                Some(lane) => lane,
+            let new_lane = |lanes: &mut Vec<Lane>, slot: usize| {
+                let (worker, last_end_ms, busy_ms, idle_at_end_ms) = (block.worker.to_string(), 0, 0, 0);
+                lanes.push(Lane { worker, slot, last_end_ms, busy_ms, idle_at_end_ms });
+                lanes.len() - 1
+            };
+            let lane = match block.slot {
+                Some(slot) => *slot_lanes.entry(slot).or_insert_with(|| new_lane(&mut lanes, slot as usize + 1)),
                 None => {
-                    lanes.push(Lane {
-                        worker: block.worker.to_string(),
-                        slot: worker_lanes.len() + 1,
-                        last_end_ms: 0,
-                        busy_ms: 0,
-                        idle_at_end_ms: 0,
-                    });
-                    worker_lanes.push(lanes.len() - 1);
-                    lanes.len() - 1
+                    // The lane that came free last before the block's
+                    // delivery: a slot that goes on with its next unit or batch.
+                    let free = packed_lanes
+                        .iter()
+                        .copied()
+                        .filter(|l| lanes[*l].last_end_ms <= rel(block.head_ms))
+                        .max_by_key(|l| (lanes[*l].last_end_ms, std::cmp::Reverse(*l)));
+                    match free {
+                        Some(lane) => lane,
+                        None => {
+                            let number = slots_of.get(&block.worker).copied().unwrap_or(0) + packed_lanes.len() + 1;
+                            let lane = new_lane(&mut lanes, number);
+                            packed_lanes.push(lane);
+                            lane
+                        }
+                    }
                 }
             };
             let head = rel(block.head_ms);
@@ -393,6 +420,17 @@ impl Timeline {
         for lane in &mut lanes {
             lane.idle_at_end_ms = span_ms - lane.last_end_ms.min(span_ms);
         }
+        // By worker, then slot.
+        let mut order: Vec<usize> = (0..lanes.len()).collect();
+        order.sort_by(|a, b| (&lanes[*a].worker, lanes[*a].slot).cmp(&(&lanes[*b].worker, lanes[*b].slot)));
+        let mut moved_to = vec![0; lanes.len()];
+        for (to, from) in order.iter().enumerate() {
+            moved_to[*from] = to;
+        }
+        for bar in &mut bars {
+            bar.lane = moved_to[bar.lane];
+        }
+        let lanes = order.into_iter().map(|from| lanes[from].clone()).collect::<Vec<_>>();
         let idle_at_end_ms = lanes.iter().map(|l| l.idle_at_end_ms).sum();
         Self { started_at_ms: origin, span_ms, lanes, bars, idle_at_end_ms }
     }
@@ -446,6 +484,7 @@ mod tests {
             previous_worker_id: None,
             delivery_count: None,
             failure_summary: None,
+            slot: None,
         }
     }
 
@@ -459,6 +498,7 @@ mod tests {
             stream: StreamName::Main,
             entry_id: EntryId::new(1, 0),
             new_entry_id: EntryId::new(2, 0),
+            slot: None,
         }
     }
 
@@ -532,6 +572,58 @@ mod tests {
             .map(|b| (b.start_ms, b.end_ms))
             .collect();
         assert_eq!(overhead, vec![(0, 1981), (2010, 3781)], "z's start-up begins at its delivery");
+    }
+
+    /// `event` as run on `slot`.
+    fn on_slot(mut event: Event, at: u32) -> Event {
+        if let Event::Finalized { slot, .. } | Event::Requeued { slot, .. } = &mut event {
+            *slot = Some(at);
+        }
+        event
+    }
+
+    #[test]
+    fn attempts_that_name_their_slot_are_drawn_on_it() {
+        // Packing would put c after a (slot 0 came free last); the events say slot 1 ran it.
+        let events = vec![
+            delivered("a", "w1", 0),
+            delivered("b", "w1", 0),
+            on_slot(finalized("a", "w1", 100, 100, Outcome::Passed), 0),
+            delivered("c", "w1", 100),
+            on_slot(requeued("b", "w1", 150, 150), 1),
+            on_slot(finalized("c", "w1", 250, 90, Outcome::Passed), 1),
+            delivered("d", "w2", 0),
+            on_slot(finalized("d", "w2", 50, 50, Outcome::Passed), 3),
+            // A worker that names no slot: its attempts are packed after its slots.
+            delivered("e", "w1", 300),
+            finalized("e", "w1", 400, 100, Outcome::Passed),
+        ];
+        let timeline = Timeline::from_events(events);
+        let lanes: Vec<(&str, usize)> = timeline.lanes.iter().map(|l| (l.worker.as_str(), l.slot)).collect();
+        assert_eq!(lanes, vec![("w1", 1), ("w1", 2), ("w1", 3), ("w2", 4)], "{timeline:#?}");
+        let lane_of = |unit: &str| {
+            let bar = timeline.bars.iter().find(|b| b.unit == unit).unwrap();
+            (timeline.lanes[bar.lane].worker.as_str(), timeline.lanes[bar.lane].slot)
+        };
+        assert_eq!(lane_of("a"), ("w1", 1));
+        assert_eq!(lane_of("b"), ("w1", 2));
+        assert_eq!(lane_of("c"), ("w1", 2));
+        assert_eq!(lane_of("d"), ("w2", 4));
+        assert_eq!(lane_of("e"), ("w1", 3));
+    }
+
+    #[test]
+    fn two_slots_that_reserved_at_one_instant_are_not_one_batch() {
+        // Their durations would fit one after another, as a batch's do.
+        let events = vec![
+            delivered("f", "w", 0),
+            delivered("g", "w", 0),
+            on_slot(finalized("f", "w", 100, 40, Outcome::Passed), 0),
+            on_slot(finalized("g", "w", 101, 40, Outcome::Passed), 1),
+        ];
+        let timeline = Timeline::from_events(events);
+        let placed: Vec<(usize, u64)> = timeline.bars.iter().map(|b| (timeline.lanes[b.lane].slot, b.start_ms)).collect();
+        assert_eq!(placed, vec![(1, 0), (2, 1)], "{timeline:#?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady};
+use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::outside_errors::OutsideErrors;
 use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
 use crate::agent::shards::{Collected, STEAL_AFTER};
@@ -21,7 +21,7 @@ use crate::errors::HopperError;
 use crate::units::discover::shown;
 use crate::worker::observer::AttemptEnd;
 use crate::worker::transitions::{
-    fenced_off, hand_back, heartbeat, idle, requeue_failed, reserve, Idle, Shared, MIN_WAIT,
+    fenced_off, hand_back, heartbeat, idle, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
 };
 
 /// Requests in the agent's pipe at once: the running test and the next, so
@@ -168,15 +168,20 @@ impl Slot {
         }
     }
 
-    /// Units to reserve now: about `PREFETCH_WINDOW` of work at the average
-    /// test time seen so far, but no more than about half this slot's share
-    /// of what still waits in the queue: as the queue drains, the batches
-    /// shrink to one unit, so no slot sits on units an idle one could run.
+    /// Units this slot should hold (running, in the agent's pipe and
+    /// buffered): about `PREFETCH_WINDOW` of work at the average test time
+    /// seen so far, but no more than about half this slot's share of what
+    /// still waits in the queue, and one near the end of the build: as the
+    /// queue drains, so does what a slot holds, and no slot sits on units an
+    /// idle one could run.
     ///
     /// Before the first result the test time is unknown: a slot takes only
     /// [`PIPELINE`] units, so that the first worker of a build does not sit
     /// on a large share of it while the others are still starting.
     fn prefetch(&self) -> usize {
+        if self.shared.near_end() {
+            return 1;
+        }
         let by_time = match self.avg_ms {
             Some(avg_ms) => {
                 ((PREFETCH_WINDOW.as_secs_f64() * 1000.0 / avg_ms.max(0.1)) as usize).clamp(PIPELINE, MAX_PREFETCH)
@@ -186,8 +191,13 @@ impl Slot {
         by_time.min(self.shared.share_per_slot()).max(1)
     }
 
+    /// Units reserved and not yet finished here.
+    fn held(&self) -> usize {
+        self.buffer.len() + self.sent.len()
+    }
+
     async fn refill(&mut self) -> Result<bool, HopperError> {
-        let want = self.prefetch();
+        let want = self.prefetch().saturating_sub(self.held()).max(1);
         if self.command.sharding.is_none() {
             let deliveries = self.reserve(want).await?;
             let got = deliveries.is_some();
@@ -228,7 +238,12 @@ impl Slot {
                 }
             }
         }
-        let stolen = sharding.pool.lock().steal(Instant::now() - STEAL_AFTER, want);
+        // A slot whose shard got no files (fewer files than agents) has
+        // nothing of its own to wait for, and near the end of the build an
+        // idle slot would wait out the tail: those take any file at once.
+        let steal_after =
+            if sharding.expected(self.slot) == 0 || self.shared.near_end() { Duration::ZERO } else { STEAL_AFTER };
+        let stolen = sharding.pool.lock().steal(Instant::now() - steal_after, want);
         if let Some((file, stolen)) = stolen {
             tracing::debug!(slot = self.slot, file, units = stolen.len(), "taking another shard's units that waited");
             self.collected.extra_files.insert(file);
@@ -263,6 +278,7 @@ impl Slot {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         let mut env = agent_env(&config.run, &config.worker);
+        env.push((SLOT_ENV.to_owned(), self.slot.to_string()));
         env.extend(self.command.slot_env(self.slot));
         let shown = shown(&self.command.argv);
         let mut agent = AgentChild::spawn(&self.command, &env, config.limits.tail_bytes)
@@ -299,14 +315,15 @@ impl Slot {
     }
 
     /// Whether to reserve now: while fewer than [`PIPELINE`] units wait
-    /// here, so the agent never waits on the queue; near the end of the
-    /// queue only when the slot holds nothing, so that no unit waits here
-    /// behind a running one while another slot could run it.
+    /// here and the slot holds less than its [`prefetch`](Self::prefetch),
+    /// so the agent never waits on the queue; near the end of the queue only
+    /// when the slot holds nothing, so that no unit waits here behind a
+    /// running one while another slot could run it.
     fn wants_more(&self) -> bool {
         if self.pipeline() == 1 {
-            self.buffer.is_empty() && self.sent.is_empty()
+            self.held() == 0
         } else {
-            self.buffer.len() < PIPELINE
+            self.buffer.len() < PIPELINE && self.held() < self.prefetch()
         }
     }
 
@@ -314,7 +331,7 @@ impl Slot {
     /// end of the queue, where a second would wait here while another slot
     /// may be idle.
     fn pipeline(&self) -> usize {
-        if self.shared.share_per_slot() <= 1 {
+        if self.shared.near_end() || self.shared.share_per_slot() <= 1 {
             1
         } else {
             PIPELINE
@@ -368,7 +385,8 @@ impl Slot {
                     TestOutcome::Passed | TestOutcome::Skipped => {
                         let outcome = if outcome == TestOutcome::Passed { Outcome::Passed } else { Outcome::Skipped };
                         let request =
-                            crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref());
+                            crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref())
+                                .on_slot(slot_number(self.slot));
                         // A group's unit holds one of the group's places until
                         // it is finalized: free it now, not at the next flush.
                         let grouped = self.shared.in_group(&sent.delivery.unit);
@@ -480,7 +498,7 @@ impl Slot {
         let shared = &self.shared;
         let detail = truncate(detail, 1024);
         let output = truncate(output, OUTPUT_MAX);
-        requeue_failed(shared, delivery, reason, &detail, &output, duration).await?;
+        requeue_failed(shared, delivery, reason, &detail, &output, duration, self.slot).await?;
         shared.wake.notify_waiters();
         Ok(())
     }

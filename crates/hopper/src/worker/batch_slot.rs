@@ -16,6 +16,7 @@ use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, Outcome, UnitId};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::agent::child::SLOT_ENV;
 use crate::errors::HopperError;
 use crate::exec::process::{run_process_in, Termination};
 use crate::verdicts::model::{UnitResult, UnitVerdict};
@@ -24,7 +25,7 @@ use crate::worker::config::{BatchSlots, BatchStart};
 use crate::worker::launch::Invocation;
 use crate::worker::observer::AttemptEnd;
 use crate::worker::transitions::{
-    fenced_off, hand_back, heartbeat, idle, millis, requeue_failed, reserve, Idle, Shared, MIN_WAIT,
+    fenced_off, hand_back, heartbeat, idle, millis, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
 };
 
 /// Runs one slot's batches until every unit is finalized or the worker stops.
@@ -37,7 +38,7 @@ pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, batches: BatchSl
         let reserved = reserve(&shared, batches.size).await?;
         if !reserved.deliveries.is_empty() {
             wait = MIN_WAIT;
-            run_batch(&shared, &batches, reserved.deliveries).await?;
+            run_batch(&shared, &batches, reserved.deliveries, slot).await?;
             continue;
         }
         if reserved.moved {
@@ -54,7 +55,12 @@ pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, batches: BatchSl
     }
 }
 
-async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+async fn run_batch(
+    shared: &Shared,
+    batches: &BatchSlots,
+    deliveries: Vec<Delivery>,
+    slot: usize,
+) -> Result<(), HopperError> {
     let config = &shared.config;
     let (run, worker) = (&config.run, &config.worker);
     let units: Vec<UnitId> = deliveries.iter().map(|d| d.unit.clone()).collect();
@@ -77,6 +83,7 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
     }
     env.push(("HOPPER_BUILD".into(), run.to_string()));
     env.push(("HOPPER_WORKER".into(), worker.to_string()));
+    env.push((SLOT_ENV.into(), slot.to_string()));
     if let [single] = deliveries.as_slice() {
         env.push(("HOPPER_UNIT".into(), single.unit.to_string()));
         env.push(("HOPPER_ATTEMPT".into(), (single.retry_index + 1).to_string()));
@@ -158,7 +165,7 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
                 let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
                 // A skip's reason comes as its output (see `UnitResult::output`).
                 let reason = unit_result.output.as_deref().filter(|_| outcome == Outcome::Skipped);
-                let request = crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason);
+                let request = crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason).on_slot(slot_number(slot));
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;
@@ -168,18 +175,23 @@ async fn run_batch(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
                 }
             }
             UnitVerdict::Failed { reason, detail } => {
-                requeue_failed(shared, delivery, reason, &detail, output, per_unit).await?;
+                requeue_failed(shared, delivery, reason, &detail, output, per_unit, slot).await?;
             }
         }
     }
     shared.wake.notify_waiters();
-    run_alone(shared, batches, alone).await
+    run_alone(shared, batches, alone, slot).await
 }
 
 /// Runs each of `deliveries` (units a crashed batch left without result)
 /// in an invocation of its own, heartbeating those still waiting (see
 /// [`crate::verdicts::solo`]).
-async fn run_alone(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delivery>) -> Result<(), HopperError> {
+async fn run_alone(
+    shared: &Shared,
+    batches: &BatchSlots,
+    deliveries: Vec<Delivery>,
+    slot: usize,
+) -> Result<(), HopperError> {
     let mut waiting: std::collections::VecDeque<Delivery> = deliveries.into();
     while let Some(delivery) = waiting.pop_front() {
         if shared.stop.is_cancelled() {
@@ -200,7 +212,7 @@ async fn run_alone(shared: &Shared, batches: &BatchSlots, deliveries: Vec<Delive
             }
         };
         tokio::select! {
-            done = Box::pin(run_batch(shared, batches, vec![delivery])) => done?,
+            done = Box::pin(run_batch(shared, batches, vec![delivery], slot)) => done?,
             () = beat_rest => {}
         }
     }

@@ -127,6 +127,17 @@ impl Shared {
         usize::try_from(share).unwrap_or(usize::MAX).max(1)
     }
 
+    /// Whether the build is near its end: no more than [`END_PER_SLOT`]
+    /// units wait for each slot of the fleet. From here a slot reserves one
+    /// unit at a time, when it has nothing else, so that no unit waits
+    /// behind a running one while another slot is idle. It costs a queue
+    /// round trip per unit for only the build's last few units.
+    pub(super) fn near_end(&self) -> bool {
+        let fleet = self.fleet_workers.load(Ordering::Relaxed).max(1);
+        let slots = (self.config.slots.max(1) as u64).saturating_mul(fleet);
+        self.queued_hint.load(Ordering::Relaxed) <= slots.saturating_mul(END_PER_SLOT)
+    }
+
     /// Whether `unit` is in a group (`--group`).
     pub(super) fn in_group(&self, unit: &UnitId) -> bool {
         self.grouped.get().is_some_and(|grouped| grouped.contains(unit))
@@ -146,6 +157,10 @@ fn live_workers(records: &[WorkerRecord], window_ms: u64) -> u64 {
     let newest = records.iter().map(|r| r.last_seen_ms).max().unwrap_or(0);
     (records.iter().filter(|r| r.is_live(newest, window_ms)).count() as u64).max(1)
 }
+
+/// Units waiting per slot of the fleet below which the build is near its
+/// end (see [`Shared::near_end`]).
+const END_PER_SLOT: u64 = 8;
 
 /// How old the queued hint may be when a slot reserves.
 const HINT_FRESHNESS: Duration = Duration::from_millis(500);
@@ -253,6 +268,12 @@ pub(super) async fn heartbeat(shared: &Shared, held: &[Delivery]) -> Vec<Deliver
     lost
 }
 
+/// A slot's index as the queue's events keep it (a worker has far fewer
+/// than `u32::MAX` slots).
+pub(super) fn slot_number(slot: usize) -> u32 {
+    u32::try_from(slot).unwrap_or(u32::MAX)
+}
+
 /// Requeues a failed attempt (within the budgets; over them the queue
 /// finalizes it as failed) and accounts for the queue's answer.
 pub(super) async fn requeue_failed(
@@ -262,6 +283,7 @@ pub(super) async fn requeue_failed(
     detail: &str,
     output: &str,
     duration: Duration,
+    slot: usize,
 ) -> Result<(), HopperError> {
     let (run, worker) = (&shared.config.run, &shared.config.worker);
     let request = RequeueRequest {
@@ -275,6 +297,7 @@ pub(super) async fn requeue_failed(
             "output": output,
         })),
         retry_elsewhere: !shared.config.retry_same_worker,
+        slot: Some(slot_number(slot)),
     };
     match shared.queue.requeue(run, worker, delivery, &request).await? {
         RequeueReply::Requeued { retry_index } => {

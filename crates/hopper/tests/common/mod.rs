@@ -6,6 +6,7 @@
 
 mod build;
 mod project;
+pub mod timeline;
 
 // Not every test file uses every helper.
 #[allow(unused_imports)]

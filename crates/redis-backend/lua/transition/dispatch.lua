@@ -27,7 +27,7 @@ local function dispatch()
   elseif mode == "finalize_batch" then
     return finalize_batch(m, ARGV[3], 4, true)
   elseif mode == "requeue" then
-    return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
+    return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
   elseif mode == "abandoned" then
     return abandoned(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
   elseif mode == "release_batch" then

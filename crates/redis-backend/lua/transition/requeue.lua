@@ -3,9 +3,11 @@
 
 -- ARGV: stream, entry_id, delivery_count, unit_id, unit_type, duration_ms,
 --       failure_summary_json, errors_json, elsewhere ("1": mark the retry
---       to go to another worker than this one).
+--       to go to another worker than this one), slot_field (`,"slot":N`
+--       or "", put in the event as it is).
 local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json,
-                       elsewhere)
+                       elsewhere, slot_field)
+  slot_field = slot_field or ""
   local stream, state, row = fenced_state(short, entry_id, delivery_count, unit_id)
   if not stream then
     return state
@@ -18,7 +20,7 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
 
   if over_unit_cap or over_tolerance then
     finalize_entry(stream, entry_id, unit_json, state, "failed", duration_ms, '"retry_budget_exhausted"', errors_json,
-      ',"failure_summary":' .. raw_or_null(summary_json))
+      ',"failure_summary":' .. raw_or_null(summary_json) .. slot_field)
     touch_worker("null", 1)
     renew_ttls(m.ttl_ms)
     return { "FINALIZED", state.retry_index }
@@ -39,9 +41,9 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
   local new_entry_id = add_priority(unit_id, unit_type, avoid, now, row.group)
   unpark(row.group)
   append_json(event_head("requeued", unit_json, state) .. string.format(
-    ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"}',
+    ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"%s}',
     previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,
-    entry_id, new_entry_id))
+    entry_id, new_entry_id, slot_field))
   touch_worker("null", 1)
   renew_ttls(m.ttl_ms)
   return { "REQUEUED", state.retry_index }

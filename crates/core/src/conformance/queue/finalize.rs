@@ -42,12 +42,14 @@ pub async fn finalize_records_outcome_and_event(fx: Fixture) {
             duration_ms: 99,
             reason: Some(FinalizeReason::Timeout),
             errors: Some(json!({ "signal": 9, "output": "killed" })),
+            slot: Some(3),
         },
         FinalizeRequest {
             outcome: Outcome::Skipped,
             duration_ms: 0,
             reason: Some(FinalizeReason::Other("no tests".into())),
             errors: Some(json!(["x", 1, null, { "deep": [true] }])),
+            slot: None,
         },
     ];
     for (u, req) in ["a", "b", "c"].into_iter().zip(requests) {
@@ -68,6 +70,7 @@ pub async fn finalize_records_outcome_and_event(fx: Fixture) {
                 previous_worker_id: None,
                 delivery_count: None,
                 failure_summary: None,
+                slot: req.slot,
             }
         );
     }

@@ -157,6 +157,7 @@ pub async fn reclaim_over_budget_finalizes_failed(fx: Fixture) {
             previous_worker_id: Some(worker("w2")),
             delivery_count: Some(3),
             failure_summary: None,
+            slot: None,
         }
     );
     assert_eq!(progress(&fx, &r).await, counters_failed(1, 1, 0, 0, 0, 1));
@@ -190,6 +191,7 @@ pub async fn reclaim_with_zero_max_reclaims_finalizes_first(fx: Fixture) {
             previous_worker_id: Some(worker("w1")),
             delivery_count: Some(2),
             failure_summary: None,
+            slot: None,
         }
     );
     assert_eq!(reserve_with(&fx, &r, "w2", ms(100)).await, ReserveReply::ReclaimExhausted { unit: unit("b") });

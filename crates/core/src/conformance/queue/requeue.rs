@@ -12,6 +12,7 @@ pub async fn requeue_puts_unit_on_priority_stream(fx: Fixture) {
         failure_summary: Some("assertion failed: left == right".into()),
         errors: Some(json!({ "failures": [{ "name": "t1", "message": "boom" }], "count": 1 })),
         retry_elsewhere: false,
+        slot: Some(1),
     };
     let reply = fx.queue.requeue(&r, &worker("w1"), &d, &req).await.unwrap();
     assert_eq!(reply, RequeueReply::Requeued { retry_index: 1 });
@@ -31,6 +32,7 @@ pub async fn requeue_puts_unit_on_priority_stream(fx: Fixture) {
             stream: StreamName::Main,
             entry_id: d.entry_id,
             new_entry_id: new_entry,
+            slot: Some(1),
         }
     );
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(1, 0, true));
@@ -62,7 +64,7 @@ pub async fn requeue_over_unit_cap_finalizes_failed(fx: Fixture) {
     assert_eq!(requeue_as(&fx, &r, "w1", &d1, "again").await, RequeueReply::Requeued { retry_index: 2 });
     let d2 = reserve(&fx, &r, "w1").await;
     assert_eq!((d2.unit.as_str(), d2.retry_index, d2.stream), ("a", 2, StreamName::Priority));
-    let req = failure("final");
+    let req = RequeueRequest { slot: Some(0), ..failure("final") };
     assert_eq!(
         fx.queue.requeue(&r, &worker("w1"), &d2, &req).await.unwrap(),
         RequeueReply::Finalized { retry_index: 2 }
@@ -81,6 +83,7 @@ pub async fn requeue_over_unit_cap_finalizes_failed(fx: Fixture) {
             previous_worker_id: None,
             delivery_count: None,
             failure_summary: Some("final".into()),
+            slot: Some(0),
         }
     );
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(2, 0, true));
@@ -112,6 +115,7 @@ pub async fn requeue_with_zero_max_requeues_finalizes_first(fx: Fixture) {
             previous_worker_id: None,
             delivery_count: None,
             failure_summary: Some("x".into()),
+            slot: None,
         }
     );
     assert_eq!(state_of(&fx, &r, "a").await, unit_state(0, 0, false));

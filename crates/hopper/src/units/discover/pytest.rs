@@ -3,7 +3,7 @@
 //! pytest's own summary line gives the count the ids are checked against;
 //! with agents, the first agent's collection is the discovery.
 
-use crate::agent::child::{AgentChild, AgentCommand, NotReady};
+use crate::agent::child::{AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::plugins::Plugins;
 use crate::agent::shards::{file_of, interleave, Sharding, SHARD_ENV};
 use crate::errors::{ListingError, UnitsError};
@@ -147,6 +147,8 @@ pub async fn list_with_agents(
         let _ = std::fs::remove_file(&out);
         let mut env = env.to_vec();
         env.push(("HOPPER_COLLECT_OUT".into(), out.display().to_string()));
+        // Agent k is kept for slot k (see `SpareAgent`).
+        env.push((SLOT_ENV.into(), k.to_string()));
         if shards > 1 {
             env.push((SHARD_ENV.into(), format!("{k}/{shards}")));
         }
