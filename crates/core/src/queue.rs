@@ -17,6 +17,13 @@ use crate::events::{EventId, EventRecord};
 use crate::ids::{EntryId, RunId, UnitId, WorkerId};
 use crate::ttl::Ttl;
 
+/// How long a retry marked to go elsewhere waits for its own worker when no
+/// other worker is live (or the call's `reclaim_after`, when shorter): a
+/// worker that joins the build a moment later may still take it, and a
+/// lone worker retries after this short wait. See the contract, "Retry
+/// elsewhere".
+pub const RETRY_ALONE_AFTER: Duration = Duration::from_secs(1);
+
 /// Longest unit kind label, in bytes.
 pub const MAX_KIND_LEN: usize = 256;
 /// Longest failure summary or worker error message, in bytes.
@@ -757,7 +764,10 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   other than the caller's that has not [left](UnitQueue::leave) and made
 ///   a transition within the call's `reclaim_after`) and the entry is younger
 ///   than `reclaim_after` (a live worker that never reserves cannot hold a
-///   retry back for longer). Such an entry is moved to the end of the
+///   retry back for longer). With no other worker live, it still waits
+///   until it is [`RETRY_ALONE_AFTER`] old (or `reclaim_after`, when
+///   shorter), so that a worker joining a moment later can take it; then
+///   the lone worker gets its own retry. Such an entry is moved to the end of the
 ///   priority stream as a new entry, keeping its mark and time, with no event
 ///   and no budget spent, and the call goes on with the next entry. One call
 ///   reads each stream once, for as many entries as it still needs: an entry

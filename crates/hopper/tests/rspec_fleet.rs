@@ -50,18 +50,17 @@ end
 "#;
 
 fn project() -> Project {
-    let db: String = (0..4)
-        .map(|i| format!("  it('db {i}') {{ |example| record(example, 0.3) }}\n"))
-        .collect();
-    let other: String = (0..10)
-        .map(|i| format!("  it('other {i}') {{ |example| record(example, 0.2) }}\n"))
-        .collect();
+    let db: String = (0..4).map(|i| format!("  it('db {i}') {{ |example| record(example, 0.3) }}\n")).collect();
+    let other: String = (0..10).map(|i| format!("  it('other {i}') {{ |example| record(example, 0.2) }}\n")).collect();
     let w2_mark = "  before(:all) { File.write(File.join(DIR, 'w2.started'), '') if ENV['HOPPER_WORKER'] == 'w2' }\n";
     Project::new(&[
         ("spec/helper.rb", HELPER.to_owned()),
         ("spec/a_machine_spec.rb", MACHINE_SPEC.to_owned()),
         ("spec/db_spec.rb", format!("require_relative 'helper'\n\nRSpec.describe 'db' do\n{db}end\n")),
-        ("spec/other_spec.rb", format!("require_relative 'helper'\n\nRSpec.describe 'other' do\n{w2_mark}{other}end\n")),
+        (
+            "spec/other_spec.rb",
+            format!("require_relative 'helper'\n\nRSpec.describe 'other' do\n{w2_mark}{other}end\n"),
+        ),
     ])
 }
 

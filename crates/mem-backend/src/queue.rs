@@ -11,7 +11,7 @@ use std::num::NonZeroUsize;
 
 use async_trait::async_trait;
 use leasehold_core::events::UnitEventHeader;
-use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
+use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL, RETRY_ALONE_AFTER};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
     LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
@@ -321,9 +321,11 @@ impl Run {
     /// mark is younger than `window_ms`, and another worker is live.
     fn held_back(&self, entry: &Entry, worker: &WorkerId, window_ms: u64, now: u64) -> bool {
         let Some(mark) = &entry.elsewhere else { return false };
+        let age = now.saturating_sub(mark.since_ms);
+        let alone_ms = window_ms.min(millis(RETRY_ALONE_AFTER));
         &mark.avoid == worker
-            && now.saturating_sub(mark.since_ms) < window_ms
-            && self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms))
+            && age < window_ms
+            && (age < alone_ms || self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms)))
     }
 
     /// A place of `unit`'s group was freed: the group's oldest parked entry

@@ -247,7 +247,8 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         env: Vec::new(),
         invocations,
         stop_running_on_halt: options.max_failures_kill,
-        retry_same_worker: options.retry_same_worker,
+        // One worker is the whole build in memory mode: nobody else could take a retry.
+        retry_same_worker: options.retry_same_worker || !kind.is_shared(),
     };
     // Check the whole spec before anything is written to the queue.
     RunSpec { run: run_id.clone(), units: units.clone(), budgets: options.budgets, ttl: options.run_ttl }.validate()?;

@@ -220,7 +220,17 @@ fn attempts(events: impl IntoIterator<Item = Event>) -> Vec<Attempt> {
             Event::Reclaimed { header, previous_worker_id, .. } => {
                 if let Some(previous) = previous_worker_id {
                     let note = format!("its worker stopped responding; reclaimed by {}", header.worker_id);
-                    close(&mut open, &mut out, &header.unit_id, &previous, header.at_ms, None, BarKind::Lost, note, None);
+                    close(
+                        &mut open,
+                        &mut out,
+                        &header.unit_id,
+                        &previous,
+                        header.at_ms,
+                        None,
+                        BarKind::Lost,
+                        note,
+                        None,
+                    );
                 }
                 group += 1;
                 open.insert(header.unit_id, Open { worker: header.worker_id, delivered_ms: header.at_ms, group });
@@ -282,11 +292,14 @@ struct Block {
     members: Vec<(Attempt, u64, u64)>,
 }
 
+/// One `reserve_batch` of a worker (its group) and the slot that ran it.
+type GroupKey = (usize, Option<u32>);
+
 fn blocks(attempts: Vec<Attempt>) -> Vec<Block> {
     // Two slots that reserved at the same instant look like one batch; the
     // slots they name tell them apart.
-    let mut by_group: Vec<((usize, Option<u32>), Vec<Attempt>)> = Vec::new();
-    let mut index: HashMap<(usize, Option<u32>), usize> = HashMap::new();
+    let mut by_group: Vec<(GroupKey, Vec<Attempt>)> = Vec::new();
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for attempt in attempts {
         let key = (attempt.group, attempt.slot);
         let at = *index.entry(key).or_insert_with(|| {
@@ -622,7 +635,8 @@ mod tests {
             on_slot(finalized("g", "w", 101, 40, Outcome::Passed), 1),
         ];
         let timeline = Timeline::from_events(events);
-        let placed: Vec<(usize, u64)> = timeline.bars.iter().map(|b| (timeline.lanes[b.lane].slot, b.start_ms)).collect();
+        let placed: Vec<(usize, u64)> =
+            timeline.bars.iter().map(|b| (timeline.lanes[b.lane].slot, b.start_ms)).collect();
         assert_eq!(placed, vec![(1, 0), (2, 1)], "{timeline:#?}");
     }
 

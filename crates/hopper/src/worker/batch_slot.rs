@@ -165,7 +165,8 @@ async fn run_batch(
                 let outcome = if verdict == UnitVerdict::Skipped { Outcome::Skipped } else { Outcome::Passed };
                 // A skip's reason comes as its output (see `UnitResult::output`).
                 let reason = unit_result.output.as_deref().filter(|_| outcome == Outcome::Skipped);
-                let request = crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason).on_slot(slot_number(slot));
+                let request =
+                    crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason).on_slot(slot_number(slot));
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;

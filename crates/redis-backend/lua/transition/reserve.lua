@@ -33,6 +33,9 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- Retry elsewhere: whether a worker other than the caller is live (has not
   -- left, and made a transition within reclaim_after); read once, when an
   -- entry marked for another worker than the caller is met.
+  -- leasehold_core::queue::RETRY_ALONE_AFTER: how long a marked retry
+  -- waits for a worker to join when none other is live.
+  local RETRY_ALONE_AFTER_MS = 1000
   local LEFT = ',"left":true}'
   local others_live = nil
   local function another_live()
@@ -137,7 +140,8 @@ local function reserve(m, max, reclaim_after_ms, single)
           -- Its group is full: it waits in `parked` for a place.
           park(stream, ids[i], unit, kinds[i], avoids[i], sinces[i], groups[i])
           unprocessed[stream][ids[i]] = nil
-        elseif again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms and another_live()) then
+        elseif again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms
+            and (now - sinces[i] < math.min(reclaim_after_ms, RETRY_ALONE_AFTER_MS) or another_live())) then
           -- Held back for another worker: to the end of the priority stream.
           redis.call("XACK", stream, GROUP, ids[i])
           local new_id = add_priority(unit, kinds[i], avoids[i], sinces[i], groups[i])

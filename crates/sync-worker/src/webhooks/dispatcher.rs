@@ -336,8 +336,7 @@ async fn attempt_once(ctx: &Ctx, run: &RunId, delivery: &Delivery) -> Result<(),
     }
     let mut summary = error.clone();
     summary.truncate(summary.floor_char_boundary(MAX_SUMMARY));
-    let request =
-        RequeueRequest { duration_ms: ms, failure_summary: Some(summary), ..RequeueRequest::default() };
+    let request = RequeueRequest { duration_ms: ms, failure_summary: Some(summary), ..RequeueRequest::default() };
     if let RequeueReply::Finalized { .. } = ctx.queue.requeue(run, &ctx.worker, delivery, &request).await? {
         let reason = format!("{} attempts of one delivery failed; the last: {error}", job.attempts + 1);
         tracing::warn!(webhook = %job.webhook_id, %reason, "webhook paused");

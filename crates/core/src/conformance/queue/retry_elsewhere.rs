@@ -3,6 +3,7 @@
 //! back to the worker that failed it while another worker is live.
 
 use super::*;
+use crate::queue::RETRY_ALONE_AFTER;
 
 /// A failure of `d` by `w`, to be retried on another worker.
 async fn fail_elsewhere(fx: &Fixture, run: &crate::ids::RunId, w: &str, d: &Delivery) {
@@ -54,31 +55,62 @@ pub async fn a_held_back_retry_spends_nothing_and_stays_queued(fx: Fixture) {
     assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
 }
 
-/// With no other worker in the run, the failing worker retries its unit.
-pub async fn a_lone_worker_gets_its_own_retry(fx: Fixture) {
+/// With no other worker in the run, the failing worker retries its unit
+/// once the retry is [`RETRY_ALONE_AFTER`] old (time for a worker to join).
+pub async fn a_lone_worker_gets_its_own_retry_after_a_short_wait(fx: Fixture) {
     let r = init(&fx, &["a"], lenient()).await;
     let a = reserve(&fx, &r, "w1").await;
     fail_elsewhere(&fx, &r, "w1", &a).await;
+    assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None, "a worker may still join");
+    // Half-way (not to the millisecond: a Redis store's clock is its own).
+    fx.time.advance(RETRY_ALONE_AFTER / 2).await;
+    assert_eq!(reserve_with(&fx, &r, "w1", LONG).await, ReserveReply::None, "not before the wait is over");
+    fx.time.advance(RETRY_ALONE_AFTER / 2).await;
     let retry = reserve(&fx, &r, "w1").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// A worker that joins during a lone worker's wait takes the retry.
+pub async fn a_worker_that_joins_during_the_wait_takes_the_retry(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    fx.time.advance(RETRY_ALONE_AFTER / 2).await;
+    let retry = reserve(&fx, &r, "w2").await;
+    assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
+}
+
+/// The lone worker's wait is no longer than the caller's reclaim timeout.
+pub async fn a_lone_workers_wait_is_at_most_the_reclaim_timeout(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    let a = reserve(&fx, &r, "w1").await;
+    fail_elsewhere(&fx, &r, "w1", &a).await;
+    assert_eq!(reserve_with(&fx, &r, "w1", ms(200)).await, ReserveReply::None);
+    fx.time.advance(ms(200)).await;
+    let retry = delivered(reserve_with(&fx, &r, "w1", ms(200)).await);
     assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
 }
 
 /// A worker that left does not hold a retry back; its next transition makes
 /// it live again.
 pub async fn a_worker_that_left_holds_no_retry_back(fx: Fixture) {
-    let r = init(&fx, &["a", "b"], budgets(3, 1.0, 2)).await;
+    let r = init(&fx, &["a", "b", "c"], budgets(3, 1.0, 2)).await;
     alive(&fx, &r, "w2").await;
     assert_eq!(fx.queue.leave(&r, &worker("w2")).await.unwrap(), LivenessReply::Ok);
     let record = worker_record(&fx, &r, "w2").await;
     assert!(record.left && record.current_unit.is_none(), "{record:?}");
     let a = reserve(&fx, &r, "w1").await;
     fail_elsewhere(&fx, &r, "w1", &a).await;
+    assert_eq!(reserve(&fx, &r, "w1").await.unit.as_str(), "b", "alone, the retry waits a moment");
+    fx.time.advance(RETRY_ALONE_AFTER).await;
     let retry = reserve(&fx, &r, "w1").await;
     assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
     fail_elsewhere(&fx, &r, "w1", &retry).await;
     alive(&fx, &r, "w2").await;
     assert!(!worker_record(&fx, &r, "w2").await.left, "a transition after leave makes the worker live");
-    assert_eq!(reserve(&fx, &r, "w1").await.unit.as_str(), "b", "w2 is live again, so the retry waits for it");
+    fx.time.advance(RETRY_ALONE_AFTER).await;
+    alive(&fx, &r, "w2").await;
+    assert_eq!(reserve(&fx, &r, "w1").await.unit.as_str(), "c", "w2 is live again, so the retry waits for it");
 }
 
 /// Leaving a run that does not exist is `CORRUPT`.
@@ -89,12 +121,16 @@ pub async fn leaving_a_missing_run_is_corrupt(fx: Fixture) {
 /// A worker not seen within the caller's reclaim timeout is not live: it
 /// holds no retry back.
 pub async fn a_silent_worker_holds_no_retry_back(fx: Fixture) {
-    let r = init(&fx, &["a", "b"], lenient()).await;
+    let r = init(&fx, &["a"], lenient()).await;
+    let window = RETRY_ALONE_AFTER * 3;
     alive(&fx, &r, "w2").await;
-    fx.time.advance(ms(400)).await;
+    fx.time.advance(window + ms(100)).await;
     let a = reserve(&fx, &r, "w1").await;
     fail_elsewhere(&fx, &r, "w1", &a).await;
-    let retry = delivered(reserve_with(&fx, &r, "w1", ms(200)).await);
+    // w2 was seen longer ago than the window: w1 is alone, and waits the short wait only.
+    assert_eq!(reserve_with(&fx, &r, "w1", window).await, ReserveReply::None);
+    fx.time.advance(RETRY_ALONE_AFTER).await;
+    let retry = delivered(reserve_with(&fx, &r, "w1", window).await);
     assert_eq!((retry.unit.as_str(), retry.retry_index), ("a", 1));
 }
 
