@@ -121,9 +121,7 @@ impl Shared {
     /// every slot of the fleet (taking the other live workers to have as many
     /// slots as this one; never fewer than one).
     pub(super) fn share_per_slot(&self) -> usize {
-        let fleet = self.fleet_workers.load(Ordering::Relaxed).max(1);
-        let slots = (self.config.slots.max(1) as u64).saturating_mul(fleet);
-        let share = self.queued_hint.load(Ordering::Relaxed).div_ceil(2 * slots);
+        let share = self.queued_hint.load(Ordering::Relaxed).div_ceil(2 * self.fleet_slots());
         usize::try_from(share).unwrap_or(usize::MAX).max(1)
     }
 
@@ -133,9 +131,14 @@ impl Shared {
     /// behind a running one while another slot is idle. It costs a queue
     /// round trip per unit for only the build's last few units.
     pub(super) fn near_end(&self) -> bool {
+        self.queued_hint.load(Ordering::Relaxed) <= self.fleet_slots().saturating_mul(END_PER_SLOT)
+    }
+
+    /// The fleet's slots, taking the other live workers to have as many as
+    /// this one.
+    fn fleet_slots(&self) -> u64 {
         let fleet = self.fleet_workers.load(Ordering::Relaxed).max(1);
-        let slots = (self.config.slots.max(1) as u64).saturating_mul(fleet);
-        self.queued_hint.load(Ordering::Relaxed) <= slots.saturating_mul(END_PER_SLOT)
+        (self.config.slots.max(1) as u64).saturating_mul(fleet)
     }
 
     /// Whether `unit` is in a group (`--group`).
