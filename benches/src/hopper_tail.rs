@@ -1,10 +1,19 @@
 //! `hopper-tail`: does the end of a build wait on one slot? 2,000 pytest
 //! tests whose durations follow a long tail (most take about 2 ms, the
 //! slowest about 0.9 s), listed slowest last, on 2 hopper workers × 2 agent
-//! slots sharing a private Redis. No timings from an earlier run, so hopper
-//! cannot reorder them: the slots must share the slow tail as it comes.
+//! slots sharing a private Redis, in two builds:
+//! * `first`: no timings from an earlier run, so hopper cannot reorder the
+//!   tests: the slots must share the slow tail as it comes. No scheduler
+//!   that hands tests out in their listed order can end before
+//!   `in_order_bound_s`: the greedy schedule of the planned durations on
+//!   the slots (each test to the first free slot), with no cost between
+//!   tests. On this suite it is about 1.12 × `ideal_s`, since the four
+//!   slowest tests start together at the very end;
+//! * `timed`: the next build of the same suite, with the first build's
+//!   timings, so hopper hands the slowest out first.
 //!
-//! Each test records its agent (pid) and when it began and ended. Figures:
+//! Each test records its agent (pid) and when it began and ended. Figures
+//! of each build:
 //! * `tail_idle_s`: from the moment the first slot ran out of work to the
 //!   end of the last test (target: ≤ the longest single test);
 //! * `wall_s` against `ideal_s` = max(sum of durations ÷ slots, longest
@@ -12,7 +21,8 @@
 //!   spread: discovery and each agent's start-up and collection
 //!   (`startup_s`, `agents_spread_s`), `time.sleep`'s overshoot (`slept_s`
 //!   against `sum_s`) and pytest's own work between two tests
-//!   (`between_tests_s`);
+//!   (`between_tests_s`), and the end: from the last test's end to the
+//!   workers' exit (`shutdown_s`);
 //! * `slots_busy_share`: of the slots' time from the first test to the
 //!   last, the share spent in a test or between two: the rest is a slot
 //!   without work, at the start or in the tail, which is what scheduling
@@ -54,141 +64,249 @@ fn write_suite(dir: &Path, log: &Path) -> Result<()> {
     std::fs::write(dir.join("test_tail.py"), text).context("cannot write the suite")
 }
 
+/// The planned durations of the suite, in the listed order.
+fn durations() -> Vec<f64> {
+    (0..TESTS).map(duration_s).collect()
+}
+
+/// The end of the greedy schedule of `durations` (in order, each to the
+/// slot that frees first) on `slots` slots.
+fn greedy_end(durations: &[f64], slots: usize) -> f64 {
+    let mut free_at = vec![0.0_f64; slots.max(1)];
+    for duration in durations {
+        let (first, _) = free_at.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap_or((0, &0.0));
+        free_at[first] += duration;
+    }
+    free_at.into_iter().fold(0.0, f64::max)
+}
+
 /// Runs the benchmark; prints readable lines and returns its JSON figures.
 pub async fn run() -> Result<serde_json::Value> {
     tokio::task::spawn_blocking(run_blocking).await.context("benchmark thread panicked")?
 }
 
+/// One suite, one Redis, one key prefix (so the second build reads the
+/// first one's timings).
+struct Bench {
+    hopper: std::path::PathBuf,
+    python: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    url: String,
+    prefix: String,
+}
+
 fn run_blocking() -> Result<serde_json::Value> {
-    let hopper = hopper_binary()?;
-    let python = python()?;
     let dir = tempfile::tempdir().context("cannot make a temp dir")?;
-    let log = dir.path().join("ended.log");
-    write_suite(dir.path(), &log)?;
+    write_suite(dir.path(), &dir.path().join("first.log"))?;
     let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
-    let url = server.url();
-    let (prefix, build) = (unique_prefix("hopper-tail"), "tail".to_owned());
+    let bench = Bench {
+        hopper: hopper_binary()?,
+        python: python()?,
+        dir,
+        url: server.url(),
+        prefix: unique_prefix("hopper-tail"),
+    };
     let slots = WORKERS * SLOTS_PER_WORKER;
-    println!("hopper-tail: {TESTS} long-tailed pytest tests, slowest last, {WORKERS} workers x {SLOTS_PER_WORKER} slots on {url}");
-
-    let started = Instant::now();
-    let mut children = Vec::new();
-    for w in 0..WORKERS {
-        let child = Command::new(&hopper)
-            .current_dir(dir.path())
-            .env("PATH", path_env(&python))
-            .args(["run", "-j", &SLOTS_PER_WORKER.to_string(), "--quiet", "--no-timings", "--queue", &url])
-            .args(["--key-prefix", &prefix, "--build", &build, "--worker", &format!("w{w}")])
-            .args(["--discover", "pytest", "--"])
-            .arg(&python)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot start hopper run")?;
-        children.push(child);
-    }
-    for child in children {
-        let output = child.wait_with_output().context("waiting for hopper run")?;
-        if !output.status.success() {
-            bail!("hopper run failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
-        }
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let report = Command::new(&hopper)
-        .current_dir(dir.path())
-        .args(["report", "--queue", &url, "--key-prefix", &prefix, "--build", &build, "--slowest", "0"])
-        .stdin(Stdio::null())
-        .output()
-        .context("cannot run hopper report")?;
-    let text = String::from_utf8_lossy(&report.stdout);
-    if !report.status.success() || !text.contains(&format!("PASSED: {TESTS} units")) {
-        bail!("hopper report did not pass the build ({}): {}", report.status, text.trim());
-    }
-
-    // Each agent's tests in order: (began, ended).
-    let ended = std::fs::read_to_string(&log).context("the tests wrote no log")?;
-    let mut by_agent: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
-    for line in ended.lines() {
-        let mut fields = line.split(' ');
-        let (Some(pid), Some(began), Some(at)) = (fields.next(), fields.next(), fields.next()) else {
-            bail!("a malformed log line: {line:?}");
-        };
-        let began: f64 = began.parse().context("a malformed start time in the log")?;
-        let at: f64 = at.parse().context("a malformed end time in the log")?;
-        by_agent.entry(pid).or_default().push((began, at));
-    }
-    let lines: usize = by_agent.values().map(Vec::len).sum();
-    if lines != TESTS {
-        bail!("{lines} tests ran, not {TESTS}");
-    }
-    let mut spans = Vec::new();
-    let (mut slept, mut between) = (0.0, 0.0);
-    for tests in by_agent.values_mut() {
-        tests.sort_by(|a, b| a.0.total_cmp(&b.0));
-        slept += tests.iter().map(|(b, e)| e - b).sum::<f64>();
-        between += tests.windows(2).map(|w| w[1].0 - w[0].1).sum::<f64>();
-        let first = tests.first().map_or(0.0, |t| t.0);
-        let last = tests.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
-        spans.push((first, last));
-    }
-    // The first agent to run out of work, and the build's last test.
-    let first_idle = spans.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
-    let end = spans.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
-    let tail_idle = end - first_idle;
-    // Before the first test: discovery, then each agent's start-up and collection.
-    let first_test = spans.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
-    let last_agent_began = spans.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
-    let run_phase = end - first_test;
-    // The share of the slots' time, from the first test to the last, spent in
-    // a test or between two of them (pytest's own per-test work): what is
-    // left is a slot with no work, at the start (agents still collecting)
-    // or at the end (the tail).
-    let in_tests: f64 = spans.iter().map(|(first, last)| last - first).sum();
-    let busy_share = in_tests / (slots as f64 * run_phase);
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .context("the clock is before 1970")?
-        .as_secs_f64()
-        - started.elapsed().as_secs_f64();
-    let startup = first_test - started_at;
-    let agents_spread = last_agent_began - first_test;
-    let sum: f64 = (0..TESTS).map(duration_s).sum();
-    let longest = duration_s(TESTS - 1);
+    println!(
+        "hopper-tail: {TESTS} long-tailed pytest tests, slowest last, {WORKERS} workers x {SLOTS_PER_WORKER} slots on {}",
+        bench.url
+    );
+    let planned = durations();
+    let sum: f64 = planned.iter().sum();
+    let longest = planned.iter().copied().fold(0.0, f64::max);
     let ideal = (sum / slots as f64).max(longest);
+    let in_order_bound = greedy_end(&planned, slots);
     println!(
-        "  wall {wall:.2}s, ideal {ideal:.2}s (sum {sum:.2}s / {slots} slots; longest test {longest:.2}s): {:.3}x",
-        wall / ideal
+        "  ideal {ideal:.2}s (sum {sum:.2}s / {slots} slots; longest test {longest:.2}s); \
+         in the listed order no schedule ends before {in_order_bound:.2}s ({:.3}x)",
+        in_order_bound / ideal
     );
-    println!(
-        "  start-up {startup:.2}s to the first test (the last agent began {agents_spread:.2}s after it); \
-         tests ran for {run_phase:.2}s ({:.3}x ideal): {slept:.2}s asleep (planned {sum:.2}s), \
-         {between:.2}s between tests; slots busy {:.1}% of it",
-        run_phase / ideal,
-        busy_share * 100.0
-    );
-    println!(
-        "  tail: {tail_idle:.2}s from the first slot out of work to the last test's end ({} agents; target <= {longest:.2}s)",
-        spans.len()
-    );
-    Ok(json!({
+    println!("  first build (no timings, the listed order):");
+    let first = bench.build("first", ideal, longest)?;
+    write_suite(bench.dir.path(), &bench.dir.path().join("timed.log"))?;
+    println!("  timed build (the first build's timings: slowest first):");
+    let timed = bench.build("timed", ideal, longest)?;
+    let mut figures = json!({
         "bench": "hopper-tail",
         "tests": TESTS,
         "slots": slots,
-        "agents": spans.len(),
-        "wall_s": round3(wall),
         "ideal_s": round3(ideal),
-        "wall_over_ideal": round3(wall / ideal),
+        "in_order_bound_s": round3(in_order_bound),
+        "in_order_bound_over_ideal": round3(in_order_bound / ideal),
         "sum_s": round3(sum),
         "longest_s": round3(longest),
-        "tail_idle_s": round3(tail_idle),
-        "startup_s": round3(startup),
-        "agents_spread_s": round3(agents_spread),
-        "run_phase_s": round3(run_phase),
-        "run_phase_over_ideal": round3(run_phase / ideal),
-        "slept_s": round3(slept),
-        "between_tests_s": round3(between),
-        "slots_busy_share": round3(busy_share),
-    }))
+        "timed": timed,
+    });
+    // The first build's figures stay at the top level, as before.
+    if let (Some(all), serde_json::Value::Object(first)) = (figures.as_object_mut(), first) {
+        all.extend(first);
+    }
+    Ok(figures)
+}
+
+impl Bench {
+    /// Runs build `build` on every worker, checks its report, and returns
+    /// its figures.
+    fn build(&self, build: &str, ideal: f64, longest: f64) -> Result<serde_json::Value> {
+        let dir = self.dir.path();
+        let log = dir.join(format!("{build}.log"));
+        let slots = WORKERS * SLOTS_PER_WORKER;
+        let started = Instant::now();
+        let started_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .context("the clock is before 1970")?
+            .as_secs_f64();
+        let mut children = Vec::new();
+        for w in 0..WORKERS {
+            let child = Command::new(&self.hopper)
+                .current_dir(dir)
+                .env("PATH", path_env(&self.python))
+                .args(["run", "-j", &SLOTS_PER_WORKER.to_string(), "--quiet", "--queue", &self.url])
+                .args(["--key-prefix", &self.prefix, "--build", build, "--worker", &format!("w{w}")])
+                .args(["--discover", "pytest", "--"])
+                .arg(&self.python)
+                .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("cannot start hopper run")?;
+            children.push(child);
+        }
+        for child in children {
+            let output = child.wait_with_output().context("waiting for hopper run")?;
+            if !output.status.success() {
+                bail!("hopper run failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+            }
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let report = Command::new(&self.hopper)
+            .current_dir(dir)
+            .args(["report", "--queue", &self.url, "--key-prefix", &self.prefix, "--build", build, "--slowest", "0"])
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run hopper report")?;
+        let text = String::from_utf8_lossy(&report.stdout);
+        if !report.status.success() || !text.contains(&format!("PASSED: {TESTS} units")) {
+            bail!("hopper report did not pass build {build} ({}): {}", report.status, text.trim());
+        }
+        let spans = Spans::read(&log)?;
+        let figures = spans.figures(started_at, wall, ideal, slots);
+        println!(
+            "    wall {wall:.2}s: {:.3}x ideal; start-up {:.2}s to the first test (the last agent began {:.2}s after it); \
+             tests ran for {:.2}s ({:.3}x ideal): {:.2}s asleep, {:.2}s between tests; slots busy {:.1}% of it; \
+             {:.2}s from the last test's end to the workers' exit",
+            figures.wall_over_ideal,
+            figures.startup,
+            figures.agents_spread,
+            figures.run_phase,
+            figures.run_phase / ideal,
+            figures.slept,
+            figures.between,
+            figures.busy_share * 100.0,
+            figures.shutdown,
+        );
+        println!(
+            "    tail: {:.2}s from the first slot out of work to the last test's end ({} agents; target <= {longest:.2}s)",
+            figures.tail_idle, figures.agents
+        );
+        Ok(figures.json(wall, ideal))
+    }
+}
+
+/// Each agent's tests, in order: (began, ended), from a suite's log.
+struct Spans(Vec<Vec<(f64, f64)>>);
+
+impl Spans {
+    fn read(log: &Path) -> Result<Self> {
+        let ended = std::fs::read_to_string(log).context("the tests wrote no log")?;
+        let mut by_agent: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for line in ended.lines() {
+            let mut fields = line.split(' ');
+            let (Some(pid), Some(began), Some(at)) = (fields.next(), fields.next(), fields.next()) else {
+                bail!("a malformed log line: {line:?}");
+            };
+            let began: f64 = began.parse().context("a malformed start time in the log")?;
+            let at: f64 = at.parse().context("a malformed end time in the log")?;
+            by_agent.entry(pid).or_default().push((began, at));
+        }
+        let lines: usize = by_agent.values().map(Vec::len).sum();
+        if lines != TESTS {
+            bail!("{lines} tests ran, not {TESTS}");
+        }
+        let mut agents: Vec<Vec<(f64, f64)>> = by_agent.into_values().collect();
+        for tests in &mut agents {
+            tests.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Ok(Self(agents))
+    }
+
+    fn figures(&self, started_at: f64, wall: f64, ideal: f64, slots: usize) -> Figures {
+        let (mut slept, mut between) = (0.0, 0.0);
+        let mut spans = Vec::new();
+        for tests in &self.0 {
+            slept += tests.iter().map(|(b, e)| e - b).sum::<f64>();
+            between += tests.windows(2).map(|w| w[1].0 - w[0].1).sum::<f64>();
+            let first = tests.first().map_or(0.0, |t| t.0);
+            let last = tests.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
+            spans.push((first, last));
+        }
+        // The first agent to run out of work, and the build's last test.
+        let first_idle = spans.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
+        let end = spans.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
+        // Before the first test: discovery, then each agent's start-up and collection.
+        let first_test = spans.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+        let last_agent_began = spans.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
+        let run_phase = end - first_test;
+        // The share of the slots' time, from the first test to the last,
+        // spent in a test or between two of them (pytest's own per-test
+        // work): what is left is a slot with no work, at the start (agents
+        // still collecting) or at the end (the tail).
+        let in_tests: f64 = spans.iter().map(|(first, last)| last - first).sum();
+        Figures {
+            agents: spans.len(),
+            wall_over_ideal: wall / ideal,
+            tail_idle: end - first_idle,
+            startup: first_test - started_at,
+            agents_spread: last_agent_began - first_test,
+            run_phase,
+            slept,
+            between,
+            busy_share: in_tests / (slots as f64 * run_phase),
+            shutdown: started_at + wall - end,
+        }
+    }
+}
+
+/// One build's figures (seconds unless named otherwise).
+struct Figures {
+    agents: usize,
+    wall_over_ideal: f64,
+    tail_idle: f64,
+    startup: f64,
+    agents_spread: f64,
+    run_phase: f64,
+    slept: f64,
+    between: f64,
+    busy_share: f64,
+    shutdown: f64,
+}
+
+impl Figures {
+    fn json(&self, wall: f64, ideal: f64) -> serde_json::Value {
+        json!({
+            "agents": self.agents,
+            "wall_s": round3(wall),
+            "wall_over_ideal": round3(self.wall_over_ideal),
+            "tail_idle_s": round3(self.tail_idle),
+            "startup_s": round3(self.startup),
+            "agents_spread_s": round3(self.agents_spread),
+            "run_phase_s": round3(self.run_phase),
+            "run_phase_over_ideal": round3(self.run_phase / ideal),
+            "slept_s": round3(self.slept),
+            "between_tests_s": round3(self.between),
+            "slots_busy_share": round3(self.busy_share),
+            "shutdown_s": round3(self.shutdown),
+        })
+    }
 }

@@ -1032,6 +1032,27 @@ pub trait UnitQueue: Send + Sync + 'static {
     /// Up to `limit` events after `after` (from the start when `None`), in order.
     async fn events(&self, run: &RunId, after: Option<EventId>, limit: usize) -> Result<Vec<EventRecord>, QueueError>;
 
+    /// Waits until the run's event log holds an event after `after`, or
+    /// until `timeout` has passed, and returns the id of the newest event
+    /// it saw (`after` when none came in time). With `after` = `None` it
+    /// waits for an event appended after the call began.
+    ///
+    /// Every transition that changes a run appends an event (a delivery, a
+    /// finalize, a requeue, a release), so this is how a waiting worker
+    /// hears that there may be work, or that the run completed, without
+    /// polling. It is a wake-up, not a read: callers read what they need
+    /// afterwards, and bound every wait, since a change that appends no
+    /// event (a unit held back for another worker becoming free to all)
+    /// wakes nobody. It returns at once when `after` is older than the
+    /// newest event, and does not fail for a run that does not exist (it
+    /// waits for the run's first event).
+    async fn wait_for_events(
+        &self,
+        run: &RunId,
+        after: Option<EventId>,
+        timeout: Duration,
+    ) -> Result<Option<EventId>, QueueError>;
+
     /// The run's worker records, sorted by worker id.
     async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError>;
 

@@ -52,6 +52,9 @@ struct Inner {
     user_active: tokio::sync::broadcast::Sender<UserId>,
     timings: Mutex<HashMap<String, u64>>,
     streaks: Mutex<HashMap<String, leasehold_core::PassStreak>>,
+    /// Woken after every queue call that may have changed a run (and so
+    /// logged events): what `wait_for_events` waits on.
+    changed: tokio::sync::Notify,
 }
 
 impl MemoryStore {
@@ -71,6 +74,7 @@ impl MemoryStore {
                 user_active,
                 timings: Mutex::new(HashMap::new()),
                 streaks: Mutex::new(HashMap::new()),
+                changed: tokio::sync::Notify::new(),
             }),
         }
     }

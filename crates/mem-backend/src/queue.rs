@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::events::UnitEventHeader;
@@ -587,8 +588,9 @@ impl MemoryStore {
     /// Runs `f` on the run when it exists with its meta; `None` otherwise.
     fn with_run<T>(&self, run: &RunId, f: impl FnOnce(&mut Run, u64) -> T) -> Option<T> {
         let now = self.now_ms();
-        let mut runs = self.inner.runs.lock();
-        runs.with_meta(run, now).map(|r| f(r, now))
+        let out = self.inner.runs.lock().with_meta(run, now).map(|r| f(r, now));
+        self.inner.changed.notify_waiters();
+        out
     }
 
     /// Appends an unfenced event, creating the run's log when needed.
@@ -601,6 +603,8 @@ impl MemoryStore {
         let r = runs.runs.get_mut(run).expect("inserted above");
         r.append(event(now), now);
         r.renew(now);
+        drop(runs);
+        self.inner.changed.notify_waiters();
     }
 
     fn read<T>(&self, run: &RunId, f: impl FnOnce(&Run, u64) -> T) -> Option<T> {
@@ -884,6 +888,31 @@ impl UnitQueue for MemoryStore {
                 r.attempts[start..].iter().take(limit).cloned().collect()
             })
             .unwrap_or_default())
+    }
+
+    async fn wait_for_events(
+        &self,
+        run: &RunId,
+        after: Option<EventId>,
+        timeout: Duration,
+    ) -> Result<Option<EventId>, QueueError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let newest = || self.read(run, |r, _| r.attempts.last().map(|e| e.id)).flatten();
+        let seen = after.or_else(newest);
+        loop {
+            // Listening before reading: a change between the two still wakes us.
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let latest = newest();
+            if latest > seen {
+                return Ok(latest);
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline) => return Ok(after),
+            }
+        }
     }
 
     async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {

@@ -55,6 +55,7 @@ mod reply;
 mod scripts;
 mod store;
 mod timings;
+mod wait;
 
 #[cfg(feature = "test-support")]
 pub mod test_support;

@@ -742,6 +742,15 @@ impl UnitQueue for RedisStore {
         }
     }
 
+    async fn wait_for_events(
+        &self,
+        run: &RunId,
+        after: Option<EventId>,
+        timeout: std::time::Duration,
+    ) -> Result<Option<EventId>, QueueError> {
+        crate::wait::wait_for_events(self, run, after, timeout).await
+    }
+
     async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
         let keys = self.run_keys(run);
         let mut conn = self.conn();
@@ -822,12 +831,12 @@ fn adjacent_runs(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(S
 }
 
 /// Bits of an [`EventId`]'s seq that hold the event's index in its entry.
-const EVENT_INDEX_BITS: u32 = 16;
+pub(crate) const EVENT_INDEX_BITS: u32 = 16;
 
 /// An entry of the attempts stream as (entry id, its events in order): a
 /// `json` field holds one event, a `batch` field a JSON array of events, and
 /// a `packed` entry the tokens of `lua/transition/events.lua`.
-fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), QueueError> {
+pub(crate) fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<Event>), QueueError> {
     let bad = |e| queue_reply_err("events", run, e);
     let items = reply::array("events", entry).map_err(bad)?;
     let id = parse_entry_id("events", reply::at("events", &items, 0).map_err(bad)?).map_err(bad)?;

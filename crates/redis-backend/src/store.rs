@@ -28,6 +28,10 @@ pub(crate) struct Inner {
     pub(crate) config: RedisConfig,
     pub(crate) lease_keys: LeaseKeys,
     pub(crate) user_active: UserActive,
+    /// A connection of its own for blocking reads (`XREAD BLOCK`), made on
+    /// first use: a blocked call on the shared connection would hold up
+    /// every call pipelined behind it.
+    pub(crate) blocking: tokio::sync::Mutex<Option<Conn>>,
 }
 
 impl RedisStore {
@@ -48,7 +52,8 @@ impl RedisStore {
             config.connection_timeout,
         );
         tracing::debug!(url = %config.url, prefix = %config.prefix, "connected to Redis");
-        Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active }) })
+        let blocking = tokio::sync::Mutex::new(None);
+        Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active, blocking }) })
     }
 
     /// The settings this store was made with.

@@ -564,6 +564,18 @@ impl UnitQueue for OutageQueue {
         self.retry("events", || self.inner.events(run, after, limit)).await
     }
 
+    /// Not retried: a wait is a wake-up hint, and a caller whose wait
+    /// failed sleeps its time instead (the outage is announced by the calls
+    /// that matter).
+    async fn wait_for_events(
+        &self,
+        run: &RunId,
+        after: Option<EventId>,
+        timeout: Duration,
+    ) -> Result<Option<EventId>, QueueError> {
+        self.inner.wait_for_events(run, after, timeout).await
+    }
+
     async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
         self.retry("workers", || self.inner.workers(run)).await
     }

@@ -161,6 +161,9 @@ impl UnitQueue for Flaky {
     async fn events(&self, r: &RunId, a: Option<EventId>, l: usize) -> Result<Vec<EventRecord>, QueueError> {
         self.store.events(r, a, l).await
     }
+    async fn wait_for_events(&self, r: &RunId, a: Option<EventId>, t: Duration) -> Result<Option<EventId>, QueueError> {
+        self.store.wait_for_events(r, a, t).await
+    }
     async fn workers(&self, r: &RunId) -> Result<Vec<WorkerRecord>, QueueError> {
         self.store.workers(r).await
     }

@@ -225,8 +225,12 @@ impl Slot {
         // units run elsewhere, or wait for their group) does not reserve the
         // whole build into it.
         let cap = (self.shared.share_per_slot() * sharding.count()).min(MAX_PREFETCH * sharding.count() * 2);
+        // Near the end of the build a unit reserved for a busy sibling would
+        // wait in the pool while another worker's slot sits idle: reserve
+        // for this slot alone.
+        let for_pool = if self.shared.near_end() { want } else { want * sharding.count() };
         if sharding.pool.lock().len() < cap {
-            if let Some(batch) = self.reserve(want * sharding.count()).await? {
+            if let Some(batch) = self.reserve(for_pool).await? {
                 reserved = true;
                 let mut pool = sharding.pool.lock();
                 pool.put(batch, Instant::now());

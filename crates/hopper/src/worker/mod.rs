@@ -65,6 +65,7 @@ impl Worker {
                 fleet_workers: std::sync::atomic::AtomicU64::new(1),
                 grouped: std::sync::OnceLock::new(),
                 summary: Mutex::new(WorkerSummary::default()),
+                log_watch: tokio::sync::Mutex::new(None),
             }),
         })
     }

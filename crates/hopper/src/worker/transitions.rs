@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Ack, Delivery, RequeueReply, RequeueRequest, UnitId, UnitQueue, WorkerRecord};
+use leasehold_core::{Ack, Delivery, EventId, RequeueReply, RequeueRequest, UnitId, UnitQueue, WorkerRecord};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -74,6 +74,10 @@ pub(super) struct Shared {
     /// The units of the build that are in a group (`--group`), set at join.
     pub(super) grouped: std::sync::OnceLock<std::collections::HashSet<UnitId>>,
     pub(super) summary: Mutex<WorkerSummary>,
+    /// The newest event of the build's log this worker has heard of, held
+    /// by the one idle slot that waits on the log for the others (see
+    /// [`idle`]).
+    pub(super) log_watch: tokio::sync::Mutex<Option<EventId>>,
 }
 
 impl Shared {
@@ -238,10 +242,36 @@ pub(super) async fn idle(shared: &Shared, wait: &mut Duration) -> Result<Idle, H
     let idle = tokio::select! {
         _ = shared.stop.cancelled() => Idle::Stopped,
         _ = shared.wake.notified() => Idle::Again,
-        _ = tokio::time::sleep(*wait) => Idle::Again,
+        () = wait_for_change(shared, *wait) => Idle::Again,
     };
     *wait = (*wait * 2).min(shared.config.idle_poll);
     Ok(idle)
+}
+
+/// Waits at most `wait` for a change to the build: one idle slot of the
+/// worker waits on the build's event log (a finalize, a requeue or a
+/// delivery anywhere in the fleet appends to it) and wakes the others, so
+/// that the build's end or a retry is seen at once, not at the next poll;
+/// the other slots sleep until it wakes them. A failed wait sleeps its
+/// time out.
+async fn wait_for_change(shared: &Shared, wait: Duration) {
+    let Ok(mut seen) = shared.log_watch.try_lock() else {
+        tokio::time::sleep(wait).await;
+        return;
+    };
+    let started = tokio::time::Instant::now();
+    match shared.queue.wait_for_events(&shared.config.run, *seen, wait).await {
+        Ok(newest) if newest > *seen => {
+            *seen = newest;
+            drop(seen);
+            shared.wake.notify_waiters();
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::debug!(%error, "could not wait on the build's event log; sleeping instead");
+            tokio::time::sleep_until(started + wait).await;
+        }
+    }
 }
 
 /// Heartbeats `held` in one call; returns the deliveries the worker no

@@ -86,3 +86,58 @@ pub async fn events_cover_every_type_in_order(fx: Fixture) {
         ]
     );
 }
+
+/// How long a wait that must be woken may last: a wait that was not woken
+/// returns what it was given, which the cases tell apart from a wake-up.
+const WOKEN_WITHIN: Duration = Duration::from_secs(30);
+
+/// A caller behind the log is answered at once, with the newest event.
+pub async fn wait_for_events_answers_a_caller_behind_with_the_newest(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    for _ in 0..2 {
+        let d = reserve(&fx, &r, "w1").await;
+        finalize_ok(&fx, &r, "w1", &d).await;
+    }
+    let all = event_records(&fx, &r).await;
+    let newest = all.last().map(|e| e.id);
+    assert_eq!(fx.queue.wait_for_events(&r, Some(all[0].id), WOKEN_WITHIN).await.unwrap(), newest);
+}
+
+/// A wait from "now" (`None`) or from the newest event is woken by the next
+/// transition (a finalize, then a reserve), which another task makes while
+/// it waits, and returns an event of the log newer than it was given.
+pub async fn wait_for_events_is_woken_by_a_transition(fx: Fixture) {
+    let r = init(&fx, &["a", "b"], lenient()).await;
+    let a = reserve(&fx, &r, "w1").await;
+    for (round, after) in [None, Some(event_records(&fx, &r).await.last().map(|e| e.id))].into_iter().enumerate() {
+        let after = after.flatten();
+        let queue = std::sync::Arc::clone(&fx.queue);
+        let run = r.clone();
+        let waiter = tokio::spawn(async move { queue.wait_for_events(&run, after, WOKEN_WITHIN).await });
+        // Let the waiter block first; an event before it blocks must wake it too.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if round == 0 {
+            finalize_ok(&fx, &r, "w1", &a).await;
+        } else {
+            reserve(&fx, &r, "w1").await;
+        }
+        let woken = waiter.await.unwrap().unwrap();
+        let logged = event_records(&fx, &r).await;
+        assert!(woken.is_some() && woken > after, "the wait from {after:?} was not woken: {woken:?}");
+        assert!(logged.iter().any(|e| Some(e.id) == woken), "{woken:?} is not an event of the log");
+    }
+}
+
+/// With nothing new, a wait returns what it was given once its time is up,
+/// for a run whose log has events, and for a run that does not exist.
+pub async fn wait_for_events_times_out_with_what_it_was_given(fx: Fixture) {
+    let r = init(&fx, &["a"], lenient()).await;
+    let d = reserve(&fx, &r, "w1").await;
+    finalize_ok(&fx, &r, "w1", &d).await;
+    let newest = event_records(&fx, &r).await.last().map(|e| e.id);
+    let short = Duration::from_millis(200);
+    assert_eq!(fx.queue.wait_for_events(&r, newest, short).await.unwrap(), newest);
+    assert_eq!(fx.queue.wait_for_events(&r, None, short).await.unwrap(), None);
+    let missing = crate::ids::RunId::new(format!("{r}-never-made")).unwrap();
+    assert_eq!(fx.queue.wait_for_events(&missing, None, short).await.unwrap(), None);
+}
