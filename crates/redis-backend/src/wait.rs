@@ -60,13 +60,12 @@ pub(crate) async fn wait_for_events(
         if left.is_zero() {
             return Ok(after);
         }
-        let conn = match blocking.as_mut() {
+        // Taken out while it blocks and put back after: a wait dropped in
+        // the middle (its caller woke another way) drops the connection with
+        // it, so no later read queues behind a block nobody waits for.
+        let mut conn = match blocking.take() {
             Some(conn) => conn,
-            None => {
-                let conn =
-                    Conn::connect(store.config()).await.map_err(|e| QueueError::backend("wait_for_events", run, e))?;
-                blocking.insert(conn)
-            }
+            None => Conn::connect(store.config()).await.map_err(|e| QueueError::backend("wait_for_events", run, e))?,
         };
         let block_ms = left.min(longest_block).as_millis().max(1);
         let read: Value = redis::cmd("XREAD")
@@ -77,9 +76,10 @@ pub(crate) async fn wait_for_events(
             .arg("STREAMS")
             .arg(&key)
             .arg(&from)
-            .query_async(conn)
+            .query_async(&mut conn)
             .await
             .map_err(|e| queue_err("wait_for_events", run, e))?;
+        *blocking = Some(conn);
         let entries = stream_entries(run, read)?;
         if let Some(latest) = last_event_of(run, entries)? {
             return Ok(Some(latest));

@@ -23,7 +23,10 @@ collection order, each to the shard with the fewest bytes of files so far
 (ties to the lowest shard), which every agent computes alike. A file of
 another shard gets an empty collect report before pytest imports it; its
 collector is kept, so a test of it that hopper sends anyway is collected then
-(lazily, under the same parents, through the same collection hooks). The
+(lazily, under the same parents, through the same collection hooks). An
+agent whose shard got no file (fewer files than agents) will only run other
+shards' tests: while no request waits, it collects their files ahead, the
+biggest first. The
 file list each agent saw goes into ``HOPPER_COLLECT_OUT`` too: hopper checks
 that all agents saw the same files, so no file falls between two shards.
 """
@@ -281,7 +284,31 @@ def _collect_lazily(session, test):
     if test in _set_aside:
         return [_set_aside[test]]
     known = _dealer.by_nodeid.get(test.split("::", 1)[0])
-    if known is None or not known.collectors:
+    if known is None:
+        return []
+    return _collect_file(session, known)
+
+
+def _files_to_collect_ahead():
+    """Other shards' files, biggest first, for an agent whose shard got no
+    file (fewer files than agents): it will only ever run their tests."""
+    if SHARDS <= 1 or any(known.shard == SHARD for known in _dealer.files):
+        return []
+    return sorted((known for known in _dealer.files if known.collectors), key=lambda known: -known.size)
+
+
+def _collect_ahead_while_idle(session, lines, ahead, items):
+    """Collects the files of `ahead` one at a time while no request waits,
+    so the first test this agent is sent does not wait for its file."""
+    while ahead and not lines.ready():
+        for found in _collect_file(session, ahead.pop(0)):
+            items.setdefault(found.nodeid, found)
+
+
+def _collect_file(session, known):
+    """The items of a file another shard collects (none when it was
+    collected here already)."""
+    if not known.collectors:
         return []
     collectors, known.collectors = known.collectors, []
     _dealer.lazy = True
@@ -410,6 +437,7 @@ def pytest_runtestloop(session):
     session.config.pluginmanager.register(collector, "hopper-collector")
     _send({"event": "ready", "protocol": PROTOCOL, "tests": len(session.items), "notes": _notes})
     lines = _Lines(_requests)
+    ahead = _files_to_collect_ahead()
     setup_state = session._setupstate
     pending = None
     # A `started` not yet written: it goes out with the previous result, in one write.
@@ -423,6 +451,7 @@ def pytest_runtestloop(session):
                 _replies.write(out)
                 _replies.flush()
                 out = ""
+            _collect_ahead_while_idle(session, lines, ahead, items)
             line = lines.next()
             if line is None:
                 break
