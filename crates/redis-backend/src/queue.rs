@@ -708,9 +708,21 @@ impl UnitQueue for RedisStore {
         // Event <ms>-<seq * 65536 + index> is event `index` of entry <ms>-<seq>:
         // start at the entry of `after` (inclusive: it may hold later events).
         let mut start = after.map_or_else(|| "-".to_owned(), |a| format!("{}-{}", a.ms, a.seq >> EVENT_INDEX_BITS));
-        let page = limit.clamp(16, 10_000);
         let mut out = Vec::with_capacity(limit.min(10_000));
+        // An entry packs the events of one call (a batch's finalizes, say),
+        // so asking for `limit` entries would read many times what is kept
+        // (a whole 20,000-unit log for 1,000 events): the first read takes a
+        // few entries, and each next one about as many as are still wanted,
+        // by the events per entry seen so far.
+        const FIRST_READ: usize = 16;
+        let (mut entries_seen, mut events_seen) = (0usize, 0usize);
         loop {
+            let page = if entries_seen == 0 {
+                FIRST_READ
+            } else {
+                let per_entry = events_seen.div_ceil(entries_seen).max(1);
+                ((limit - out.len()).div_ceil(per_entry) + 1).clamp(FIRST_READ, 10_000)
+            };
             let value: Value = redis::cmd("XRANGE")
                 .arg(&keys.attempts)
                 .arg(&start)
@@ -725,6 +737,8 @@ impl UnitQueue for RedisStore {
             for entry in entries {
                 let (id, events) = attempts_entry(run, entry)?;
                 start = format!("({id}");
+                entries_seen += 1;
+                events_seen += events.len();
                 for (index, event) in events.into_iter().enumerate() {
                     let event_id = EventId::new(id.ms, (id.seq << EVENT_INDEX_BITS) | index as u64);
                     if after.is_some_and(|a| event_id <= a) {

@@ -153,12 +153,7 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         }
         return Err(error);
     }
-    waited?;
-    let report = RunReport::load(&queue, &run_id)
-        .await?
-        .ok_or(HopperError::StateLost { run: run_id })?
-        .counting_flaky_as(options.flaky_result)
-        .quarantining(quarantine);
+    let report = waited?.counting_flaky_as(options.flaky_result).quarantining(quarantine);
     let counted_as = report.run.to_string();
     let report = count_passes(report, &*backend.timings, &counted_as).await;
     finish_report(&queue, &report, outputs, options.slowest).await

@@ -18,7 +18,7 @@ use std::time::Duration;
 use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
 use tokio::time::Instant;
 
-use super::event_log::read_events;
+use super::event_log::LogFollower;
 use super::flaky::FlakyResult;
 use super::quarantine::Quarantine;
 use crate::errors::HopperError;
@@ -30,6 +30,9 @@ const QUEUE_PAUSE: Duration = Duration::from_secs(1);
 /// How long `hopper report` waits for a build that does not exist before it
 /// says so (and goes on waiting for it to start).
 const MISSING_NOTICE: Duration = Duration::from_secs(2);
+/// While the log is busy, the report reads the build's counters at most this
+/// often; each read follows a wake-up on the log.
+const FOLLOW_GAP: Duration = Duration::from_millis(50);
 /// Lines of output shown per failure in the text report.
 const TAIL_LINES: usize = 30;
 
@@ -182,24 +185,9 @@ impl RunReport {
     /// Reads the run's units and its whole event log. `None` when the run
     /// does not exist.
     pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
-        let units = queue.units(run).await?;
-        if units.is_empty() {
-            return Ok(None);
-        }
-        let mut index: HashMap<UnitId, usize> = HashMap::with_capacity(units.len());
-        let mut reports = Vec::with_capacity(units.len());
-        for (i, spec) in units.into_iter().enumerate() {
-            index.insert(spec.id.clone(), i);
-            reports.push(UnitReport::new(spec.id, spec.kind));
-        }
-        let mut report = RunReport { units: reports, ..RunReport::empty(run.clone()) };
-        for event in read_events(queue, run).await? {
-            report.apply(&index, event);
-        }
-        if queue.progress(run).await?.is_some_and(|p| p.stopped) {
-            report.stopped_after = queue.budgets(run).await?.and_then(|b| b.max_failures);
-        }
-        Ok(Some(report))
+        let Some(mut followed) = FollowedReport::open(queue, run).await? else { return Ok(None) };
+        followed.catch_up().await?;
+        Ok(Some(followed.finish(queue).await?))
     }
 
     /// The report of `run` before any unit or event.
@@ -598,6 +586,49 @@ fn tail_lines(text: &str, n: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
+/// A report kept up to date by following the run's event log: each
+/// catch-up folds in only what came after the last one.
+struct FollowedReport {
+    report: RunReport,
+    index: HashMap<UnitId, usize>,
+    log: LogFollower,
+}
+
+impl FollowedReport {
+    /// The run's units, before any event; `None` when the run does not exist.
+    async fn open(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
+        let units = queue.units(run).await?;
+        if units.is_empty() {
+            return Ok(None);
+        }
+        let mut index: HashMap<UnitId, usize> = HashMap::with_capacity(units.len());
+        let mut reports = Vec::with_capacity(units.len());
+        for (i, spec) in units.into_iter().enumerate() {
+            index.insert(spec.id.clone(), i);
+            reports.push(UnitReport::new(spec.id, spec.kind));
+        }
+        let report = RunReport { units: reports, ..RunReport::empty(run.clone()) };
+        Ok(Some(FollowedReport { report, index, log: LogFollower::new(Arc::clone(queue), run.clone()) }))
+    }
+
+    /// Folds in the events appended since the last catch-up.
+    async fn catch_up(&mut self) -> Result<(), HopperError> {
+        for event in self.log.read_new().await? {
+            self.report.apply(&self.index, event);
+        }
+        Ok(())
+    }
+
+    /// The report as it stands, with whether (and after how many failures) the build was stopped.
+    async fn finish(self, queue: &Arc<dyn UnitQueue>) -> Result<RunReport, HopperError> {
+        let mut report = self.report;
+        if queue.progress(&report.run).await?.is_some_and(|p| p.stopped) {
+            report.stopped_after = queue.budgets(&report.run).await?.and_then(|b| b.max_failures);
+        }
+        Ok(report)
+    }
+}
+
 /// After the last unit, how long the report waits at most for the workers
 /// to say they ended (their agents' final teardowns may still report errors).
 const FINAL_TEARDOWN_WAIT: Duration = Duration::from_secs(15);
@@ -607,17 +638,21 @@ const FINAL_TEARDOWN_WAIT: Duration = Duration::from_secs(15);
 /// teardown (session fixtures, `after(:suite)`) are in the report. A worker
 /// whose units were reclaimed is dead and is not waited for; the others at
 /// most `worker_timeout` or [`FINAL_TEARDOWN_WAIT`], whichever is shorter.
+/// The log is followed, not read again: each wake folds in only new events.
 async fn await_final_teardowns(
     queue: &Arc<dyn UnitQueue>,
     run: &RunId,
     options: WaitOptions,
-) -> Result<(), HopperError> {
+) -> Result<RunReport, HopperError> {
     let started = Instant::now();
     let limit = options.worker_timeout.min(FINAL_TEARDOWN_WAIT);
     let mut said = false;
+    let mut followed =
+        FollowedReport::open(queue, run).await?.ok_or_else(|| HopperError::StateLost { run: run.clone() })?;
     loop {
         let workers = queue.workers(run).await?;
-        let Some(report) = RunReport::load(queue, run).await? else { return Ok(()) };
+        followed.catch_up().await?;
+        let report = &followed.report;
         let dead: Vec<&WorkerId> = report.units.iter().flat_map(|u| u.reclaimed_from.iter().flatten()).collect();
         let waiting: Vec<String> = workers
             .iter()
@@ -626,7 +661,7 @@ async fn await_final_teardowns(
             .map(|w| w.to_string())
             .collect();
         if waiting.is_empty() || started.elapsed() >= limit {
-            return Ok(());
+            return followed.finish(queue).await;
         }
         if !said && started.elapsed() >= Duration::from_secs(1) {
             said = true;
@@ -636,7 +671,9 @@ async fn await_final_teardowns(
                 waiting.join(", ")
             );
         }
-        tokio::time::sleep(options.poll).await;
+        // A worker's end is an event: wake on it, and look at the records
+        // (a worker that joined late) at least every poll.
+        followed.log.wait(options.poll).await;
     }
 }
 
@@ -653,22 +690,32 @@ pub struct WaitOptions {
     pub poll: Duration,
 }
 
-/// Waits until every unit of `run` is finalized.
+/// Waits until every unit of `run` is finalized, and returns its report.
 ///
-/// Worker liveness is judged by change, not by comparing clocks: a worker is
-/// alive while its record's `last_seen` keeps moving, so clock skew between
-/// machines cannot make the report wrong. Fails with
-/// [`HopperError::WorkersGone`] when units remain but no worker record has
-/// moved for `worker_timeout`, [`HopperError::WaitTimeout`] after
-/// `wait_timeout`, [`HopperError::RunNotFound`] when the run never appears,
-/// and [`HopperError::StateLost`] when it disappears after it was seen.
-pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: WaitOptions) -> Result<(), HopperError> {
+/// It blocks on the run's event log rather than polling: it reads the
+/// counters when an event came (at most every [`FOLLOW_GAP`], however busy
+/// the log) or every `poll`, so the report ends within a few milliseconds of
+/// the last finalize. Worker liveness is judged by change, not by comparing
+/// clocks: a worker is alive while its record's `last_seen` keeps moving, so
+/// clock skew between machines cannot make the report wrong. The records
+/// are read at most every `poll`. Fails with [`HopperError::WorkersGone`]
+/// when units remain but no worker record has moved for `worker_timeout`,
+/// [`HopperError::WaitTimeout`] after `wait_timeout`,
+/// [`HopperError::RunNotFound`] when the run never appears, and
+/// [`HopperError::StateLost`] when it disappears after it was seen.
+pub async fn wait_for_end(
+    queue: &Arc<dyn UnitQueue>,
+    run: &RunId,
+    options: WaitOptions,
+) -> Result<RunReport, HopperError> {
     let started = Instant::now();
     let mut seen: HashMap<WorkerId, u64> = HashMap::new();
     let mut last_sign_of_life = Instant::now();
+    let mut records_read: Option<Instant> = None;
     let unfinished = || async {
         Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
     };
+    let mut log = LogFollower::new(Arc::clone(queue), run.clone());
     let mut seen_run = false;
     let mut said_missing = false;
     loop {
@@ -703,9 +750,12 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
             Some(progress) if progress.is_complete() => return await_final_teardowns(queue, run, options).await,
             Some(_) => {
                 seen_run = true;
-                for record in queue.workers(run).await? {
-                    if seen.insert(record.worker.clone(), record.last_seen_ms) != Some(record.last_seen_ms) {
-                        last_sign_of_life = Instant::now();
+                if records_read.is_none_or(|at| at.elapsed() >= options.poll) {
+                    records_read = Some(Instant::now());
+                    for record in queue.workers(run).await? {
+                        if seen.insert(record.worker.clone(), record.last_seen_ms) != Some(record.last_seen_ms) {
+                            last_sign_of_life = Instant::now();
+                        }
                     }
                 }
                 if last_sign_of_life.elapsed() >= options.worker_timeout {
@@ -724,7 +774,9 @@ pub async fn wait_for_end(queue: &Arc<dyn UnitQueue>, run: &RunId, options: Wait
                 unfinished: unfinished().await?,
             });
         }
-        tokio::time::sleep(options.poll).await;
+        log.wait(options.poll).await;
+        // However busy the log, the counters are read at most this often.
+        tokio::time::sleep_until(asked + FOLLOW_GAP.min(options.poll)).await;
     }
 }
 

@@ -32,6 +32,48 @@ pub async fn events_page_with_after_and_limit(fx: Fixture) {
     assert!(fx.queue.events(&r, Some(all[7].id), 100).await.unwrap().is_empty());
 }
 
+/// A log of batches (one call's events may be stored together) pages the
+/// same as one of single events: pages of any size, from any position,
+/// concatenate to the whole log, including a page that ends inside a batch.
+pub async fn events_page_through_batches(fx: Fixture) {
+    let names = unit_names(60);
+    let r = init(&fx, &as_strs(&names), lenient()).await;
+    // 20 single reserves and finalizes, then two batches of 20.
+    for _ in 0..20 {
+        let d = reserve(&fx, &r, "w1").await;
+        finalize_ok(&fx, &r, "w1", &d).await;
+    }
+    for _ in 0..2 {
+        let batch = fx.queue.reserve_batch(&r, &worker("w1"), batch(20), LONG).await.unwrap();
+        assert_eq!(batch.deliveries.len(), 20);
+        let items: Vec<_> = batch.deliveries.into_iter().map(|d| (d, passed(1))).collect();
+        let replies = fx.queue.finalize_batch(&r, &worker("w1"), &items).await.unwrap();
+        assert!(replies.iter().all(|a| *a == Ack::Ok), "{replies:?}");
+    }
+    let all = event_records(&fx, &r).await;
+    assert_eq!(all.len(), 120);
+    assert_log_invariants(&all);
+    for limit in [1, 7, 16, 33, 50, 1000] {
+        let mut paged = Vec::new();
+        let mut after = None;
+        loop {
+            let page = fx.queue.events(&r, after, limit).await.unwrap();
+            assert!(page.len() <= limit, "a page of {} for a limit of {limit}", page.len());
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            paged.extend(page);
+        }
+        assert_eq!(paged, all, "pages of {limit}");
+    }
+    for start in [0, 19, 45, 70, 99, 118] {
+        assert_eq!(
+            fx.queue.events(&r, Some(all[start].id), 25).await.unwrap(),
+            all[start + 1..].iter().take(25).cloned().collect::<Vec<_>>(),
+            "25 after event {start}"
+        );
+    }
+}
+
 /// A lifecycle that produces every event type logs them in order, with ids
 /// increasing, `at_ms` non-decreasing and the right ownership generations.
 pub async fn events_cover_every_type_in_order(fx: Fixture) {
