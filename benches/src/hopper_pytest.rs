@@ -99,6 +99,11 @@ fn timed_cpu(mut cmd: Command, what: &str) -> Result<(Duration, f64, String)> {
     let output = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot start {what}"))?;
     let elapsed = started.elapsed();
     let cpu = children_cpu_s() - cpu_before;
+    Ok((elapsed, cpu, stdout_of(output, what)?))
+}
+
+/// The stdout of a finished command, or an error with its status, stdout and stderr.
+fn stdout_of(output: std::process::Output, what: &str) -> Result<String> {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         bail!(
@@ -108,7 +113,7 @@ fn timed_cpu(mut cmd: Command, what: &str) -> Result<(Duration, f64, String)> {
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Ok((elapsed, cpu, stdout))
+    Ok(stdout)
 }
 
 pub fn path_env(python: &Path) -> String {
@@ -200,15 +205,7 @@ pub async fn run() -> Result<serde_json::Value> {
     let workers_t = started.elapsed();
     let report = report.wait_with_output()?;
     let redis_t = started.elapsed();
-    let out = String::from_utf8_lossy(&report.stdout).into_owned();
-    if !report.status.success() {
-        bail!(
-            "hopper report failed ({}): {}\n{}",
-            report.status,
-            out.trim(),
-            String::from_utf8_lossy(&report.stderr).trim()
-        );
-    }
+    let out = stdout_of(report, "hopper report")?;
     // How long after the last worker's exit the report gave its verdict.
     let report_lag = redis_t - workers_t;
     let redis_cpu = cpu_s(&mut stats).await? - cpu_before;
