@@ -48,8 +48,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Main-stream entries share one millisecond (`<ms>-*`, Redis 7), so their
 -- sequence numbers are consecutive: the entries a reserve call delivers are
--- runs of adjacent ids, which finalize_batch reads with one range read per
--- run. Older servers (no `<ms>-*`) take "*".
+-- runs of adjacent ids, and finalize_batch reads nearby ones with one range
+-- read per span. Older servers (no `<ms>-*`) take "*".
 local id_form = string.format("%d-*", now)
 -- An entry is one field: the unit id, valued its kind (the fewest values
 -- for the scripts to read back, twice per unit), then "\1group" valued the

@@ -12,10 +12,20 @@
 -- ARGV: run, ttl_secs, then (unit, "1" passed | "0" not) pairs
 
 local run = ARGV[1]
+-- One HMGET and one HSET per call, not a read and a write per unit.
+local fields = {}
 for i = 3, #ARGV, 2 do
-  local unit, passed = ARGV[i], ARGV[i + 1] == "1"
+  fields[#fields + 1] = ARGV[i]
+end
+if #fields == 0 then
+  return #ARGV
+end
+local olds = redis.call("HMGET", KEYS[1], unpack(fields))
+local writes = {}
+for k, unit in ipairs(fields) do
+  local passed = ARGV[2 + 2 * k] == "1"
   local passes, before, last = 0, 0, ""
-  local old = redis.call("HGET", KEYS[1], unit)
+  local old = olds[k]
   if old then
     local p, b, r = string.match(old, "^(%d+) (%d+) (.*)$")
     if p then
@@ -31,7 +41,9 @@ for i = 3, #ARGV, 2 do
   else
     passes = 0
   end
-  redis.call("HSET", KEYS[1], unit, passes .. " " .. before .. " " .. run)
+  writes[#writes + 1] = unit
+  writes[#writes + 1] = passes .. " " .. before .. " " .. run
 end
+redis.call("HSET", KEYS[1], unpack(writes))
 redis.call("EXPIRE", KEYS[1], ARGV[2])
 return #ARGV

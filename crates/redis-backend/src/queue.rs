@@ -273,9 +273,9 @@ impl RedisStore {
         }
         let keys = self.run_keys(run);
         let mut call = self.transition(&keys, "finalize_batch", worker).arg(items.len() as u64);
-        // Runs of adjacent entries of each stream: the script reads the
-        // fence rows of the batch with one range read per run.
-        let runs = adjacent_runs(items.iter().map(|(d, _)| (d.stream, d.entry_id)));
+        // Spans of nearby entries of each stream: the script reads the
+        // fence rows of the batch with one range read per span.
+        let runs = fence_spans(items.iter().map(|(d, _)| (d.stream, d.entry_id)));
         call.push(runs.len() as u64);
         for (stream, lo, hi, n) in runs {
             call.push(stream.as_str());
@@ -823,25 +823,37 @@ impl UnitQueue for RedisStore {
     }
 }
 
-/// The entries as runs of adjacent ids per stream, as (stream, lowest,
-/// highest, length): ids are adjacent when they share the millisecond and
-/// their sequence numbers follow each other (no entry can lie between them).
-/// Duplicates are dropped.
-fn adjacent_runs(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(StreamName, EntryId, EntryId, u64)> {
+/// The most entries a span may pass over between two of the batch's own.
+/// The entries of one reserve call are adjacent, but a slot that shares its
+/// reserves with the worker's other slots (agents sharded by file) finalizes
+/// every other one or so: a read of its own would cost each of those an
+/// XPENDING and an XRANGE, while a span returns a passed-over entry for a
+/// small fraction of that (XPENDING of one consumer returns only its own).
+const MAX_SPAN_GAP: u64 = 8;
+
+/// The entries as spans of one stream and millisecond, as (stream, lowest,
+/// highest, length): an entry joins the span before it when no more than
+/// [`MAX_SPAN_GAP`] ids can lie between them (main-stream entries share a
+/// millisecond and take consecutive sequence numbers). `length` counts every
+/// id the span can hold, so reading that many from its lowest id returns
+/// all of them. Duplicates are dropped.
+fn fence_spans(entries: impl Iterator<Item = (StreamName, EntryId)>) -> Vec<(StreamName, EntryId, EntryId, u64)> {
     let mut sorted: Vec<(StreamName, EntryId)> = entries.collect();
     sorted.sort_by_key(|(stream, id)| (stream.as_str(), *id));
     sorted.dedup();
-    let mut runs: Vec<(StreamName, EntryId, EntryId, u64)> = Vec::new();
+    let mut spans: Vec<(StreamName, EntryId, EntryId, u64)> = Vec::new();
     for (stream, id) in sorted {
-        match runs.last_mut() {
-            Some((s, _, hi, n)) if *s == stream && hi.ms == id.ms && hi.seq.checked_add(1) == Some(id.seq) => {
+        match spans.last_mut() {
+            Some((s, lo, hi, n))
+                if *s == stream && hi.ms == id.ms && id.seq.saturating_sub(hi.seq) <= MAX_SPAN_GAP + 1 =>
+            {
                 *hi = id;
-                *n += 1;
+                *n = id.seq - lo.seq + 1;
             }
-            _ => runs.push((stream, id, id, 1)),
+            _ => spans.push((stream, id, id, 1)),
         }
     }
-    runs
+    spans
 }
 
 /// Bits of an [`EventId`]'s seq that hold the event's index in its entry.
@@ -1087,32 +1099,35 @@ mod tests {
     }
 
     #[test]
-    fn adjacent_runs_split_at_gaps_streams_and_milliseconds() {
+    fn fence_spans_split_at_wide_gaps_streams_and_milliseconds() {
         let main = StreamName::Main;
         let prio = StreamName::Priority;
         let e = EntryId::new;
-        let runs = adjacent_runs(
+        let spans = fence_spans(
             [
                 (main, e(5, 3)),
                 (main, e(5, 1)),
                 (prio, e(5, 2)),
                 (main, e(5, 2)),
                 (main, e(5, 2)),
-                (main, e(5, 7)),
+                // Eight ids passed over: still one span, which counts them.
+                (main, e(5, 12)),
                 (main, e(6, 0)),
-                (main, e(5, 8)),
+                // Nine: a span of its own.
+                (main, e(5, 22)),
+                (main, e(5, 23)),
             ]
             .into_iter(),
         );
         assert_eq!(
-            runs,
+            spans,
             vec![
-                (main, e(5, 1), e(5, 3), 3),
-                (main, e(5, 7), e(5, 8), 2),
+                (main, e(5, 1), e(5, 12), 12),
+                (main, e(5, 22), e(5, 23), 2),
                 (main, e(6, 0), e(6, 0), 1),
                 (prio, e(5, 2), e(5, 2), 1),
             ]
         );
-        assert!(adjacent_runs(std::iter::empty()).is_empty());
+        assert!(fence_spans(std::iter::empty()).is_empty());
     }
 }

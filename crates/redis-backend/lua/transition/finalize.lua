@@ -1,9 +1,9 @@
 -- transition.lua, part: modes finalize and finalize_batch
 -- (The parts are joined in order in src/scripts.rs.)
 
--- ARGV (from `base`): with `hinted`, the number of runs of adjacent entries
--- of the batch, then per run its stream, lowest id, highest id and length
--- (hints for fence_tables); then `count` groups of stream, entry_id, delivery_count,
+-- ARGV (from `base`): with `hinted`, the number of spans of nearby entries
+-- of the batch, then per span its stream, lowest id, highest id and the most
+-- entries it can hold (hints for the fence reads); then `count` groups of stream, entry_id, delivery_count,
 -- unit_id, tail: the client-built rest of the finalized event after its
 -- header (',"outcome":...,"entry_id":"..."}'), none of it decided here.
 -- The same result as `count` finalize calls in order, in one call.
@@ -51,11 +51,11 @@ local function finalize_batch(m, count, base, hinted)
   end
 
   -- The fence rows: dc_of[f] = the delivery count pending on this worker (or
-  -- false), unit_of[f] = the unit of the entry (or false). The client's runs
-  -- of adjacent entries ({ lo, hi, n }) are hints only: every id is matched
-  -- exactly, and an entry the range reads miss is looked up on its own. A
-  -- batch is a few runs (each reserve call delivers adjacent entries), so
-  -- this is a few range reads that return only the batch's entries.
+  -- false), unit_of[f] = the unit of the entry (or false). The client's spans
+  -- ({ lo, hi, n }) are hints only: every id is matched exactly, an entry
+  -- of a span that is not the batch's is passed over, and an entry the range
+  -- reads miss is looked up on its own. A batch is a few spans (each reserve
+  -- call delivers adjacent entries), so this is a few range reads.
   local dc_of, unit_of, group_of = {}, {}, {}
   for _, stream in ipairs({ units, priority }) do
     local p = pos[stream]

@@ -79,6 +79,49 @@ pub async fn finalize_batch_matches_one_by_one(fx: Fixture) {
     assert_eq!(missing, vec![Ack::Corrupt]);
 }
 
+/// A batch of every other entry finalizes only its own: the entries between
+/// them (another worker's, and the caller's own that the batch does not
+/// name) stay pending on their owners, and a handle in the batch naming
+/// another worker's entry is `STALE`.
+pub async fn finalize_batch_passes_over_entries_between_its_own(fx: Fixture) {
+    let names: Vec<String> = (0..12).map(|i| format!("u{i:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = init(&fx, &names, lenient()).await;
+    let mut mine = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..12 {
+        let w = if i % 3 == 1 { "w2" } else { "w1" };
+        let d = reserve(&fx, &r, w).await;
+        if w == "w1" {
+            mine.push(d)
+        } else {
+            theirs.push(d)
+        }
+    }
+    // Every other of w1's entries, and one of w2's in the middle.
+    let mut items: Vec<(Delivery, FinalizeRequest)> = mine.iter().step_by(2).map(|d| (d.clone(), passed(5))).collect();
+    items.insert(2, (theirs[1].clone(), passed(5)));
+    let replies = fx.queue.finalize_batch(&r, &worker("w1"), &items).await.unwrap();
+    let mut expected = vec![Ack::Ok; items.len()];
+    expected[2] = Ack::Stale;
+    assert_eq!(replies, expected);
+    let skipped: Vec<&Delivery> = mine.iter().skip(1).step_by(2).collect();
+    let mut left: Vec<PendingRow> =
+        skipped.iter().map(|d| row_of(d, "w1")).chain(theirs.iter().map(|d| row_of(d, "w2"))).collect();
+    left.sort_by_key(|row| row.2);
+    let mut pending = pending_rows(&fx, &r).await;
+    pending.sort_by_key(|row| row.2);
+    assert_eq!(pending, left);
+    assert_eq!(progress(&fx, &r).await, counters(12, 4, 0, 8, 0));
+    for d in skipped {
+        finalize_ok(&fx, &r, "w1", d).await;
+    }
+    for d in &theirs {
+        finalize_ok(&fx, &r, "w2", d).await;
+    }
+    assert_eq!(progress(&fx, &r).await, counters(12, 12, 0, 0, 0));
+}
+
 /// After a delivery is finalized every transition on it is `STALE`: a double
 /// finalize never counts twice.
 pub async fn transitions_after_finalize_are_stale(fx: Fixture) {
