@@ -168,6 +168,17 @@ pub enum QueueError {
         /// Units in this call.
         given: u64,
     },
+    /// The run was started by a version of the backend that stores it in
+    /// another format; this one cannot share it. Nothing was changed.
+    #[error("run {run} was started by another version, which stores it in queue format {found} (this one writes format {expected}): every worker of one run must write the same format; finish the run with the version that started it, or use a new run id")]
+    IncompatibleRun {
+        /// The run.
+        run: RunId,
+        /// The format the run is stored in.
+        found: String,
+        /// The format this caller writes.
+        expected: String,
+    },
     /// The backend could not carry out the operation.
     #[error("unit queue: {op} on run {run} failed: {source}")]
     Backend {

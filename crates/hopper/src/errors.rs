@@ -377,6 +377,17 @@ pub enum HopperError {
         /// Units of this worker.
         given: u64,
     },
+    /// The build was started by a hopper that stores builds in another
+    /// queue format.
+    #[error("build {run} was started by another version of hopper, which stores builds in queue format {found} (this hopper writes format {expected}): run every worker of one build with the same hopper, or start this one under a new --build id")]
+    BuildFromOtherVersion {
+        /// The run.
+        run: RunId,
+        /// The format the build is stored in.
+        found: String,
+        /// The format this hopper writes.
+        expected: String,
+    },
     /// A queue call failed.
     #[error(transparent)]
     Queue(QueueError),
@@ -504,6 +515,9 @@ impl From<QueueError> for HopperError {
         match error {
             QueueError::Spec(spec) => HopperError::Spec(spec),
             QueueError::UnitListMismatch { run, existing, given } => HopperError::BuildReused { run, existing, given },
+            QueueError::IncompatibleRun { run, found, expected } => {
+                HopperError::BuildFromOtherVersion { run, found, expected }
+            }
             QueueError::Corrupt { ref run, .. } => HopperError::Corrupt { run: run.clone(), source: error },
             other => HopperError::Queue(other),
         }
@@ -576,5 +590,18 @@ mod tests {
             QueueError::UnitListMismatch { run: RunId::new("b").unwrap(), existing: 3, given: 4 }.into();
         assert!(matches!(err, HopperError::BuildReused { existing: 3, given: 4, .. }));
         assert!(err.to_string().contains("new --build"));
+    }
+
+    #[test]
+    fn a_build_of_another_queue_format_says_what_to_do() {
+        let err: HopperError =
+            QueueError::IncompatibleRun { run: RunId::new("b").unwrap(), found: "1".into(), expected: "2".into() }
+                .into();
+        assert!(matches!(err, HopperError::BuildFromOtherVersion { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("queue format 1") && text.contains("same hopper") && text.contains("new --build"),
+            "{text}"
+        );
     }
 }

@@ -3,7 +3,8 @@
 -- exists (and get its budgets) or, with another unit list, that it differs.
 --
 -- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
--- ARGV: fingerprint, nonce, ttl_ms, max_requeues, requeue_tolerance,
+-- ARGV: "<format>:<fingerprint>" (the queue format of the caller's keys and
+--       entries, then the unit list's hash), nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, max_failures ("" for no limit), total, then `total`
 --       quadruples of unit id, kind, group ("<limit>:<name>", or "" for
 --       none), quarantined ("1", or "").
@@ -13,6 +14,8 @@
 --      | { "ALREADY", max_requeues, requeue_tolerance, max_reclaims, max_failures }
 --        (max_failures "" when the run has no limit, or predates it)
 --      | { "MISMATCH", existing_total }
+--      | { "FORMAT", existing_format } (the run was started by a worker that
+--        writes another queue format; "1" for one from before the tag)
 -- A retry of the same call (same nonce) after a lost reply answers
 -- INITIALIZED again, so a re-sent initialize cannot demote the leader.
 
@@ -24,6 +27,13 @@ local total = ARGV[8]
 local existing = redis.call("HMGET", meta, "fingerprint", "init_nonce", "max_requeues", "requeue_tolerance",
   "max_reclaims", "total_units", "max_failures")
 if existing[1] then
+  -- The format comes first, so an older worker (whose fingerprint has no tag)
+  -- meets MISMATCH here, and this one meets FORMAT there, never CORRUPT.
+  local stored_format = string.match(existing[1], "^(%d+):") or "1"
+  local our_format = string.match(fingerprint, "^(%d+):") or "1"
+  if stored_format ~= our_format then
+    return { "FORMAT", stored_format }
+  end
   if existing[1] ~= fingerprint then
     return { "MISMATCH", tonumber(existing[6]) or 0 }
   end

@@ -68,6 +68,12 @@ pub fn streaks(prefix: &str) -> String {
     format!("{prefix}:hopper:streaks")
 }
 
+/// The queue format this version writes: the layout of a run's keys and
+/// stream entries. Workers share a run only when they write the same format;
+/// it is raised by every change an older worker could misread. Format 1 is
+/// every version from before the format was recorded.
+pub const QUEUE_FORMAT: u32 = 2;
+
 /// The six keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunKeys {

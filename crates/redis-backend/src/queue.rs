@@ -13,7 +13,7 @@ use leasehold_core::{
 use redis::Value;
 
 use crate::conn::Call;
-use crate::keys::RunKeys;
+use crate::keys::{RunKeys, QUEUE_FORMAT};
 use crate::reply::{self, ReplyError};
 use crate::scripts;
 use crate::store::{queue_err, queue_reply_err, RedisStore};
@@ -328,7 +328,9 @@ impl UnitQueue for RedisStore {
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
         );
-        let fingerprint = spec.fingerprint();
+        // The format goes first so that either side of a version change sees a
+        // fingerprint that differs (see initialize.lua).
+        let fingerprint = format!("{}:{}", QUEUE_FORMAT, spec.fingerprint());
         let head = |total: String| {
             Call::new(keys.all())
                 .arg(fingerprint.as_str())
@@ -385,6 +387,11 @@ impl UnitQueue for RedisStore {
                 let existing =
                     reply::uint("initialize", reply::at("initialize", &rest, 0).map_err(bad)?).map_err(bad)?;
                 Err(QueueError::UnitListMismatch { run: run.clone(), existing, given: spec.units.len() as u64 })
+            }
+            "FORMAT" => {
+                let found =
+                    reply::string("initialize", reply::at("initialize", &rest, 0).map_err(bad)?).map_err(bad)?;
+                Err(QueueError::IncompatibleRun { run: run.clone(), found, expected: QUEUE_FORMAT.to_string() })
             }
             other => Err(bad(ReplyError::new("initialize", format!("unknown status {other:?}")))),
         }
