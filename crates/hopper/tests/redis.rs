@@ -362,3 +362,52 @@ fn sigterm_hands_the_running_unit_back_to_another_worker_within_a_second() {
     assert_eq!(cases.len(), 2);
     assert!(cases.values().all(|s| matches!(s, TestCaseStatus::Success { flaky_runs } if flaky_runs.is_empty())));
 }
+
+/// A worker heartbeats what all its slots hold in one call per beat, not
+/// one call per slot: four slots running a unit each for 2.5 s, with a beat
+/// every 200 ms (a 0.6 s reclaim timeout), send calls that each name all four
+/// units. Counted with MONITOR, on a server of the test's own.
+#[test]
+fn one_heartbeat_call_per_beat_covers_every_slot() {
+    let server = leasehold_redis::test_support::RedisServer::start().unwrap();
+    let build = Build::on(server.url(), "one-beat");
+    let mut suite = Suite::new();
+    for name in ["a_slow.sh", "b_slow.sh", "c_slow.sh", "d_slow.sh"] {
+        suite.slow(name, 2.5);
+    }
+    let list = suite.unit_list();
+    let units: Vec<String> =
+        ["a_slow.sh", "b_slow.sh", "c_slow.sh", "d_slow.sh"].iter().map(|n| suite.unit_name(n)).collect();
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "monitor"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli monitor");
+    let mut lines = std::io::BufReader::new(monitor.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut lines, &mut first).unwrap();
+    assert!(first.trim() == "OK", "MONITOR started: {first}");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let beats: Vec<String> = std::io::BufRead::lines(lines)
+            .map_while(Result::ok)
+            .filter(|l| l.contains("\"heartbeat_batch\"") || l.contains("\"heartbeat\""))
+            .collect();
+        let _ = tx.send(beats);
+    });
+
+    let output = build
+        .worker(suite.path(), &list, "w1", &["-j", "4", "--no-timings", "--timeout", "0.6"])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{:?}", texts(&output));
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    let beats = rx.recv_timeout(Duration::from_secs(10)).expect("the MONITOR lines");
+    let covering = beats.iter().filter(|l| units.iter().all(|u| l.contains(&format!("\"{u}\"")))).count();
+    eprintln!("{} heartbeat calls, {covering} naming all four units", beats.len());
+    // About 12 beats while all four run; the first and last may find fewer
+    // units held (slots starting, units ending).
+    assert!(covering >= 6, "{covering} of {} heartbeat calls named every running unit:\n{beats:#?}", beats.len());
+    assert!(beats.len() <= covering + 4, "one call per beat, not one per slot: {} calls:\n{beats:#?}", beats.len());
+}

@@ -109,17 +109,9 @@ struct Pooled {
 }
 
 /// Units the worker reserved that no slot took yet.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Pool {
     entries: VecDeque<Pooled>,
-    /// When the pool's deliveries were last heartbeated.
-    pub(crate) last_beat: Instant,
-}
-
-impl Default for Pool {
-    fn default() -> Self {
-        Self { entries: VecDeque::new(), last_beat: Instant::now() }
-    }
 }
 
 impl Pool {
@@ -152,14 +144,18 @@ impl Pool {
         Some((file, taken))
     }
 
-    /// Every unit, for heartbeats.
-    pub fn deliveries(&self) -> Vec<Delivery> {
-        self.entries.iter().map(|p| p.delivery.clone()).collect()
-    }
-
-    /// Drops units the worker lost (another worker owns them now).
-    pub fn forget(&mut self, lost: &[Delivery]) {
-        self.entries.retain(|p| !lost.contains(&p.delivery));
+    /// Drops the units `lost` says the worker lost (another worker owns
+    /// them now), and returns them.
+    pub fn forget_lost(&mut self, mut lost: impl FnMut(&Delivery) -> bool) -> Vec<Delivery> {
+        let mut dropped = Vec::new();
+        self.entries.retain(|p| {
+            let keep = !lost(&p.delivery);
+            if !keep {
+                dropped.push(p.delivery.clone());
+            }
+            keep
+        });
+        dropped
     }
 
     /// Empties the pool (on shutdown, to hand the units back).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, FinalizeRequest, Outcome};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::outside_errors::OutsideErrors;
@@ -21,7 +21,7 @@ use crate::errors::HopperError;
 use crate::units::discover::shown;
 use crate::worker::observer::AttemptEnd;
 use crate::worker::transitions::{
-    fenced_off, hand_back, heartbeat, idle, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
+    fenced_off, hand_back, idle, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
 };
 
 /// Requests in the agent's pipe at once: the running test and the next, so
@@ -98,9 +98,7 @@ impl Slot {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         let mut wait = MIN_WAIT;
-        let mut beat = tokio::time::interval(config.heartbeat_every);
-        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        beat.reset();
+        let mut lost = shared.held.watch_lost();
         loop {
             if shared.stop.is_cancelled() {
                 return Ok(());
@@ -161,7 +159,7 @@ impl Slot {
                 },
                 _ = sleep_until_some(deadline) => self.on_timeout().await?,
                 _ = tokio::time::sleep_until(flush_at), if !self.done.is_empty() => self.flush().await?,
-                _ = beat.tick() => self.heartbeat().await,
+                Ok(()) = lost.changed() => self.drop_lost(),
                 _ = shared.stop.cancelled() => {}
                 _ = shared.halt.cancelled(), if config.stop_running_on_halt => {}
             }
@@ -517,6 +515,7 @@ impl Slot {
         let (run, worker) = (&shared.config.run, &shared.config.worker);
         let done = std::mem::take(&mut self.done);
         let items: Vec<(Delivery, FinalizeRequest)> = done.iter().map(|(d, r, _)| (d.clone(), r.clone())).collect();
+        shared.held.let_go(done.iter().map(|(d, _, _)| d));
         let replies = shared.queue.finalize_batch(run, worker, &items).await?;
         for ((delivery, _, duration), reply) in done.iter().zip(replies) {
             match reply {
@@ -532,37 +531,20 @@ impl Slot {
         Ok(())
     }
 
-    /// Heartbeats every delivery this slot holds (waiting, sent or done), in
-    /// one call.
-    async fn heartbeat(&mut self) {
-        let held: Vec<Delivery> = self
-            .buffer
-            .iter()
-            .chain(self.sent.iter().map(|s| &s.delivery))
-            .chain(self.done.iter().map(|d| &d.0))
-            .cloned()
-            .collect();
-        let lost = heartbeat(&self.shared, &held).await;
-        // Another worker owns these now: do not run them.
+    /// Drops the units a beat found lost (another worker owns them now) that
+    /// this slot has not sent to its agent, and those of the worker's pool:
+    /// they are not run here. (A sent one's result meets `STALE`.)
+    fn drop_lost(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let mut lost: Vec<Delivery> = self.buffer.iter().filter(|d| shared.held.is_lost(d)).cloned().collect();
         self.buffer.retain(|d| !lost.contains(d));
-        self.heartbeat_pool().await;
-    }
-
-    /// Heartbeats the worker's pool (whichever slot's beat comes first in
-    /// each period does it).
-    async fn heartbeat_pool(&self) {
-        let Some(sharding) = &self.command.sharding else { return };
-        let shared = &self.shared;
-        let pooled = {
-            let mut pool = sharding.pool.lock();
-            if pool.is_empty() || pool.last_beat.elapsed() < shared.config.heartbeat_every / 2 {
-                return;
-            }
-            pool.last_beat = Instant::now();
-            pool.deliveries()
-        };
-        let lost = heartbeat(shared, &pooled).await;
-        sharding.pool.lock().forget(&lost);
+        for delivery in &lost {
+            self.untrack(delivery);
+        }
+        if let Some(sharding) = &self.command.sharding {
+            lost.extend(sharding.pool.lock().forget_lost(|d| shared.held.is_lost(d)));
+        }
+        shared.held.let_go(&lost);
     }
 
     /// The build stopped at its failure limit: the units this slot reserved

@@ -1,5 +1,6 @@
 //! A batch slot: reserves a batch of units, runs it as one invocation in its
-//! own process group, heartbeats the deliveries while it runs, and reports
+//! own process group (the worker's beat heartbeats the deliveries while it
+//! runs, see [`HeldBoard`](super::held::HeldBoard)), and reports
 //! each unit's result through the fenced transitions (finalize, requeue,
 //! release).
 //!
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use leasehold_core::queue::MAX_SUMMARY_LEN;
 use leasehold_core::{Ack, Delivery, Outcome, UnitId};
-use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::agent::child::SLOT_ENV;
 use crate::errors::HopperError;
@@ -25,7 +25,7 @@ use crate::worker::config::{BatchSlots, BatchStart};
 use crate::worker::launch::Invocation;
 use crate::worker::observer::AttemptEnd;
 use crate::worker::transitions::{
-    fenced_off, hand_back, heartbeat, idle, millis, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
+    fenced_off, hand_back, idle, millis, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
 };
 
 /// Runs one slot's batches until every unit is finalized or the worker stops.
@@ -89,15 +89,13 @@ async fn run_batch(
         env.push(("HOPPER_ATTEMPT".into(), (single.retry_index + 1).to_string()));
     }
     shared.running.lock().extend(units.iter().cloned());
-    let started = Instant::now();
 
     // `lost[i]`: the queue no longer lets us report delivery i.
     let mut lost = vec![false; deliveries.len()];
     let stop_unit = shared.stop.child_token();
     let process = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit);
     tokio::pin!(process);
-    let mut beat = tokio::time::interval_at(started + config.heartbeat_every, config.heartbeat_every);
-    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut lost_beats = shared.held.watch_lost();
     let mut halted_here = false;
     let result = loop {
         tokio::select! {
@@ -107,13 +105,9 @@ async fn run_batch(
                 halted_here = true;
                 stop_unit.cancel();
             }
-            _ = beat.tick() => {
-                // The deliveries still ours, heartbeated in one call.
-                let held: Vec<Delivery> =
-                    deliveries.iter().zip(&lost).filter(|(_, lost)| !**lost).map(|(d, _)| d.clone()).collect();
-                let gone = heartbeat(shared, &held).await;
+            Ok(()) = lost_beats.changed() => {
                 for (delivery, lost) in deliveries.iter().zip(lost.iter_mut()) {
-                    *lost |= gone.contains(delivery);
+                    *lost |= shared.held.is_lost(delivery);
                 }
                 if lost.iter().all(|l| *l) {
                     // Nobody will take this attempt's result: stop wasting the slot.
@@ -144,6 +138,7 @@ async fn run_batch(
     let rerun_alone = crate::verdicts::solo::rerun_alone(&units, &verdicts);
     for (i, delivery) in deliveries.iter().enumerate() {
         if lost[i] {
+            shared.held.let_go([delivery]);
             continue;
         }
         if rerun_alone.contains(&delivery.unit) {
@@ -167,6 +162,7 @@ async fn run_batch(
                 let reason = unit_result.output.as_deref().filter(|_| outcome == Outcome::Skipped);
                 let request =
                     crate::verdicts::skips::finalize_request(outcome, per_unit_ms, reason).on_slot(slot_number(slot));
+                shared.held.let_go([delivery]);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;
@@ -185,7 +181,8 @@ async fn run_batch(
 }
 
 /// Runs each of `deliveries` (units a crashed batch left without result)
-/// in an invocation of its own, heartbeating those still waiting (see
+/// in an invocation of its own; the worker's beat heartbeats those still
+/// waiting, and one it found lost meanwhile is not run (see
 /// [`crate::verdicts::solo`]).
 async fn run_alone(
     shared: &Shared,
@@ -200,22 +197,11 @@ async fn run_alone(
             hand_back(shared, waiting.make_contiguous(), Duration::ZERO).await;
             return Ok(());
         }
-        let rest: Vec<Delivery> = waiting.iter().cloned().collect();
-        let beat_rest = async {
-            let mut beat = tokio::time::interval(shared.config.heartbeat_every);
-            beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                beat.tick().await;
-                if rest.is_empty() {
-                    continue;
-                }
-                heartbeat(shared, &rest).await;
-            }
-        };
-        tokio::select! {
-            done = Box::pin(run_batch(shared, batches, vec![delivery], slot)) => done?,
-            () = beat_rest => {}
+        if shared.held.is_lost(&delivery) {
+            shared.held.let_go([&delivery]);
+            continue;
         }
+        Box::pin(run_batch(shared, batches, vec![delivery], slot)).await?;
     }
     Ok(())
 }

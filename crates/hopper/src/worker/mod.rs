@@ -1,6 +1,7 @@
 //! The worker: its slots reserve units from a [`UnitQueue`], run them, and
 //! report each unit's result through the fenced transitions, while one
-//! liveness loop tells the queue the worker is alive.
+//! liveness loop tells the queue the worker is alive and heartbeats what
+//! every slot holds, in one call per beat.
 //!
 //! A slot runs batches ([`batch_slot`]: one process per batch) or feeds a
 //! persistent agent ([`agent_slot`]), as [`WorkerConfig::invocations`] says;
@@ -13,6 +14,7 @@
 mod agent_slot;
 mod batch_slot;
 pub mod config;
+mod held;
 pub mod launch;
 pub mod observer;
 mod transitions;
@@ -66,6 +68,7 @@ impl Worker {
                 grouped: std::sync::OnceLock::new(),
                 summary: Mutex::new(WorkerSummary::default()),
                 log_watch: tokio::sync::Mutex::new(None),
+                held: held::HeldBoard::default(),
             }),
         })
     }
@@ -158,6 +161,8 @@ async fn liveness_loop(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Every slot's deliveries in one call.
+        shared.held.beat(&shared).await;
         let current = shared.running.lock().first().cloned();
         let (run, worker) = (&shared.config.run, &shared.config.worker);
         // Failures here are the queue's outage, announced by the queue; the

@@ -1,5 +1,5 @@
-//! What both slot kinds do with the queue, written once: reserve, heartbeat,
-//! wait while units are in flight elsewhere, requeue a failed attempt, hand
+//! What both slot kinds do with the queue, written once: reserve (onto the
+//! worker's [`HeldBoard`], which one beat heartbeats), wait while units are in flight elsewhere, requeue a failed attempt, hand
 //! back what they stop, and account for a transition the queue refused
 //! (fenced off). The slots differ only in how they run what they reserved.
 
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::errors::HopperError;
 use crate::worker::config::WorkerConfig;
+use crate::worker::held::HeldBoard;
 use crate::worker::observer::{AttemptEnd, RunObserver};
 
 pub(crate) use leasehold_core::duration::millis;
@@ -78,6 +79,8 @@ pub(super) struct Shared {
     /// by the one idle slot that waits on the log for the others (see
     /// [`idle`]).
     pub(super) log_watch: tokio::sync::Mutex<Option<EventId>>,
+    /// Every delivery the slots hold, heartbeated in one call per beat.
+    pub(super) held: HeldBoard,
 }
 
 impl Shared {
@@ -189,6 +192,7 @@ pub(super) async fn reserve(shared: &Shared, want: NonZeroUsize) -> Result<Reser
     let reclaim_after = config.queue_reclaim_after()?;
     shared.refresh_hint().await;
     let batch = shared.queue.reserve_batch(&config.run, &config.worker, want, reclaim_after).await?;
+    shared.held.hold(&batch.deliveries);
     let taken = batch.deliveries.len() as u64;
     let _ = shared.queued_hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| Some(q.saturating_sub(taken)));
     for unit in &batch.exhausted {
@@ -274,33 +278,6 @@ async fn wait_for_change(shared: &Shared, wait: Duration) {
     }
 }
 
-/// Heartbeats `held` in one call; returns the deliveries the worker no
-/// longer owns (each reported with [`fenced_off`]). A failed call loses
-/// nothing: the next beat tries again.
-pub(super) async fn heartbeat(shared: &Shared, held: &[Delivery]) -> Vec<Delivery> {
-    if held.is_empty() {
-        return Vec::new();
-    }
-    let (run, worker) = (&shared.config.run, &shared.config.worker);
-    let replies = match shared.queue.heartbeat_batch(run, worker, held).await {
-        Ok(replies) => replies,
-        Err(error) => {
-            // The queue announces its outage itself (see `queue::outage`):
-            // saying it again at every beat would only repeat it.
-            tracing::debug!(units = held.len(), %error, "heartbeat failed; will try again");
-            return Vec::new();
-        }
-    };
-    let mut lost = Vec::new();
-    for (delivery, reply) in held.iter().zip(replies) {
-        if reply != Ack::Ok {
-            fenced_off(shared, delivery, "heartbeat", reply).await;
-            lost.push(delivery.clone());
-        }
-    }
-    lost
-}
-
 /// A slot's index as the queue's events keep it (a worker has far fewer
 /// than `u32::MAX` slots).
 pub(super) fn slot_number(slot: usize) -> u32 {
@@ -332,6 +309,7 @@ pub(super) async fn requeue_failed(
         retry_elsewhere: !shared.config.retry_same_worker,
         slot: Some(slot_number(slot)),
     };
+    shared.held.let_go([delivery]);
     match shared.queue.requeue(run, worker, delivery, &request).await? {
         RequeueReply::Requeued { retry_index } => {
             shared.summary.lock().retried += 1;
@@ -363,6 +341,7 @@ pub(super) async fn hand_back(shared: &Shared, deliveries: &[Delivery], ran: Dur
     if deliveries.is_empty() {
         return;
     }
+    shared.held.let_go(deliveries);
     let (run, worker) = (&shared.config.run, &shared.config.worker);
     match shared.queue.release_batch(run, worker, deliveries).await {
         Ok(replies) => {
