@@ -36,7 +36,7 @@ use anyhow::{bail, Context, Result};
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use serde_json::json;
 
-use crate::hopper_local::{hopper_binary, round3};
+use crate::hopper_local::{children_cpu_s, hopper_binary, round3};
 use crate::machine::load_1m;
 use crate::redis_stats::{
     commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats, slowlog_by_mode,
@@ -74,18 +74,6 @@ fn write_suite(dir: &Path) -> Result<()> {
         std::fs::write(tests.join(format!("test_file_{f:02}.py")), text)?;
     }
     Ok(())
-}
-
-/// CPU seconds (user + system) of the child processes waited for so far.
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    if rc != 0 {
-        return f64::NAN;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 fn timed(cmd: Command, what: &str) -> Result<(Duration, String)> {

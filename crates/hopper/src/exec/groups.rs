@@ -10,9 +10,13 @@
 //!   when the pipe closes, which the kernel does when the worker dies;
 //! * the reaper also removes the worker's private directories
 //!   ([`remove_when_gone`]) once it is gone;
-//! * each group's leader also gets `PR_SET_PDEATHSIG` (see
-//!   [`crate::exec::process`]), which covers the leader even if the reaper could
-//!   not start.
+//! * when the reaper could not start (or died), each group's leader gets
+//!   `PR_SET_PDEATHSIG` instead (see [`crate::exec::process`]). The reaper
+//!   learns a group just after its spawn: a worker SIGKILLed in those
+//!   microseconds leaves that one unit to run to its end (its result is
+//!   fenced off; another worker reruns it), and so does a worker killed
+//!   after its reaper was: units started while the reaper ran have no
+//!   death signal of their own.
 //!
 //! A process-wide registry, because process groups are process-wide too: the
 //! signal handler must reach every group, whichever worker slot started it.
@@ -59,6 +63,11 @@ fn start_reaper() -> Option<(Child, ChildStdin)> {
             None
         }
     }
+}
+
+/// Whether the reaper runs and listens (starting it on first use).
+pub fn reaper_runs() -> bool {
+    registry().lock().reaper.is_some()
 }
 
 /// Tells the reaper about a group; a reaper that stopped listening is dropped.

@@ -6,8 +6,14 @@
 //! group leader exits, whatever it left running in its group is killed, so a
 //! unit never outlives its attempt and never holds the output pipes open.
 //! Nor does it outlive its worker: the group is registered with
-//! [`crate::exec::groups`] (a second signal and the reaper kill it), and the
-//! leader gets `PR_SET_PDEATHSIG`.
+//! [`crate::exec::groups`] (a second signal and the reaper kill it); when
+//! no reaper runs, the leader gets `PR_SET_PDEATHSIG` instead.
+//!
+//! With a reaper, a unit is spawned without a `pre_exec` hook, so the
+//! standard library starts it with `posix_spawn` (a vfork, which shares the
+//! worker's memory until the exec) instead of a fork that copies the
+//! worker's page tables only for the exec to throw them away: on 1,000
+//! no-op units that copy was most of what a spawn cost the worker.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -216,7 +222,9 @@ pub async fn run_process_in(
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
-    die_with_parent(&mut command);
+    if !crate::exec::groups::reaper_runs() {
+        die_with_parent(&mut command);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
