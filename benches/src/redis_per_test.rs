@@ -39,7 +39,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use leasehold_core::{
-    Ack, Budgets, Delivery, FinalizeRequest, Outcome, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Ack, Budgets, Delivery, FinalizeRequest, Outcome, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec,
+    WorkerId,
 };
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};

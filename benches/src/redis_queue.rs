@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use leasehold_core::{
-    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+    Budgets, FinalizeRequest, Outcome, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};

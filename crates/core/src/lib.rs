@@ -7,7 +7,11 @@
 //!   keys that should be owned, a worker registry, tiers and user presence.
 //! * [`UnitQueue`]: the fenced unit queue of a test run (or any batch of work):
 //!   at-least-once delivery, heartbeats, retry budgets, reclaim of dead workers'
-//!   units and an append-only event log.
+//!   units and an append-only event log. Backends implement its batch forms;
+//!   the single forms are provided on top of them.
+//! * [`RunLog`]: the read-only half of every [`UnitQueue`] (counters, units,
+//!   the event log, worker records, pending deliveries), for code that only
+//!   looks at a run.
 //!
 //! Backends depend only on this crate (the memory backend `leasehold-mem` is
 //! the reference semantics; `leasehold-redis` runs the same contract on Redis).
@@ -24,6 +28,7 @@ pub mod events;
 pub mod ids;
 pub mod lease;
 pub mod queue;
+pub mod run_log;
 pub mod timings;
 pub mod ttl;
 
@@ -39,8 +44,9 @@ pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
 pub use queue::{
     AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,
     HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, ReleaseReply, RequeueReply,
-    RequeueRequest, ReserveBatch, ReserveReply, RunSpec, Status, StreamName, UnitGroup, UnitQueue, UnitSpec, UnitState,
-    WorkerRecord,
+    RequeueRequest, ReserveBatch, ReserveLimit, ReserveReply, RunSpec, Status, StreamName, UnitGroup, UnitQueue,
+    UnitSpec, UnitState, WorkerRecord,
 };
+pub use run_log::RunLog;
 pub use timings::{NoTimings, PassStreak, TimingsError, TimingsStore};
 pub use ttl::Ttl;

@@ -13,8 +13,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 use crate::errors::{QueueError, SpecError};
-use crate::events::{EventId, EventRecord};
 use crate::ids::{EntryId, RunId, UnitId, WorkerId};
+use crate::run_log::RunLog;
 use crate::ttl::Ttl;
 
 /// How long a retry marked to go elsewhere waits for its own worker when no
@@ -378,7 +378,68 @@ impl ReserveReply {
     }
 }
 
-/// What [`UnitQueue::reserve_batch`] handed out.
+impl ReserveReply {
+    /// The reply of [`UnitQueue::reserve`] for what a reserve call with
+    /// [`ReserveLimit::FirstItem`] handed out: its one delivery
+    /// ([`ReserveReply::Delivered`]) or its one unit finalized over its
+    /// reclaim budget ([`ReserveReply::ReclaimExhausted`], whatever else the
+    /// batch says: a `stopped` after it is the next call's reply); with no
+    /// item, [`ReserveReply::Corrupt`] when the batch ended `corrupt`, else
+    /// [`ReserveReply::Stopped`] when it ended `stopped`, else
+    /// [`ReserveReply::None`]. A batch of more than one item is not a
+    /// reply of that call: [`QueueError::Corrupt`].
+    pub fn from_first_item(run: &RunId, batch: ReserveBatch) -> Result<ReserveReply, QueueError> {
+        let ReserveBatch { mut deliveries, mut exhausted, corrupt, stopped } = batch;
+        match (deliveries.len(), exhausted.len()) {
+            (1, 0) => Ok(deliveries.pop().map_or(ReserveReply::None, ReserveReply::Delivered)),
+            (0, 1) => Ok(exhausted.pop().map_or(ReserveReply::None, |unit| ReserveReply::ReclaimExhausted { unit })),
+            (0, 0) if corrupt => Ok(ReserveReply::Corrupt),
+            (0, 0) if stopped => Ok(ReserveReply::Stopped),
+            (0, 0) => Ok(ReserveReply::None),
+            (delivered, finalized) => Err(QueueError::Corrupt {
+                run: run.clone(),
+                detail: format!(
+                    "reserve: the backend handed out {delivered} unit(s) and finalized {finalized} over their reclaim budget in a call limited to its first item"
+                ),
+            }),
+        }
+    }
+}
+
+/// Where one reserve call ends: the limit of [`UnitQueue::reserve_up_to`],
+/// the one reserve every backend implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReserveLimit {
+    /// After this many units handed out (or earlier, at `NONE`, `STOPPED`
+    /// or `CORRUPT`). Units finalized on the way because their reclaim
+    /// budget ran out do not count: the call goes on reclaiming after
+    /// them. What [`UnitQueue::reserve_batch`] asks for.
+    Deliveries(NonZeroUsize),
+    /// After the call's first item, whichever it is: one unit handed out,
+    /// or one unit finalized over its reclaim budget (or earlier, at
+    /// `NONE`, `STOPPED` or `CORRUPT`). What [`UnitQueue::reserve`] asks
+    /// for: its reply holds one item, so a call that went on reclaiming
+    /// after an exhausted unit would finalize units its caller never hears
+    /// of.
+    FirstItem,
+}
+
+impl ReserveLimit {
+    /// The most units the call may hand out.
+    pub fn max_deliveries(self) -> NonZeroUsize {
+        match self {
+            ReserveLimit::Deliveries(max) => max,
+            ReserveLimit::FirstItem => NonZeroUsize::MIN,
+        }
+    }
+
+    /// Whether a unit finalized over its reclaim budget ends the call.
+    pub fn ends_at_exhausted(self) -> bool {
+        matches!(self, ReserveLimit::FirstItem)
+    }
+}
+
+/// What [`UnitQueue::reserve_batch`] (or [`UnitQueue::reserve_up_to`]) handed out.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReserveBatch {
     /// Units for the caller, in delivery order.
@@ -793,6 +854,35 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 /// * Invalid arguments are [`QueueError::Spec`] and change nothing; a run
 ///   re-initialised with other units is [`QueueError::UnitListMismatch`].
 ///
+/// # Batch forms and single forms
+///
+/// A worker moves several units at once (a batch per invocation, every unit
+/// it holds per heartbeat), so the general forms are the ones a backend
+/// implements, and the single forms are conveniences built on them (as
+/// sqlx's `Executor` requires its general methods and provides the rest):
+///
+/// | required                       | provided                       |
+/// |--------------------------------|--------------------------------|
+/// | [`UnitQueue::reserve_up_to`]   | [`UnitQueue::reserve_batch`] ([`ReserveLimit::Deliveries`]), [`UnitQueue::reserve`] ([`ReserveLimit::FirstItem`]) |
+/// | [`UnitQueue::heartbeat_batch`] | [`UnitQueue::heartbeat`]       |
+/// | [`UnitQueue::finalize_batch`]  | [`UnitQueue::finalize`]        |
+/// | [`UnitQueue::release_batch`]   | [`UnitQueue::release`]         |
+///
+/// `heartbeat_batch`, `finalize_batch` and `release_batch` reply for each
+/// item, in order, what its single form would; each single form is a batch
+/// of one item, and a backend whose batch replies another count for one
+/// item fails it with [`QueueError::Corrupt`]. `reserve` is not a batch of one delivery
+/// ([`UnitQueue::reserve_batch`] with `max` 1 goes on reclaiming past units
+/// finalized over their reclaim budget) but a call that ends at its first
+/// item of either kind, hence [`ReserveLimit`]. A backend may still
+/// override a provided form when its own is cheaper; it must reply the
+/// same. `initialize`, `requeue`, `abandon`, `liveness`, `leave` and the
+/// unfenced records have no batch form.
+///
+/// Every queue is a [`RunLog`] too: the reads (counters, units, events,
+/// workers, pending deliveries) are that trait's, and code that only reads
+/// a run takes a `RunLog`.
+///
 /// # Example
 ///
 /// A run of two units with one retry per unit: `a` passes, `b` fails, is
@@ -805,7 +895,7 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 /// use std::time::Duration;
 /// use leasehold_core::{
 ///     Ack, Budgets, FinalizeRequest, InitOutcome, Outcome, RequeueReply, RequeueRequest, ReserveReply, RunId,
-///     RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+///     RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 /// };
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -845,15 +935,49 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 /// # }
 /// ```
 #[async_trait]
-pub trait UnitQueue: Send + Sync + 'static {
+pub trait UnitQueue: RunLog {
     /// Creates the run, or confirms it exists with the same units.
     async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError>;
 
-    /// Hands the next unit to `worker` (see the contract for the order).
-    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError>;
+    /// Hands units to `worker` in one call, until `limit` is reached: the
+    /// one reserve every backend implements, behind
+    /// [`UnitQueue::reserve_batch`] and [`UnitQueue::reserve`] (callers use
+    /// those two).
+    ///
+    /// The call reads the priority stream, then the main stream (each
+    /// stream once, for as many entries as it still needs), then reclaims
+    /// the oldest delivery idle for at least `reclaim_after` (priority
+    /// stream first), whichever worker holds it, until it has handed out
+    /// [`ReserveLimit::max_deliveries`] units (see the contract for the
+    /// order, retries held back for another worker and groups). A delivery
+    /// it hands out is in [`ReserveBatch::deliveries`], in delivery order,
+    /// and appends a `delivered` (or `reclaimed`) event. A reclaim past
+    /// the run's `max_reclaims` finalizes that unit as failed
+    /// (`reclaim_budget_exhausted`, a `finalized` event) and puts it in
+    /// [`ReserveBatch::exhausted`]; it does not count as a delivery, and
+    /// it ends the call when `limit` is [`ReserveLimit::FirstItem`]. The
+    /// call ends early when nothing more can be handed out now (`NONE`:
+    /// units may still be in flight), when the run is stopped at its
+    /// failure limit ([`ReserveBatch::stopped`]: before reading anything,
+    /// or after the reclaim over budget that reached the limit) and when
+    /// the run's meta or a unit's state is missing
+    /// ([`ReserveBatch::corrupt`]; nothing is handed out by the step that
+    /// met it). Backends may do this in one round trip.
+    async fn reserve_up_to(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        limit: ReserveLimit,
+        reclaim_after: Ttl,
+    ) -> Result<ReserveBatch, QueueError>;
 
     /// Reserves up to `max` units in one call (a batch for one invocation).
-    /// Stops early at `NONE`, `STOPPED` or `CORRUPT`. Backends may do this in one round trip.
+    /// Stops early at `NONE`, `STOPPED` or `CORRUPT`; units finalized on the
+    /// way because their reclaim budget ran out are in
+    /// [`ReserveBatch::exhausted`] and do not count toward `max`.
+    ///
+    /// Provided: [`UnitQueue::reserve_up_to`] with
+    /// [`ReserveLimit::Deliveries`]. Backends may do this in one round trip.
     async fn reserve_batch(
         &self,
         run: &RunId,
@@ -861,81 +985,102 @@ pub trait UnitQueue: Send + Sync + 'static {
         max: NonZeroUsize,
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        let mut batch = ReserveBatch::default();
-        while batch.deliveries.len() < max.get() {
-            match self.reserve(run, worker, reclaim_after).await? {
-                ReserveReply::Delivered(d) => batch.deliveries.push(d),
-                ReserveReply::ReclaimExhausted { unit } => batch.exhausted.push(unit),
-                ReserveReply::None => break,
-                ReserveReply::Stopped => {
-                    batch.stopped = true;
-                    break;
-                }
-                ReserveReply::Corrupt => {
-                    batch.corrupt = true;
-                    break;
-                }
-            }
-        }
-        Ok(batch)
+        self.reserve_up_to(run, worker, ReserveLimit::Deliveries(max), reclaim_after).await
     }
 
-    /// Resets the delivery's idle time so it is not reclaimed.
-    async fn heartbeat(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        delivery: &Delivery,
-    ) -> Result<HeartbeatReply, QueueError>;
+    /// Hands the next unit to `worker` (see the contract for the order):
+    /// [`ReserveReply::Delivered`] with the handle every later transition
+    /// of it is fenced by; [`ReserveReply::ReclaimExhausted`] when the idle
+    /// unit it reclaimed was over its reclaim budget and was finalized as
+    /// failed instead (one such unit per call: call `reserve` again);
+    /// [`ReserveReply::None`] when there is nothing to hand out now;
+    /// [`ReserveReply::Stopped`] when the run has reached its failure limit
+    /// (let running units finish, then stop); [`ReserveReply::Corrupt`]
+    /// when the run's meta or a unit's state is missing.
+    ///
+    /// Provided: [`UnitQueue::reserve_up_to`] with
+    /// [`ReserveLimit::FirstItem`], its one item (or none) mapped to the
+    /// reply by [`ReserveReply::from_first_item`]. A batch of more than one
+    /// item is a [`QueueError::Corrupt`].
+    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
+        let batch = self.reserve_up_to(run, worker, ReserveLimit::FirstItem, reclaim_after).await?;
+        ReserveReply::from_first_item(run, batch)
+    }
 
     /// Heartbeats several deliveries of one worker (every unit it holds, once
-    /// per heartbeat period): the same replies and state as calling
-    /// [`UnitQueue::heartbeat`] for each item in order. Each item is fenced
-    /// on its own: one the worker no longer owns is `STALE` and changes
-    /// nothing, the others are still renewed; an item repeated in the batch
-    /// is renewed each time (`OK` twice). The worker record's current unit
-    /// ends as the last renewed item's unit, and is untouched when no item
-    /// is renewed. A run that is gone replies `CORRUPT` for every item; an
-    /// empty batch replies nothing. Backends may do this in one round trip.
+    /// per heartbeat period): each item's idle time is reset, so it is not
+    /// reclaimed. The replies are one per item, in order, with the same
+    /// state as heartbeating the items one after another. Each item is
+    /// fenced on its own: one the worker no longer owns is `STALE` and
+    /// changes nothing, the others are still renewed (`OK`); an item
+    /// repeated in the batch is renewed each time (`OK` twice). A renewal
+    /// keeps the delivery count (the handle stays valid) and appends no
+    /// event. The worker record's current unit ends as the last renewed
+    /// item's unit, and is untouched when no item is renewed. A run that
+    /// is gone replies `CORRUPT` for every item; an empty batch replies
+    /// nothing. Backends may do this in one round trip.
     async fn heartbeat_batch(
         &self,
         run: &RunId,
         worker: &WorkerId,
         deliveries: &[Delivery],
-    ) -> Result<Vec<HeartbeatReply>, QueueError> {
-        let mut replies = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            replies.push(self.heartbeat(run, worker, delivery).await?);
-        }
-        Ok(replies)
+    ) -> Result<Vec<HeartbeatReply>, QueueError>;
+
+    /// Resets the delivery's idle time so it is not reclaimed: `OK` (the
+    /// worker record's current unit is now this unit; no event), `STALE`
+    /// when the caller no longer owns it (nothing changed) or `CORRUPT`
+    /// when the run is gone. Call it more often than the reclaim timeout.
+    ///
+    /// Provided: [`UnitQueue::heartbeat_batch`] of this one delivery; a
+    /// reply that is not exactly one status is a [`QueueError::Corrupt`].
+    async fn heartbeat(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        delivery: &Delivery,
+    ) -> Result<HeartbeatReply, QueueError> {
+        let replies = self.heartbeat_batch(run, worker, std::slice::from_ref(delivery)).await?;
+        only_reply("heartbeat", run, replies)
     }
 
-    /// Records the unit's final outcome.
+    /// Records the final outcome of several deliveries of one worker: one
+    /// reply per item, in order, with the same events and state as
+    /// finalizing them one after another. Each item is fenced on its own:
+    /// `OK` records the item's outcome (a `finalized` event, the unit
+    /// counted in `finalized` and, when it failed and is not quarantined,
+    /// in `failed`; the worker record's current unit is cleared and its
+    /// `processed` counted); `STALE` when the caller no longer owns the
+    /// delivery (a second finalize of it included) changes nothing;
+    /// `CORRUPT` when the run or the unit's state is gone. Every request is
+    /// checked first ([`FinalizeRequest::validate`]): one that is invalid
+    /// fails the whole call with [`QueueError::Spec`] and nothing is
+    /// changed. An empty batch replies nothing. Backends may do this in one
+    /// round trip.
+    async fn finalize_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<FinalizeReply>, QueueError>;
+
+    /// Records the unit's final outcome: `OK`, `STALE` (the caller no
+    /// longer owns the delivery: drop the result; nothing changed) or
+    /// `CORRUPT`, as one item of [`UnitQueue::finalize_batch`]. An invalid
+    /// request is [`QueueError::Spec`] and changes nothing.
+    ///
+    /// Provided: [`UnitQueue::finalize_batch`] of this one item (the
+    /// request is cloned into it); a reply that is not exactly one status
+    /// is a [`QueueError::Corrupt`].
     async fn finalize(
         &self,
         run: &RunId,
         worker: &WorkerId,
         delivery: &Delivery,
         request: &FinalizeRequest,
-    ) -> Result<FinalizeReply, QueueError>;
-
-    /// Finalizes several deliveries of one worker: the same replies, events
-    /// and state as calling [`UnitQueue::finalize`] for each item in order.
-    /// Backends may do this in one round trip.
-    async fn finalize_batch(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        items: &[(Delivery, FinalizeRequest)],
-    ) -> Result<Vec<FinalizeReply>, QueueError> {
-        for (_, request) in items {
-            request.validate()?;
-        }
-        let mut replies = Vec::with_capacity(items.len());
-        for (delivery, request) in items {
-            replies.push(self.finalize(run, worker, delivery, request).await?);
-        }
-        Ok(replies)
+    ) -> Result<FinalizeReply, QueueError> {
+        let items = [(delivery.clone(), request.clone())];
+        let replies = self.finalize_batch(run, worker, &items).await?;
+        only_reply("finalize", run, replies)
     }
 
     /// Asks for another attempt of a failed unit (within the budgets).
@@ -957,28 +1102,36 @@ pub trait UnitQueue: Send + Sync + 'static {
         elapsed_ms: u64,
     ) -> Result<AbandonReply, QueueError>;
 
+    /// Hands several deliveries of one worker back at once (a prefetch
+    /// handed back), without spending a budget: one reply per item, in
+    /// order, with the same events and state as releasing them one after
+    /// another. Each item is fenced on its own: `OK` puts the unit on the
+    /// priority stream as a new entry (retry index, reclaim count and
+    /// tolerance use unchanged), appends a `released` event and clears the
+    /// worker record's current unit (`processed` is not counted); `STALE`
+    /// when the caller no longer owns the delivery (a second release of it,
+    /// in this batch or an earlier call, included) changes nothing;
+    /// `CORRUPT` when the run is gone. An empty batch replies nothing.
+    /// Backends may do this in one round trip.
+    async fn release_batch(
+        &self,
+        run: &RunId,
+        worker: &WorkerId,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<ReleaseReply>, QueueError>;
+
     /// Hands the delivery back at once, without spending a budget: the unit
     /// is put on the priority stream as a new entry (retry index, reclaim
     /// count and tolerance use unchanged), a `released` event is appended and
     /// the worker record's current unit is cleared (`processed` is not
     /// counted). Fenced like every transition: `STALE` when the caller no
     /// longer owns the delivery (a second release of it included).
-    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<ReleaseReply, QueueError>;
-
-    /// Releases several deliveries of one worker (a prefetch handed back):
-    /// the same replies, events and state as calling [`UnitQueue::release`]
-    /// for each in order. Backends may do this in one round trip.
-    async fn release_batch(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        deliveries: &[Delivery],
-    ) -> Result<Vec<ReleaseReply>, QueueError> {
-        let mut replies = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            replies.push(self.release(run, worker, delivery).await?);
-        }
-        Ok(replies)
+    ///
+    /// Provided: [`UnitQueue::release_batch`] of this one delivery; a reply
+    /// that is not exactly one status is a [`QueueError::Corrupt`].
+    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<ReleaseReply, QueueError> {
+        let replies = self.release_batch(run, worker, std::slice::from_ref(delivery)).await?;
+        only_reply("release", run, replies)
     }
 
     /// Refreshes the worker's record (and says what it is working on).
@@ -1016,48 +1169,20 @@ pub trait UnitQueue: Send + Sync + 'static {
         delivery: &Delivery,
         transition: &str,
     ) -> Result<(), QueueError>;
+}
 
-    /// The run's counters; `None` when the run does not exist.
-    async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError>;
-
-    /// The run's frozen budgets; `None` when the run does not exist.
-    async fn budgets(&self, run: &RunId) -> Result<Option<Budgets>, QueueError>;
-
-    /// The run's units in their initial order (empty when the run does not exist).
-    async fn units(&self, run: &RunId) -> Result<Vec<UnitSpec>, QueueError>;
-
-    /// A unit's retry state; `None` when the run or unit does not exist.
-    async fn unit_state(&self, run: &RunId, unit: &UnitId) -> Result<Option<UnitState>, QueueError>;
-
-    /// Up to `limit` events after `after` (from the start when `None`), in order.
-    async fn events(&self, run: &RunId, after: Option<EventId>, limit: usize) -> Result<Vec<EventRecord>, QueueError>;
-
-    /// Waits until the run's event log holds an event after `after`, or
-    /// until `timeout` has passed, and returns the id of the newest event
-    /// it saw (`after` when none came in time). With `after` = `None` it
-    /// waits for an event appended after the call began.
-    ///
-    /// Every transition that changes a run appends an event (a delivery, a
-    /// finalize, a requeue, a release), so this is how a waiting worker
-    /// hears that there may be work, or that the run completed, without
-    /// polling. It is a wake-up, not a read: callers read what they need
-    /// afterwards, and bound every wait, since a change that appends no
-    /// event (a unit held back for another worker becoming free to all)
-    /// wakes nobody. It returns at once when `after` is older than the
-    /// newest event, and does not fail for a run that does not exist (it
-    /// waits for the run's first event).
-    async fn wait_for_events(
-        &self,
-        run: &RunId,
-        after: Option<EventId>,
-        timeout: Duration,
-    ) -> Result<Option<EventId>, QueueError>;
-
-    /// The run's worker records, sorted by worker id.
-    async fn workers(&self, run: &RunId) -> Result<Vec<WorkerRecord>, QueueError>;
-
-    /// Deliveries pending on workers, in entry order (priority stream first).
-    async fn pending(&self, run: &RunId) -> Result<Vec<PendingDelivery>, QueueError>;
+/// The one reply of a batch of one item, or [`QueueError::Corrupt`] when
+/// the backend replied another count (a provided single form's check).
+fn only_reply<T>(op: &'static str, run: &RunId, replies: Vec<T>) -> Result<T, QueueError> {
+    let count = replies.len();
+    let mut replies = replies.into_iter();
+    match (replies.next(), replies.next()) {
+        (Some(reply), None) => Ok(reply),
+        _ => Err(QueueError::Corrupt {
+            run: run.clone(),
+            detail: format!("{op}: the backend replied {count} statuses for a batch of one delivery"),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -1108,6 +1233,66 @@ mod tests {
         };
         assert_ne!(kinds("ab", "").fingerprint(), kinds("a", "b").fingerprint());
         assert_eq!(spec(&["a"]).fingerprint().len(), 64, "a SHA-256 in hex");
+    }
+
+    fn delivery(unit: &str) -> Delivery {
+        Delivery {
+            unit: UnitId::new(unit).unwrap(),
+            kind: "file".into(),
+            stream: StreamName::Main,
+            entry_id: EntryId::new(1, 0),
+            delivery_count: 1,
+            retry_index: 0,
+            reclaim_count: 0,
+            origin: DeliveryOrigin::Fresh,
+        }
+    }
+
+    #[test]
+    fn a_first_item_batch_maps_to_the_reserve_reply_the_backends_gave() {
+        let run = RunId::new("r").unwrap();
+        let reply = |batch| ReserveReply::from_first_item(&run, batch).unwrap();
+        let a = UnitId::new("a").unwrap();
+        let one = ReserveBatch { deliveries: vec![delivery("a")], ..ReserveBatch::default() };
+        assert_eq!(reply(one), ReserveReply::Delivered(delivery("a")));
+        let exhausted = ReserveBatch { exhausted: vec![a.clone()], ..ReserveBatch::default() };
+        assert_eq!(reply(exhausted.clone()), ReserveReply::ReclaimExhausted { unit: a.clone() });
+        // The failure that stopped the run is this call's item; STOPPED is the next call's reply.
+        let stopping = ReserveBatch { stopped: true, ..exhausted };
+        assert_eq!(reply(stopping), ReserveReply::ReclaimExhausted { unit: a.clone() });
+        assert_eq!(reply(ReserveBatch { corrupt: true, ..ReserveBatch::default() }), ReserveReply::Corrupt);
+        assert_eq!(reply(ReserveBatch { stopped: true, ..ReserveBatch::default() }), ReserveReply::Stopped);
+        assert_eq!(reply(ReserveBatch::default()), ReserveReply::None);
+        for wrong in [
+            ReserveBatch { deliveries: vec![delivery("a"), delivery("b")], ..ReserveBatch::default() },
+            ReserveBatch { deliveries: vec![delivery("b")], exhausted: vec![a.clone()], ..ReserveBatch::default() },
+            ReserveBatch { exhausted: vec![a.clone(), a.clone()], ..ReserveBatch::default() },
+        ] {
+            let error = ReserveReply::from_first_item(&run, wrong).unwrap_err();
+            assert!(matches!(error, QueueError::Corrupt { .. }), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_batch_of_one_must_reply_once() {
+        let run = RunId::new("r").unwrap();
+        assert_eq!(only_reply("heartbeat", &run, vec![Ack::Stale]).unwrap(), Ack::Stale);
+        for wrong in [vec![], vec![Ack::Ok, Ack::Ok]] {
+            let error = only_reply("finalize", &run, wrong).unwrap_err();
+            assert!(
+                matches!(&error, QueueError::Corrupt { detail, .. } if detail.starts_with("finalize: ")),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn reserve_limits_say_how_far_a_call_goes() {
+        let three = NonZeroUsize::new(3).unwrap();
+        assert_eq!(ReserveLimit::Deliveries(three).max_deliveries(), three);
+        assert!(!ReserveLimit::Deliveries(NonZeroUsize::MIN).ends_at_exhausted());
+        assert_eq!(ReserveLimit::FirstItem.max_deliveries(), NonZeroUsize::MIN);
+        assert!(ReserveLimit::FirstItem.ends_at_exhausted());
     }
 
     #[test]

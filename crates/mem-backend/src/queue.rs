@@ -7,7 +7,6 @@
 //! checks (meta, then fence, then unit state) follow the script exactly.
 
 use std::collections::{BTreeMap, HashMap};
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,7 +15,8 @@ use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL, RETRY_ALONE_AFTER
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeReason, FinalizeRequest, InitOutcome,
     LivenessReply, Outcome, PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveLimit, ReserveReply, RunId, RunLog, RunSpec, StreamName, Ttl, UnitId, UnitQueue, UnitSpec, UnitState,
+    WorkerId, WorkerRecord,
 };
 
 use crate::MemoryStore;
@@ -446,24 +446,17 @@ impl Run {
         ReserveReply::None
     }
 
-    fn reserve(&mut self, worker: &WorkerId, min_idle_ms: u64, now: u64) -> ReserveReply {
-        if self.meta().stopped() {
-            return ReserveReply::Stopped;
-        }
-        match self.deliver_fresh(worker, 1, min_idle_ms, now).pop() {
-            Some(delivery) => ReserveReply::Delivered(delivery),
-            None => self.reclaim(worker, min_idle_ms, now),
-        }
-    }
-
-    /// `reserve` for up to `max` units in one call: fresh entries first
-    /// (each stream read once), then reclaims.
-    fn reserve_batch(&mut self, worker: &WorkerId, max: usize, min_idle_ms: u64, now: u64) -> ReserveBatch {
+    /// One reserve call up to `limit`: fresh entries first (each stream read
+    /// once), then reclaims. With [`ReserveLimit::FirstItem`] a unit
+    /// finalized over its reclaim budget ends the call (the seed's single
+    /// `reserve`, and the Redis script's `single` flag).
+    fn reserve_up_to(&mut self, worker: &WorkerId, limit: ReserveLimit, min_idle_ms: u64, now: u64) -> ReserveBatch {
         let mut batch = ReserveBatch::default();
         if self.meta().stopped() {
             batch.stopped = true;
             return batch;
         }
+        let max = limit.max_deliveries().get();
         batch.deliveries = self.deliver_fresh(worker, max, min_idle_ms, now);
         while batch.deliveries.len() < max {
             match self.reclaim(worker, min_idle_ms, now) {
@@ -472,6 +465,9 @@ impl Run {
                     batch.exhausted.push(unit);
                     if self.meta().stopped() {
                         batch.stopped = true;
+                        break;
+                    }
+                    if limit.ends_at_exhausted() {
                         break;
                     }
                 }
@@ -483,6 +479,27 @@ impl Run {
             }
         }
         batch
+    }
+
+    /// Records a delivery's final outcome (one item of a finalize batch).
+    fn finalize(&mut self, worker: &WorkerId, delivery: &Delivery, request: &FinalizeRequest, now: u64) -> Ack {
+        let Some(unit) = self.fenced_unit(worker, delivery) else { return Ack::Stale };
+        let extra = FinalizeExtra { slot: request.slot, ..FinalizeExtra::default() };
+        self.finalize_entry(
+            delivery.stream,
+            delivery.entry_id,
+            unit,
+            worker,
+            request.outcome,
+            request.duration_ms,
+            request.reason.clone(),
+            request.errors.clone(),
+            extra,
+            now,
+        );
+        self.touch_worker(worker, Current::Clear, 1, now);
+        self.renew(now);
+        Ack::Ok
     }
 
     fn requeue(&mut self, worker: &WorkerId, delivery: &Delivery, request: &RequeueRequest, now: u64) -> RequeueReply {
@@ -665,34 +682,17 @@ impl UnitQueue for MemoryStore {
         Ok(InitOutcome::Initialized)
     }
 
-    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
-        let min_idle = reclaim_after.as_millis();
-        Ok(self.with_run(run, |r, now| r.reserve(worker, min_idle, now)).unwrap_or(ReserveReply::Corrupt))
-    }
-
-    async fn reserve_batch(
+    async fn reserve_up_to(
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: NonZeroUsize,
+        limit: ReserveLimit,
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
         let min_idle = reclaim_after.as_millis();
         Ok(self
-            .with_run(run, |r, now| r.reserve_batch(worker, max.get(), min_idle, now))
+            .with_run(run, |r, now| r.reserve_up_to(worker, limit, min_idle, now))
             .unwrap_or(ReserveBatch { corrupt: true, ..ReserveBatch::default() }))
-    }
-
-    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
-        Ok(ack(self.with_run(run, |r, now| {
-            r.fenced_unit(worker, delivery)?;
-            if let Some(p) = r.stream(delivery.stream).pending.get_mut(&delivery.entry_id) {
-                p.last_delivery_ms = now;
-            }
-            r.touch_worker(worker, Current::Set(&delivery.unit), 0, now);
-            r.renew(now);
-            Some(())
-        })))
     }
 
     async fn heartbeat_batch(
@@ -729,33 +729,23 @@ impl UnitQueue for MemoryStore {
             .unwrap_or_else(|| vec![Ack::Corrupt; deliveries.len()]))
     }
 
-    async fn finalize(
+    async fn finalize_batch(
         &self,
         run: &RunId,
         worker: &WorkerId,
-        delivery: &Delivery,
-        request: &FinalizeRequest,
-    ) -> Result<Ack, QueueError> {
-        request.validate()?;
-        Ok(ack(self.with_run(run, |r, now| {
-            let unit = r.fenced_unit(worker, delivery)?;
-            let extra = FinalizeExtra { slot: request.slot, ..FinalizeExtra::default() };
-            r.finalize_entry(
-                delivery.stream,
-                delivery.entry_id,
-                unit,
-                worker,
-                request.outcome,
-                request.duration_ms,
-                request.reason.clone(),
-                request.errors.clone(),
-                extra,
-                now,
-            );
-            r.touch_worker(worker, Current::Clear, 1, now);
-            r.renew(now);
-            Some(())
-        })))
+        items: &[(Delivery, FinalizeRequest)],
+    ) -> Result<Vec<Ack>, QueueError> {
+        for (_, request) in items {
+            request.validate()?;
+        }
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .with_run(run, |r, now| {
+                items.iter().map(|(delivery, request)| r.finalize(worker, delivery, request, now)).collect()
+            })
+            .unwrap_or_else(|| vec![Ack::Corrupt; items.len()]))
     }
 
     async fn requeue(
@@ -787,10 +777,6 @@ impl UnitQueue for MemoryStore {
             r.renew(now);
             Some(())
         })))
-    }
-
-    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
-        Ok(self.with_run(run, |r, now| r.release(worker, delivery, now)).unwrap_or(Ack::Corrupt))
     }
 
     async fn release_batch(
@@ -864,7 +850,10 @@ impl UnitQueue for MemoryStore {
         });
         Ok(())
     }
+}
 
+#[async_trait]
+impl RunLog for MemoryStore {
     async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
         Ok(self.with_run(run, |r, _| r.progress()))
     }
@@ -945,7 +934,7 @@ impl UnitQueue for MemoryStore {
 mod tests {
     use std::time::Duration;
 
-    use leasehold_core::{Budgets, RunId, RunSpec, UnitId, UnitQueue, UnitSpec};
+    use leasehold_core::{Budgets, RunId, RunLog, RunSpec, UnitId, UnitQueue, UnitSpec};
 
     use crate::MemoryStore;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_core::{
     Ack, Budgets, Delivery, Event, FinalizeRequest, ManualClock, Outcome, RequeueReply, RequeueRequest, ReserveReply,
-    RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
+    RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use proptest::prelude::*;

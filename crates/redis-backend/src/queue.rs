@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
 use leasehold_core::{
     Ack, Budgets, Delivery, EntryId, Event, EventId, EventRecord, FinalizeRequest, InitOutcome, LivenessReply,
-    PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveReply, RunId, RunSpec,
-    StreamName, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    PendingDelivery, Progress, QueueError, RequeueReply, RequeueRequest, ReserveBatch, ReserveLimit, RunId, RunLog,
+    RunSpec, StreamName, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use redis::Value;
 
@@ -397,25 +397,17 @@ impl UnitQueue for RedisStore {
         }
     }
 
-    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
-        let reserved = self.reserve_items(run, worker, NonZeroUsize::MIN, reclaim_after, true).await?;
-        Ok(match reserved.items.into_iter().next() {
-            Some(Item::Delivered(d)) => ReserveReply::Delivered(d),
-            Some(Item::Exhausted(unit)) => ReserveReply::ReclaimExhausted { unit },
-            None if reserved.corrupt => ReserveReply::Corrupt,
-            None if reserved.stopped => ReserveReply::Stopped,
-            None => ReserveReply::None,
-        })
-    }
-
-    async fn reserve_batch(
+    async fn reserve_up_to(
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: NonZeroUsize,
+        limit: ReserveLimit,
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        let reserved = self.reserve_items(run, worker, max, reclaim_after, false).await?;
+        // The script's `single` flag ends the call at its first item, a unit
+        // finalized over its reclaim budget included (`reserve`'s limit).
+        let (max, single) = (limit.max_deliveries(), limit.ends_at_exhausted());
+        let reserved = self.reserve_items(run, worker, max, reclaim_after, single).await?;
         let mut batch =
             ReserveBatch { corrupt: reserved.corrupt, stopped: reserved.stopped, ..ReserveBatch::default() };
         for item in reserved.items {
@@ -425,14 +417,6 @@ impl UnitQueue for RedisStore {
             }
         }
         Ok(batch)
-    }
-
-    async fn heartbeat(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
-        let keys = self.run_keys(run);
-        let call = self.fenced(&keys, "heartbeat", worker, delivery);
-        let value = self.run_transition("heartbeat", run, &call).await?;
-        let (s, _) = status("heartbeat", value).map_err(|e| queue_reply_err("heartbeat", run, e))?;
-        ack("heartbeat", &s).map_err(|e| queue_reply_err("heartbeat", run, e))
     }
 
     async fn heartbeat_batch(
@@ -451,22 +435,6 @@ impl UnitQueue for RedisStore {
         items: &[(Delivery, FinalizeRequest)],
     ) -> Result<Vec<Ack>, QueueError> {
         self.finalize_many(run, worker, items).await
-    }
-
-    async fn finalize(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        delivery: &Delivery,
-        request: &FinalizeRequest,
-    ) -> Result<Ack, QueueError> {
-        request.validate()?;
-        let keys = self.run_keys(run);
-        let mut call = self.transition(&keys, "finalize", worker);
-        Self::finalize_args(&mut call, delivery, request);
-        let value = self.run_transition("finalize", run, &call).await?;
-        let (s, _) = status("finalize", value).map_err(|e| queue_reply_err("finalize", run, e))?;
-        ack("finalize", &s).map_err(|e| queue_reply_err("finalize", run, e))
     }
 
     async fn requeue(
@@ -513,13 +481,6 @@ impl UnitQueue for RedisStore {
         let value = self.run_transition("abandon", run, &call).await?;
         let (s, _) = status("abandon", value).map_err(|e| queue_reply_err("abandon", run, e))?;
         ack("abandon", &s).map_err(|e| queue_reply_err("abandon", run, e))
-    }
-
-    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<Ack, QueueError> {
-        match self.release_batch(run, worker, std::slice::from_ref(delivery)).await?.as_slice() {
-            [ack] => Ok(*ack),
-            _ => Err(queue_reply_err("release", run, ReplyError::new("release", "not one status for one delivery"))),
-        }
     }
 
     async fn release_batch(
@@ -597,7 +558,10 @@ impl UnitQueue for RedisStore {
         });
         self.append_prebuilt("stale_rejected", run, worker, event).await
     }
+}
 
+#[async_trait]
+impl RunLog for RedisStore {
     async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
         let keys = self.run_keys(run);
         let call = Call::new([&keys.units, &keys.priority, &keys.meta, &keys.parked]);

@@ -1,4 +1,4 @@
-//! [`UnitQueue::wait_for_events`](leasehold_core::UnitQueue::wait_for_events)
+//! [`RunLog::wait_for_events`](leasehold_core::RunLog::wait_for_events)
 //! on Redis: `XREAD BLOCK` on the run's attempts stream, on the store's
 //! blocking connection.
 //!

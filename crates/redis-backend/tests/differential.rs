@@ -54,7 +54,7 @@ enum Op {
     Heartbeat { d: usize, who: Option<usize> },
     HeartbeatBatch { w: usize, skip: usize },
     Finalize { d: usize, who: Option<usize>, outcome: u8 },
-    FinalizeMany { w: usize },
+    FinalizeMany { w: usize, through_trait: bool },
     Requeue { d: usize, who: Option<usize>, summary: bool, elsewhere: bool },
     Abandon { d: usize, who: Option<usize> },
     HandBack { d: usize, who: Option<usize> },
@@ -90,7 +90,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (w.clone(), proptest::option::of(1..4usize)).prop_map(|(w, batch)| Op::ReserveIdle { w, batch }),
         3 => (d.clone(), who()).prop_map(|(d, who)| Op::Heartbeat { d, who }),
         6 => (d.clone(), who(), 0..3u8).prop_map(|(d, who, outcome)| Op::Finalize { d, who, outcome }),
-        1 => w.clone().prop_map(|w| Op::FinalizeMany { w }),
+        1 => (w.clone(), any::<bool>()).prop_map(|(w, through_trait)| Op::FinalizeMany { w, through_trait }),
         5 => (d.clone(), who(), any::<bool>(), any::<bool>())
             .prop_map(|(d, who, summary, elsewhere)| Op::Requeue { d, who, summary, elsewhere }),
         2 => (d.clone(), who()).prop_map(|(d, who)| Op::Abandon { d, who }),
@@ -311,11 +311,17 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             }
             None => "no delivery".into(),
         },
-        Op::FinalizeMany { w } => {
+        Op::FinalizeMany { w, through_trait } => {
             // Everything this worker was ever handed, in order (stale ones included).
             let mine: Vec<Delivery> = side.deliveries.iter().filter(|(o, _)| o == w).map(|(_, d)| d.clone()).collect();
             let req = FinalizeRequest::new(Outcome::Passed, 1).on_slot(5);
             match &side.redis {
+                // Both backends' own batch, through the trait.
+                _ if *through_trait => {
+                    let items: Vec<_> = mine.into_iter().map(|d| (d, req.clone())).collect();
+                    format!("{:?}", q.finalize_batch(run, &wid(*w), &items).await.expect("finalize_batch"))
+                }
+                // Redis's batch against memory's single forms (each a batch of one).
                 Some(redis) => {
                     let items: Vec<_> = mine.into_iter().map(|d| (d, req.clone())).collect();
                     format!("{:?}", redis.finalize_many(run, &wid(*w), &items).await.expect("finalize_many"))

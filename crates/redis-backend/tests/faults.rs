@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Ack, Budgets, FinalizeRequest, InitOutcome, LeaseError, LeaseKey, LeaseStore, Outcome, QueueError, RequeueReply,
-    RequeueRequest, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId, WorkerId,
+    RequeueRequest, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId, WorkerId,
 };
 use leasehold_redis::test_support::RedisServer;
 use leasehold_redis::RedisStore;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{RunId, UnitQueue};
+use leasehold_core::{RunId, RunLog, UnitQueue};
 use tokio_util::sync::CancellationToken;
 
 use super::identity::{resolve_build, EnvLookup};
@@ -97,7 +97,7 @@ pub(super) struct ReportOutputs<'a> {
 }
 
 pub(super) async fn finish_report(
-    queue: &Arc<dyn UnitQueue>,
+    queue: &dyn RunLog,
     report: &RunReport,
     outputs: ReportOutputs<'_>,
     slowest: usize,
@@ -108,7 +108,7 @@ pub(super) async fn finish_report(
 }
 
 async fn write_files(
-    queue: &Arc<dyn UnitQueue>,
+    queue: &dyn RunLog,
     report: &RunReport,
     outputs: ReportOutputs<'_>,
     slowest: usize,
@@ -135,7 +135,8 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
     let backend =
         connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
             .await?;
-    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
+    // It only reads the build.
+    let queue: Arc<dyn RunLog> = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
     let wait = WaitOptions {
         wait_timeout: options.wait_timeout,
         worker_timeout: options.worker_timeout,
@@ -143,20 +144,20 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         poll: Duration::from_millis(250).min(options.worker_timeout / 4).max(Duration::from_millis(10)),
     };
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
-    let waited = wait_for_end(&queue, &run_id, wait).await;
+    let waited = wait_for_end(&*queue, &run_id, wait).await;
     if let Err(error @ (HopperError::WorkersGone { .. } | HopperError::WaitTimeout { .. })) = waited {
         // Still show what is known, and leave a JUnit file that names the unfinished units.
-        if let Some(report) = RunReport::load(&queue, &run_id).await? {
+        if let Some(report) = RunReport::load(&*queue, &run_id).await? {
             let report = report.counting_flaky_as(options.flaky_result).quarantining(quarantine);
             print!("{}", report.render(options.slowest));
-            write_files(&queue, &report, outputs, options.slowest).await?;
+            write_files(&*queue, &report, outputs, options.slowest).await?;
         }
         return Err(error);
     }
     let report = waited?.counting_flaky_as(options.flaky_result).quarantining(quarantine);
     let counted_as = report.run.to_string();
     let report = count_passes(report, &*backend.timings, &counted_as).await;
-    finish_report(&queue, &report, outputs, options.slowest).await
+    finish_report(&*queue, &report, outputs, options.slowest).await
 }
 
 /// The `--quarantine` list (empty without one), read before the queue is
@@ -173,13 +174,14 @@ pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, H
     let backend =
         connect_within(options.outage_grace, &notify, BackendError::may_come_back, || connect(&kind, &options.backend))
             .await?;
-    let queue = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
-    print!("{}", status_text(&queue, &run_id).await?);
+    // It only reads the build.
+    let queue: Arc<dyn RunLog> = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
+    print!("{}", status_text(&*queue, &run_id).await?);
     Ok(exit::PASSED)
 }
 
 /// The status text of a build (or an error when it does not exist).
-pub async fn status_text(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<String, HopperError> {
+pub async fn status_text(queue: &dyn RunLog, run: &RunId) -> Result<String, HopperError> {
     let snapshot = StatusSnapshot::load(queue, run)
         .await?
         .ok_or_else(|| HopperError::RunNotFound { run: run.clone(), waited: Duration::ZERO })?;

@@ -15,9 +15,8 @@
 //! (the timings file holds durations only).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use leasehold_core::{RunId, UnitId, UnitQueue, UnitSpec};
+use leasehold_core::{RunId, RunLog, UnitId, UnitSpec};
 
 use crate::errors::HopperError;
 use crate::report::RunReport;
@@ -40,7 +39,7 @@ impl Rerun {
     /// Reads the finished build `from`: its failed and flaky units. Fails,
     /// naming the build and what to do, when the queue has no such build
     /// (never run, or expired) or when it has units left to run.
-    pub(super) async fn read(queue: &Arc<dyn UnitQueue>, from: &RunId) -> Result<Self, HopperError> {
+    pub(super) async fn read(queue: &dyn RunLog, from: &RunId) -> Result<Self, HopperError> {
         let report =
             RunReport::load(queue, from).await?.ok_or_else(|| HopperError::RerunBuildMissing { run: from.clone() })?;
         let unfinished = report.unfinished();
@@ -83,7 +82,7 @@ pub(super) fn rerun_build(resolved: Option<RunId>, from: &RunId) -> Result<RunId
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{Budgets, RunSpec};
+    use leasehold_core::{Budgets, RunSpec, UnitQueue};
 
     use super::*;
 
@@ -114,7 +113,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_or_unfinished_build_is_refused_by_name() {
-        let queue: Arc<dyn UnitQueue> = Arc::new(leasehold_mem::MemoryStore::new());
+        let queue = leasehold_mem::MemoryStore::new();
         let missing = Rerun::read(&queue, &run("never")).await.unwrap_err();
         assert!(matches!(missing, HopperError::RerunBuildMissing { .. }), "{missing}");
         assert!(missing.to_string().contains("build never"), "{missing}");

@@ -179,7 +179,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let (rerun, mut connected) = match &rerun_from {
         Some(from) => {
             let (backend, queue) = connecting().await?;
-            (Some(Rerun::read(&queue, from).await?), Some((backend, queue)))
+            (Some(Rerun::read(&*queue, from).await?), Some((backend, queue)))
         }
         None => (None, None),
     };
@@ -292,7 +292,7 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
         );
         return Ok(exit::PASSED);
     }
-    let report = RunReport::load(&queue, &run_id)
+    let report = RunReport::load(&*queue, &run_id)
         .await?
         .ok_or(HopperError::StateLost { run: run_id })?
         .counting_flaky_as(options.flaky_result)
@@ -300,5 +300,5 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let counted_as = streak_id(report.run.as_str(), fallback);
     let report = count_passes(report, &*backend.timings, &counted_as).await;
     let outputs = ReportOutputs { junit: options.junit.as_deref(), html: options.html.as_deref() };
-    finish_report(&queue, &report, outputs, options.slowest).await
+    finish_report(&*queue, &report, outputs, options.slowest).await
 }

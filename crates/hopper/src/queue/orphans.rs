@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use leasehold_core::{
-    Delivery, DeliveryOrigin, EntryId, QueueError, ReserveBatch, RunId, StreamName, UnitQueue, WorkerId,
+    Delivery, DeliveryOrigin, EntryId, QueueError, ReserveBatch, RunId, RunLog, StreamName, WorkerId,
 };
 use parking_lot::Mutex;
 use tokio::sync::{RwLock, RwLockReadGuard};
@@ -74,7 +74,7 @@ impl Orphans {
     /// adopts it; returns how many were adopted.
     pub(crate) async fn adopt_lost(
         &self,
-        queue: &dyn UnitQueue,
+        queue: &dyn RunLog,
         run: &RunId,
         worker: &WorkerId,
     ) -> Result<usize, QueueError> {

@@ -19,12 +19,15 @@
 //! delivered to nobody until the reclaim timeout): the `orphans` module
 //! adopts what such a reply delivered.
 //!
+//! It wraps the batch forms of the queue's transitions; the single forms
+//! (`reserve`, `heartbeat`, `finalize`, `release`) are the trait's own, a
+//! batch of one, so they are retried and checked exactly as the batches.
+//!
 //! Two calls are not retried here, because their callers repeat them on
 //! their own: `heartbeat` and `liveness`. Waiting inside them would stop the
 //! caller from watching its unit (output, time limit, stop request). They
 //! still mark the outage, so the announcement is the same.
 
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +36,8 @@ use leasehold_core::duration::jitter;
 use leasehold_core::{
     AbandonReply, Ack, Budgets, Delivery, Event, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply,
     InitOutcome, LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest,
-    ReserveBatch, ReserveReply, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveBatch, ReserveLimit, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId,
+    WorkerRecord,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -361,42 +365,21 @@ impl UnitQueue for OutageQueue {
         self.retry("initialize", || self.inner.initialize(spec)).await
     }
 
-    async fn reserve(&self, run: &RunId, worker: &WorkerId, reclaim_after: Ttl) -> Result<ReserveReply, QueueError> {
-        if let Some(delivery) = self.orphans.take_adopted(run, worker, 1).pop() {
-            return Ok(ReserveReply::Delivered(delivery));
-        }
-        let (reply, resent) = self
-            .retry_noting("reserve", || async {
-                let _reserving = self.orphans.reserving().await;
-                let reply = self.inner.reserve(run, worker, reclaim_after).await?;
-                if let ReserveReply::Delivered(delivery) = &reply {
-                    let batch = ReserveBatch { deliveries: vec![delivery.clone()], ..ReserveBatch::default() };
-                    self.orphans.handed_out(run, worker, &batch);
-                }
-                Ok(reply)
-            })
-            .await?;
-        if resent {
-            self.adopt_lost(run, worker).await;
-        }
-        Ok(reply)
-    }
-
-    async fn reserve_batch(
+    async fn reserve_up_to(
         &self,
         run: &RunId,
         worker: &WorkerId,
-        max: NonZeroUsize,
+        limit: ReserveLimit,
         reclaim_after: Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        let adopted = self.orphans.take_adopted(run, worker, max.get());
+        let adopted = self.orphans.take_adopted(run, worker, limit.max_deliveries().get());
         if !adopted.is_empty() {
             return Ok(ReserveBatch { deliveries: adopted, ..ReserveBatch::default() });
         }
         let (batch, resent) = self
             .retry_noting("reserve", || async {
                 let _reserving = self.orphans.reserving().await;
-                let batch = self.inner.reserve_batch(run, worker, max, reclaim_after).await?;
+                let batch = self.inner.reserve_up_to(run, worker, limit, reclaim_after).await?;
                 self.orphans.handed_out(run, worker, &batch);
                 Ok(batch)
             })
@@ -407,15 +390,6 @@ impl UnitQueue for OutageQueue {
         Ok(batch)
     }
 
-    async fn heartbeat(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        delivery: &Delivery,
-    ) -> Result<HeartbeatReply, QueueError> {
-        self.once("heartbeat", self.inner.heartbeat(run, worker, delivery)).await
-    }
-
     async fn heartbeat_batch(
         &self,
         run: &RunId,
@@ -423,22 +397,6 @@ impl UnitQueue for OutageQueue {
         deliveries: &[Delivery],
     ) -> Result<Vec<HeartbeatReply>, QueueError> {
         self.once("heartbeat", self.inner.heartbeat_batch(run, worker, deliveries)).await
-    }
-
-    async fn finalize(
-        &self,
-        run: &RunId,
-        worker: &WorkerId,
-        delivery: &Delivery,
-        request: &FinalizeRequest,
-    ) -> Result<FinalizeReply, QueueError> {
-        let sent = self.retry_noting("finalize", || self.inner.finalize(run, worker, delivery, request)).await;
-        let reply = match sent {
-            Ok((Ack::Stale, true)) if self.finalized_by(run, worker, &[delivery]).await.contains(&0) => Ok(Ack::Ok),
-            other => other.map(|(reply, _)| reply),
-        };
-        self.done(run, worker, delivery, &reply);
-        reply
     }
 
     async fn finalize_batch(
@@ -491,12 +449,6 @@ impl UnitQueue for OutageQueue {
         reply
     }
 
-    async fn release(&self, run: &RunId, worker: &WorkerId, delivery: &Delivery) -> Result<ReleaseReply, QueueError> {
-        let reply = self.retry("release", || self.inner.release(run, worker, delivery)).await;
-        self.done(run, worker, delivery, &reply);
-        reply
-    }
-
     async fn release_batch(
         &self,
         run: &RunId,
@@ -543,7 +495,10 @@ impl UnitQueue for OutageQueue {
         self.retry("record_stale_rejected", || self.inner.record_stale_rejected(run, worker, delivery, transition))
             .await
     }
+}
 
+#[async_trait]
+impl RunLog for OutageQueue {
     async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
         self.retry("progress", || self.inner.progress(run)).await
     }
@@ -587,6 +542,7 @@ impl UnitQueue for OutageQueue {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroUsize;
     use std::sync::atomic::Ordering;
 
     use super::*;

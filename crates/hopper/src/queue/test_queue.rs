@@ -10,7 +10,7 @@ use leasehold_core::AbandonReply;
 use leasehold_core::{
     Budgets, Delivery, EventId, EventRecord, FinalizeReply, FinalizeRequest, HeartbeatReply, InitOutcome,
     LivenessReply, PendingDelivery, Progress, QueueError, ReleaseReply, RequeueReply, RequeueRequest, ReserveBatch,
-    ReserveReply, RunId, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
+    ReserveLimit, RunId, RunLog, RunSpec, UnitId, UnitQueue, UnitSpec, UnitState, WorkerId, WorkerRecord,
 };
 use leasehold_mem::MemoryStore;
 use parking_lot::Mutex;
@@ -54,22 +54,15 @@ impl UnitQueue for Flaky {
     async fn initialize(&self, spec: &RunSpec) -> Result<InitOutcome, QueueError> {
         self.store.initialize(spec).await
     }
-    async fn reserve(&self, r: &RunId, w: &WorkerId, t: leasehold_core::Ttl) -> Result<ReserveReply, QueueError> {
-        let reply = self.store.reserve(r, w, t).await;
-        self.lose_reply(r, reply)
-    }
-    async fn reserve_batch(
+    async fn reserve_up_to(
         &self,
         r: &RunId,
         w: &WorkerId,
-        max: std::num::NonZeroUsize,
+        limit: ReserveLimit,
         t: leasehold_core::Ttl,
     ) -> Result<ReserveBatch, QueueError> {
-        let reply = self.store.reserve_batch(r, w, max, t).await;
+        let reply = self.store.reserve_up_to(r, w, limit, t).await;
         self.lose_reply(r, reply)
-    }
-    async fn heartbeat(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<HeartbeatReply, QueueError> {
-        self.store.heartbeat(r, w, d).await
     }
     async fn heartbeat_batch(
         &self,
@@ -79,19 +72,8 @@ impl UnitQueue for Flaky {
     ) -> Result<Vec<HeartbeatReply>, QueueError> {
         self.store.heartbeat_batch(r, w, d).await
     }
-    async fn finalize(
-        &self,
-        r: &RunId,
-        w: &WorkerId,
-        d: &Delivery,
-        q: &FinalizeRequest,
-    ) -> Result<FinalizeReply, QueueError> {
-        let reply = self.store.finalize(r, w, d, q).await;
-        self.lose_finalize(r, "finalize", reply)
-    }
-    // Forwarded, not left to the trait's default (which calls `finalize` once
-    // per item): the test double then takes the store's own batch path, and a
-    // lost reply loses the whole batch's, as it does on the wire.
+    // A lost reply loses the whole batch's, as it does on the wire (and a
+    // single `finalize`, the trait's batch of one, loses its one reply).
     async fn finalize_batch(
         &self,
         r: &RunId,
@@ -112,9 +94,6 @@ impl UnitQueue for Flaky {
     }
     async fn abandon(&self, r: &RunId, w: &WorkerId, d: &Delivery, ms: u64) -> Result<AbandonReply, QueueError> {
         self.store.abandon(r, w, d, ms).await
-    }
-    async fn release(&self, r: &RunId, w: &WorkerId, d: &Delivery) -> Result<ReleaseReply, QueueError> {
-        self.store.release(r, w, d).await
     }
     async fn release_batch(&self, r: &RunId, w: &WorkerId, d: &[Delivery]) -> Result<Vec<ReleaseReply>, QueueError> {
         self.store.release_batch(r, w, d).await
@@ -137,6 +116,10 @@ impl UnitQueue for Flaky {
     async fn record_stale_rejected(&self, r: &RunId, w: &WorkerId, d: &Delivery, t: &str) -> Result<(), QueueError> {
         self.store.record_stale_rejected(r, w, d, t).await
     }
+}
+
+#[async_trait]
+impl RunLog for Flaky {
     async fn progress(&self, run: &RunId) -> Result<Option<Progress>, QueueError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let delay = *self.progress_delay.lock();

@@ -3,10 +3,9 @@
 //! report's wait follows the log by position ([`LogFollower`]) instead of
 //! reading it again from the start.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{Event, EventId, RunId, UnitQueue};
+use leasehold_core::{Event, EventId, RunId, RunLog};
 
 use crate::errors::HopperError;
 
@@ -14,16 +13,16 @@ use crate::errors::HopperError;
 const EVENT_PAGE: usize = 5000;
 
 /// Every event of `run`'s log, oldest first (empty when the run has none).
-pub async fn read_events(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Vec<Event>, HopperError> {
-    LogFollower::new(Arc::clone(queue), run.clone()).read_new().await
+pub async fn read_events(queue: &dyn RunLog, run: &RunId) -> Result<Vec<Event>, HopperError> {
+    LogFollower::new(queue, run.clone()).read_new().await
 }
 
 /// Follows one build's event log by position: each read returns only the
 /// events after the last one it returned, and [`LogFollower::wait`] blocks
-/// on the log (the queue's [`UnitQueue::wait_for_events`]) instead of
+/// on the log (the queue's [`RunLog::wait_for_events`]) instead of
 /// polling it.
-pub struct LogFollower {
-    queue: Arc<dyn UnitQueue>,
+pub struct LogFollower<'a> {
+    queue: &'a dyn RunLog,
     run: RunId,
     /// The newest event read so far.
     read_up_to: Option<EventId>,
@@ -31,9 +30,9 @@ pub struct LogFollower {
     newest_seen: Option<EventId>,
 }
 
-impl LogFollower {
+impl<'a> LogFollower<'a> {
     /// A follower at the start of `run`'s log.
-    pub fn new(queue: Arc<dyn UnitQueue>, run: RunId) -> Self {
+    pub fn new(queue: &'a dyn RunLog, run: RunId) -> Self {
         LogFollower { queue, run, read_up_to: None, newest_seen: None }
     }
 

@@ -12,10 +12,9 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
+use leasehold_core::{Event, FinalizeReason, Outcome, RunId, RunLog, UnitId, WorkerId};
 use tokio::time::Instant;
 
 use super::event_log::LogFollower;
@@ -184,7 +183,7 @@ fn attempt_from(
 impl RunReport {
     /// Reads the run's units and its whole event log. `None` when the run
     /// does not exist.
-    pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
+    pub async fn load(queue: &dyn RunLog, run: &RunId) -> Result<Option<Self>, HopperError> {
         let Some(mut followed) = FollowedReport::open(queue, run).await? else { return Ok(None) };
         followed.catch_up().await?;
         Ok(Some(followed.finish(queue).await?))
@@ -588,15 +587,15 @@ fn tail_lines(text: &str, n: usize) -> Vec<&str> {
 
 /// A report kept up to date by following the run's event log: each
 /// catch-up folds in only what came after the last one.
-struct FollowedReport {
+struct FollowedReport<'a> {
     report: RunReport,
     index: HashMap<UnitId, usize>,
-    log: LogFollower,
+    log: LogFollower<'a>,
 }
 
-impl FollowedReport {
+impl<'a> FollowedReport<'a> {
     /// The run's units, before any event; `None` when the run does not exist.
-    async fn open(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
+    async fn open(queue: &'a dyn RunLog, run: &RunId) -> Result<Option<Self>, HopperError> {
         let units = queue.units(run).await?;
         if units.is_empty() {
             return Ok(None);
@@ -608,7 +607,7 @@ impl FollowedReport {
             reports.push(UnitReport::new(spec.id, spec.kind));
         }
         let report = RunReport { units: reports, ..RunReport::empty(run.clone()) };
-        Ok(Some(FollowedReport { report, index, log: LogFollower::new(Arc::clone(queue), run.clone()) }))
+        Ok(Some(FollowedReport { report, index, log: LogFollower::new(queue, run.clone()) }))
     }
 
     /// Folds in the events appended since the last catch-up.
@@ -620,7 +619,7 @@ impl FollowedReport {
     }
 
     /// The report as it stands, with whether (and after how many failures) the build was stopped.
-    async fn finish(self, queue: &Arc<dyn UnitQueue>) -> Result<RunReport, HopperError> {
+    async fn finish(self, queue: &dyn RunLog) -> Result<RunReport, HopperError> {
         let mut report = self.report;
         if queue.progress(&report.run).await?.is_some_and(|p| p.stopped) {
             report.stopped_after = queue.budgets(&report.run).await?.and_then(|b| b.max_failures);
@@ -640,7 +639,7 @@ const FINAL_TEARDOWN_WAIT: Duration = Duration::from_secs(15);
 /// most `worker_timeout` or [`FINAL_TEARDOWN_WAIT`], whichever is shorter.
 /// The log is followed, not read again: each wake folds in only new events.
 async fn await_final_teardowns(
-    queue: &Arc<dyn UnitQueue>,
+    queue: &dyn RunLog,
     run: &RunId,
     options: WaitOptions,
 ) -> Result<RunReport, HopperError> {
@@ -703,11 +702,7 @@ pub struct WaitOptions {
 /// [`HopperError::WaitTimeout`] after `wait_timeout`,
 /// [`HopperError::RunNotFound`] when the run never appears, and
 /// [`HopperError::StateLost`] when it disappears after it was seen.
-pub async fn wait_for_end(
-    queue: &Arc<dyn UnitQueue>,
-    run: &RunId,
-    options: WaitOptions,
-) -> Result<RunReport, HopperError> {
+pub async fn wait_for_end(queue: &dyn RunLog, run: &RunId, options: WaitOptions) -> Result<RunReport, HopperError> {
     let started = Instant::now();
     let mut seen: HashMap<WorkerId, u64> = HashMap::new();
     let mut last_sign_of_life = Instant::now();
@@ -715,7 +710,7 @@ pub async fn wait_for_end(
     let unfinished = || async {
         Ok::<_, HopperError>(RunReport::load(queue, run).await?.map(|r| r.unfinished()).unwrap_or_default())
     };
-    let mut log = LogFollower::new(Arc::clone(queue), run.clone());
+    let mut log = LogFollower::new(queue, run.clone());
     let mut seen_run = false;
     let mut said_missing = false;
     loop {
@@ -782,7 +777,9 @@ pub async fn wait_for_end(
 
 #[cfg(test)]
 mod tests {
-    use leasehold_core::{EntryId, StreamName, UnitEventHeader};
+    use std::sync::Arc;
+
+    use leasehold_core::{EntryId, StreamName, UnitEventHeader, UnitQueue};
 
     use super::*;
 
@@ -901,6 +898,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(200)).await;
             *slow.progress_delay.lock() = Duration::ZERO;
         });
+        // A worker's queue, read as the report reads it.
         let queue: Arc<dyn UnitQueue> = inner;
         let options = WaitOptions {
             wait_timeout: Duration::from_secs(3600),
@@ -909,7 +907,7 @@ mod tests {
             poll: Duration::from_millis(250),
         };
         let started = Instant::now();
-        let error = wait_for_end(&queue, &run, options).await.unwrap_err();
+        let error = wait_for_end(&*queue, &run, options).await.unwrap_err();
         assert!(matches!(error, HopperError::WorkersGone { .. }), "{error}");
         // Calls end at 90, 180 and 270 s; then 60 s of real silence. Counting the
         // waits as silence would have given up at 180 s.

@@ -2,10 +2,9 @@
 //! the deliveries in flight.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use leasehold_core::{PendingDelivery, Progress, RunId, UnitQueue, WorkerRecord};
+use leasehold_core::{PendingDelivery, Progress, RunId, RunLog, WorkerRecord};
 
 use crate::errors::HopperError;
 
@@ -24,7 +23,7 @@ pub struct StatusSnapshot {
 
 impl StatusSnapshot {
     /// Reads the snapshot; `None` when the build does not exist.
-    pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Option<Self>, HopperError> {
+    pub async fn load(queue: &dyn RunLog, run: &RunId) -> Result<Option<Self>, HopperError> {
         let Some(progress) = queue.progress(run).await? else {
             return Ok(None);
         };

@@ -17,9 +17,8 @@
 //! collection).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use leasehold_core::{Event, FinalizeReason, Outcome, RunId, UnitId, UnitQueue, WorkerId};
+use leasehold_core::{Event, FinalizeReason, Outcome, RunId, RunLog, UnitId, WorkerId};
 use serde::Serialize;
 
 use super::event_log::read_events;
@@ -449,7 +448,7 @@ impl Timeline {
     }
 
     /// Reads the run's whole event log and builds its timeline.
-    pub async fn load(queue: &Arc<dyn UnitQueue>, run: &RunId) -> Result<Self, HopperError> {
+    pub async fn load(queue: &dyn RunLog, run: &RunId) -> Result<Self, HopperError> {
         Ok(Self::from_events(read_events(queue, run).await?))
     }
 

@@ -21,6 +21,7 @@ pub mod release;
 pub mod requeue;
 pub mod reserve;
 pub mod retry_elsewhere;
+pub mod single_forms;
 pub mod ttl;
 pub mod unfenced_events;
 
