@@ -24,6 +24,13 @@ use tokio::time::Instant;
 /// A pooled unit of another shard waiting this long is taken by any slot.
 pub const STEAL_AFTER: Duration = Duration::from_secs(1);
 
+/// A slot that found none of its shard's units this long, while the pool was
+/// too full of its siblings' units to reserve more, takes another shard's
+/// file at once: the siblings cannot keep up with their share, and the slot
+/// would otherwise run at their pace (their units never wait
+/// [`STEAL_AFTER`] in a pool they drain).
+pub const STARVED_FOR: Duration = Duration::from_millis(200);
+
 /// The environment variable that names an agent's shard (`k/N`).
 pub const SHARD_ENV: &str = "HOPPER_SHARD";
 
@@ -106,41 +113,82 @@ impl Collected {
 struct Pooled {
     delivery: Delivery,
     since: Instant,
+    /// Order of reservation across the whole pool.
+    seq: u64,
 }
 
-/// Units the worker reserved that no slot took yet.
+/// Units the worker reserved that no slot took yet, one queue per file, so
+/// that a slot finds its files' units without walking its siblings' (the
+/// pool may hold thousands of them).
 #[derive(Debug, Default)]
 pub struct Pool {
-    entries: VecDeque<Pooled>,
+    files: HashMap<String, VecDeque<Pooled>>,
+    len: usize,
+    next_seq: u64,
 }
 
 impl Pool {
     /// How many units wait.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     /// Whether none waits.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
 
     /// Adds freshly reserved units.
     pub fn put(&mut self, deliveries: impl IntoIterator<Item = Delivery>, now: Instant) {
-        self.entries.extend(deliveries.into_iter().map(|delivery| Pooled { delivery, since: now }));
+        for delivery in deliveries {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.len += 1;
+            let file = file_of(delivery.unit.as_str()).to_owned();
+            self.files.entry(file).or_default().push_back(Pooled { delivery, since: now, seq });
+        }
     }
 
-    /// Up to `max` units of files `collected` has, in queue order.
+    /// Up to `max` units of files `collected` has, in reservation order.
     pub fn take_collected(&mut self, sharding: &Sharding, collected: &Collected, max: usize) -> Vec<Delivery> {
-        self.take_where(max, |d| collected.has(sharding, d.unit.as_str()))
+        let mine: Vec<String> = self
+            .files
+            .iter()
+            .filter(|(_, queue)| queue.front().is_some_and(|p| collected.has(sharding, p.delivery.unit.as_str())))
+            .map(|(file, _)| file.clone())
+            .collect();
+        let mut taken = Vec::new();
+        while taken.len() < max {
+            let oldest = mine
+                .iter()
+                .filter_map(|file| self.files.get(file).and_then(|q| q.front()).map(|p| (p.seq, file)))
+                .min_by_key(|(seq, _)| *seq);
+            let Some((_, file)) = oldest else { break };
+            let file = file.clone();
+            match self.pop(&file) {
+                Some(delivery) => taken.push(delivery),
+                None => break,
+            }
+        }
+        taken
     }
 
     /// Up to `max` units of one file that waited since before `before` (the
     /// file of the oldest such unit), whatever their shard; with the file.
     pub fn steal(&mut self, before: Instant, max: usize) -> Option<(String, Vec<Delivery>)> {
-        let file =
-            self.entries.iter().find(|p| p.since <= before).map(|p| file_of(p.delivery.unit.as_str()).to_owned())?;
-        let taken = self.take_where(max, |d| file_of(d.unit.as_str()) == file);
+        let file = self
+            .files
+            .iter()
+            .filter_map(|(file, q)| q.front().filter(|p| p.since <= before).map(|p| (p.seq, file)))
+            .min_by_key(|(seq, _)| *seq)
+            .map(|(_, file)| file.clone())?;
+        let mut taken = Vec::new();
+        while taken.len() < max {
+            match self.pop(&file) {
+                Some(delivery) => taken.push(delivery),
+                None => break,
+            }
+        }
         Some((file, taken))
     }
 
@@ -148,33 +196,37 @@ impl Pool {
     /// them now), and returns them.
     pub fn forget_lost(&mut self, mut lost: impl FnMut(&Delivery) -> bool) -> Vec<Delivery> {
         let mut dropped = Vec::new();
-        self.entries.retain(|p| {
-            let keep = !lost(&p.delivery);
-            if !keep {
-                dropped.push(p.delivery.clone());
-            }
-            keep
-        });
+        for queue in self.files.values_mut() {
+            queue.retain(|p| {
+                let keep = !lost(&p.delivery);
+                if !keep {
+                    dropped.push(p.delivery.clone());
+                }
+                keep
+            });
+        }
+        self.files.retain(|_, q| !q.is_empty());
+        self.len -= dropped.len();
         dropped
     }
 
-    /// Empties the pool (on shutdown, to hand the units back).
+    /// Empties the pool (on shutdown, to hand the units back), in
+    /// reservation order.
     pub fn drain(&mut self) -> Vec<Delivery> {
-        self.entries.drain(..).map(|p| p.delivery).collect()
+        let mut all: Vec<Pooled> = self.files.drain().flat_map(|(_, q)| q).collect();
+        all.sort_by_key(|p| p.seq);
+        self.len = 0;
+        all.into_iter().map(|p| p.delivery).collect()
     }
 
-    fn take_where(&mut self, max: usize, mut wanted: impl FnMut(&Delivery) -> bool) -> Vec<Delivery> {
-        let mut taken = Vec::new();
-        let mut kept = VecDeque::with_capacity(self.entries.len());
-        for pooled in self.entries.drain(..) {
-            if taken.len() < max && wanted(&pooled.delivery) {
-                taken.push(pooled.delivery);
-            } else {
-                kept.push_back(pooled);
-            }
+    fn pop(&mut self, file: &str) -> Option<Delivery> {
+        let queue = self.files.get_mut(file)?;
+        let pooled = queue.pop_front()?;
+        if queue.is_empty() {
+            self.files.remove(file);
         }
-        self.entries = kept;
-        taken
+        self.len -= 1;
+        Some(pooled.delivery)
     }
 }
 
@@ -261,5 +313,24 @@ mod tests {
         assert_eq!(pool.take_collected(&sharding, &one, 1).len(), 1);
         assert_eq!(pool.drain().len(), 1);
         assert!(pool.is_empty());
+    }
+
+    #[test]
+    fn a_slot_takes_its_files_in_reservation_order_and_lost_units_leave_the_count() {
+        let sharding = Sharding::new(&[ids(&["a.py::1", "c.py::1", "a.py::2"]), ids(&["b.py::1", "b.py::2"])]);
+        let start = Instant::now();
+        let mut pool = Pool::default();
+        let order = ["b.py::1", "c.py::1", "a.py::1", "b.py::2", "a.py::2"];
+        pool.put(order.iter().enumerate().map(|(i, u)| delivery(u, i as u64 + 1)), start);
+        assert_eq!(pool.len(), 5);
+        let lost = pool.forget_lost(|d| d.unit.as_str() == "b.py::2");
+        assert_eq!((lost.len(), pool.len()), (1, 4));
+        let zero = Collected { shard: 0, extra_files: HashSet::new() };
+        let mine: Vec<String> =
+            pool.take_collected(&sharding, &zero, 2).into_iter().map(|d| d.unit.to_string()).collect();
+        assert_eq!(mine, ["c.py::1", "a.py::1"], "across files, in the order reserved");
+        assert_eq!(pool.drain().into_iter().map(|d| d.unit.to_string()).collect::<Vec<_>>(), ["b.py::1", "a.py::2"]);
+        assert!(pool.is_empty());
+        assert_eq!(pool.len(), 0);
     }
 }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::outside_errors::OutsideErrors;
 use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
-use crate::agent::shards::{Collected, STEAL_AFTER};
+use crate::agent::shards::{Collected, STARVED_FOR, STEAL_AFTER};
 use crate::agent::AgentError;
 use crate::errors::HopperError;
 use crate::units::discover::shown;
@@ -31,6 +31,9 @@ const PIPELINE: usize = 2;
 const PREFETCH_WINDOW: Duration = Duration::from_millis(500);
 /// Most units a slot reserves in one call.
 const MAX_PREFETCH: usize = 64;
+
+/// Sharded: units a worker's pool may hold per slot (within its share).
+const POOL_PER_SLOT: usize = 1024;
 /// Passed tests finalized in one call at most, and how long one waits.
 const FLUSH_AT: usize = 64;
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -63,6 +66,9 @@ struct Slot {
     dry_backoff: Duration,
     /// Sharded: the files this slot's agent has collected.
     collected: Collected,
+    /// Sharded: since when this slot found none of its units while the
+    /// pool was full of its siblings' (see [`STARVED_FOR`]).
+    starved_since: Option<Instant>,
 }
 
 /// Runs one slot with an agent until every unit is finalized or the worker stops.
@@ -82,6 +88,7 @@ pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<Age
         dry_until: Instant::now(),
         dry_backoff: Duration::from_millis(2),
         collected: Collected::default(),
+        starved_since: None,
     };
     if let Some(sharding) = &state.command.sharding {
         state.collected.shard = sharding.shard_of_slot(slot);
@@ -208,11 +215,13 @@ impl Slot {
     /// Sharded: units of the files this slot's agent collected, from the
     /// worker's pool, which a reservation for every slot fills when it has
     /// none; a unit that waited in the pool past [`STEAL_AFTER`] is taken
-    /// whatever its file (its agent then collects that file).
+    /// whatever its file (its agent then collects that file), and so is one
+    /// when this slot starved for [`STARVED_FOR`] beside a full pool.
     async fn refill_sharded(&mut self, want: usize) -> Result<bool, HopperError> {
         let Some(sharding) = self.command.sharding.clone() else { return Ok(false) };
         let mine = sharding.pool.lock().take_collected(&sharding, &self.collected, want);
         if !mine.is_empty() {
+            self.starved_since = None;
             self.take(mine);
             return Ok(true);
         }
@@ -221,13 +230,17 @@ impl Slot {
         // worker's share of the queue (other workers of the build take the
         // rest), so a slot whose own files have nothing to give now (their
         // units run elsewhere, or wait for their group) does not reserve the
-        // whole build into it.
-        let cap = (self.shared.share_per_slot() * sharding.count()).min(MAX_PREFETCH * sharding.count() * 2);
+        // whole build into it. Within that share it holds up to
+        // POOL_PER_SLOT units a slot: the queue interleaves the shards by
+        // test count, not by time, so a slot whose tests are slower than
+        // its siblings' finds its own units only deeper in the queue.
+        let cap = (self.shared.share_per_slot() * sharding.count()).min(POOL_PER_SLOT * sharding.count());
         // Near the end of the build a unit reserved for a busy sibling would
         // wait in the pool while another worker's slot sits idle: reserve
         // for this slot alone.
         let for_pool = if self.shared.near_end() { want } else { want * sharding.count() };
-        if sharding.pool.lock().len() < cap {
+        let full = sharding.pool.lock().len() >= cap;
+        if !full {
             if let Some(batch) = self.reserve(for_pool).await? {
                 reserved = true;
                 let mut pool = sharding.pool.lock();
@@ -235,6 +248,7 @@ impl Slot {
                 let mine = pool.take_collected(&sharding, &self.collected, want);
                 drop(pool);
                 if !mine.is_empty() {
+                    self.starved_since = None;
                     self.take(mine);
                     return Ok(true);
                 }
@@ -243,12 +257,17 @@ impl Slot {
         // A slot whose shard got no files (fewer files than agents) has
         // nothing of its own to wait for, and near the end of the build an
         // idle slot would wait out the tail: those take any file at once.
-        let steal_after =
-            if sharding.expected(self.slot) == 0 || self.shared.near_end() { Duration::ZERO } else { STEAL_AFTER };
+        let starved = full && self.starved_since.get_or_insert_with(Instant::now).elapsed() >= STARVED_FOR;
+        let steal_after = if sharding.expected(self.slot) == 0 || self.shared.near_end() || starved {
+            Duration::ZERO
+        } else {
+            STEAL_AFTER
+        };
         let stolen = sharding.pool.lock().steal(Instant::now() - steal_after, want);
         if let Some((file, stolen)) = stolen {
             tracing::debug!(slot = self.slot, file, units = stolen.len(), "taking another shard's units that waited");
             self.collected.extra_files.insert(file);
+            self.starved_since = None;
             self.take(stolen);
             return Ok(true);
         }
