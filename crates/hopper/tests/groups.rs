@@ -204,6 +204,35 @@ fn a_worker_killed_inside_a_group_test_gives_its_place_back_within_the_timeout()
     );
 }
 
+/// A Redis restart (from its AOF) while the group's other units wait for
+/// their place: the build pauses, then goes on; the waiting units are not
+/// lost, none runs twice, and the group never runs two at once.
+#[test]
+fn a_redis_restart_while_group_units_wait_costs_a_pause_not_the_limit() {
+    let project = project();
+    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"], false)
+        .expect("a private redis-server");
+    let build = Build::on(redis.url(), "groups-restart");
+    // Reclaims would rerun units: the timeout is far longer than the outage.
+    let options = ["--per-process", "--timeout", "60"];
+    let workers = vec![worker(&project, &build, "w1", &options), worker(&project, &build, "w2", &options)];
+    let started = wait_for(Duration::from_secs(60), || spans(project.path()).iter().any(|s| s.name == "test_db_0"));
+    assert!(started, "the group's first test never started");
+    std::thread::sleep(Duration::from_millis(300));
+    let waiting = redis.command(&format!("KEYS *{}*parked*", build.id())).unwrap_or_default();
+    assert!(waiting.contains("parked"), "group units wait for their place when Redis goes: {waiting:?}");
+    redis.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    redis.restart().expect("redis-server starts again on its port, from its AOF");
+    wait_all(workers);
+    let (code, shown) = report(&project, &build);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("18 units, 18 passed") && !shown.contains("ANOMALY"), "{shown}");
+    let spans = spans(project.path());
+    assert_eq!(spans.len(), 18, "each test ran once: {spans:#?}");
+    assert_group_never_overlaps(&spans);
+}
+
 #[test]
 fn a_group_holds_on_the_memory_queue_too() {
     let project = project();
