@@ -10,7 +10,9 @@
 //!   the report ended.
 //!
 //! Targets: agents ≤ 0.6 × the wall time of one pytest process, and ≤ 10 µs
-//! of Redis CPU per test.
+//! of Redis CPU per test. A second suite, shaped like real ones (most tests
+//! in two parametrized files, see [`crate::hopper_pytest_skewed`]), compares
+//! plain pytest and the agents again, with hopper's own CPU per test.
 //!
 //! The machine is often shared, so wall times swing with its load. Beside
 //! them the bench gives the CPU time (user + system, of the command and every
@@ -37,6 +39,7 @@ use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use serde_json::json;
 
 use crate::hopper_local::{children_cpu_s, hopper_binary, round3};
+use crate::hopper_pytest_skewed;
 use crate::machine::load_1m;
 use crate::redis_stats::{
     commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats, slowlog_by_mode,
@@ -132,11 +135,9 @@ pub async fn run() -> Result<serde_json::Value> {
     let pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
     println!("hopper-pytest: {TESTS} tests in {FILES} files ({SLOW} of {SLOW_S}s), python {}", python.display());
 
-    let local = if std::env::var("HOPPER_BENCH_REDIS_ONLY").is_ok_and(|v| v == "1") {
-        None
-    } else {
-        Some(local_phases(&hopper, &python, dir.path(), &pytest)?)
-    };
+    let redis_only = std::env::var("HOPPER_BENCH_REDIS_ONLY").is_ok_and(|v| v == "1");
+    let local = if redis_only { None } else { Some(local_phases(&hopper, &python, dir.path(), &pytest)?) };
+    let skewed = if redis_only { None } else { Some(skewed_phase(&hopper, &python, &pytest)?) };
     let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
     let url = server.url();
     let prefix = unique_prefix("hopper-pytest-bench");
@@ -259,6 +260,11 @@ pub async fn run() -> Result<serde_json::Value> {
         }
         None => println!("Redis CPU {cpu_us_per_test:.1} µs per test ({target} the 10 µs target)"),
     }
+    if let Some(skewed) = skewed {
+        if let (Some(f), serde_json::Value::Object(more)) = (figures.as_object_mut(), skewed.json()) {
+            f.extend(more);
+        }
+    }
     Ok(figures)
 }
 
@@ -271,6 +277,31 @@ struct Local {
     per_file_t: f64,
     load_before: f64,
     load_after: f64,
+}
+
+/// Plain pytest against hopper's agents on the skewed suite.
+fn skewed_phase(hopper: &Path, python: &Path, pytest: &[&str]) -> Result<hopper_pytest_skewed::Skewed> {
+    // A directory of its own: the other phases discover every test under theirs.
+    let dir = tempfile::tempdir().context("cannot make a temp dir")?;
+    let root = hopper_pytest_skewed::write_suite(dir.path())?;
+    let mut plain = Command::new(python);
+    cold(&mut plain).current_dir(&root).args(pytest).arg("tests");
+    let mut agents = hopper_cmd(hopper, &root, python);
+    agents.args([
+        "run",
+        "-j",
+        "2",
+        "--quiet",
+        "--no-timings",
+        "--slowest",
+        "0",
+        "--discover",
+        "pytest",
+        "--",
+        "python",
+    ]);
+    agents.args(pytest).arg("tests");
+    hopper_pytest_skewed::compare(plain, agents)
 }
 
 /// Plain pytest, hopper with agents and hopper per file, all local.

@@ -7,6 +7,7 @@
 mod hopper_local;
 mod hopper_nextest;
 mod hopper_pytest;
+mod hopper_pytest_skewed;
 mod hopper_redis;
 mod hopper_tail;
 mod machine;
