@@ -286,35 +286,13 @@ fn skewed_phase(hopper: &Path, python: &Path, pytest: &[&str]) -> Result<hopper_
     let root = hopper_pytest_skewed::write_suite(dir.path())?;
     let mut plain = Command::new(python);
     cold(&mut plain).current_dir(&root).args(pytest).arg("tests");
-    let mut agents = hopper_cmd(hopper, &root, python);
-    agents.args([
-        "run",
-        "-j",
-        "2",
-        "--quiet",
-        "--no-timings",
-        "--slowest",
-        "0",
-        "--discover",
-        "pytest",
-        "--",
-        "python",
-    ]);
-    agents.args(pytest).arg("tests");
+    let mut agents = agents_cmd(hopper, &root, python, pytest);
+    agents.arg("tests");
     hopper_pytest_skewed::compare(plain, agents)
 }
 
-/// Plain pytest, hopper with agents and hopper per file, all local.
-fn local_phases(hopper: &Path, python: &Path, dir: &Path, pytest: &[&str]) -> Result<Local> {
-    let load_before = load_1m();
-    let mut plain = Command::new(python);
-    cold(&mut plain).current_dir(dir).args(pytest).arg("tests");
-    let (plain_t, plain_cpu, out) = timed_cpu(plain, "plain pytest")?;
-    if !out.contains(&format!("{TESTS} passed")) {
-        bail!("plain pytest did not pass {TESTS} tests: {}", out.lines().last().unwrap_or(""));
-    }
-    println!("  plain pytest (1 process):   {:.2}s, {plain_cpu:.2}s CPU", plain_t.as_secs_f64());
-
+/// `hopper run -j 2` with pytest agents in `dir`, quiet, without timings.
+fn agents_cmd(hopper: &Path, dir: &Path, python: &Path, pytest: &[&str]) -> Command {
     let mut agents = hopper_cmd(hopper, dir, python);
     agents.args([
         "run",
@@ -330,6 +308,21 @@ fn local_phases(hopper: &Path, python: &Path, dir: &Path, pytest: &[&str]) -> Re
         "python",
     ]);
     agents.args(pytest);
+    agents
+}
+
+/// Plain pytest, hopper with agents and hopper per file, all local.
+fn local_phases(hopper: &Path, python: &Path, dir: &Path, pytest: &[&str]) -> Result<Local> {
+    let load_before = load_1m();
+    let mut plain = Command::new(python);
+    cold(&mut plain).current_dir(dir).args(pytest).arg("tests");
+    let (plain_t, plain_cpu, out) = timed_cpu(plain, "plain pytest")?;
+    if !out.contains(&format!("{TESTS} passed")) {
+        bail!("plain pytest did not pass {TESTS} tests: {}", out.lines().last().unwrap_or(""));
+    }
+    println!("  plain pytest (1 process):   {:.2}s, {plain_cpu:.2}s CPU", plain_t.as_secs_f64());
+
+    let agents = agents_cmd(hopper, dir, python, pytest);
     let (agents_t, agents_cpu, out) = timed_cpu(agents, "hopper with agents")?;
     if !out.contains(&format!("PASSED: {TESTS} units")) {
         bail!("hopper with agents did not pass {TESTS} units: {}", out.trim());

@@ -182,13 +182,7 @@ impl Pool {
             .filter_map(|(file, q)| q.front().filter(|p| p.since <= before).map(|p| (p.seq, file)))
             .min_by_key(|(seq, _)| *seq)
             .map(|(_, file)| file.clone())?;
-        let mut taken = Vec::new();
-        while taken.len() < max {
-            match self.pop(&file) {
-                Some(delivery) => taken.push(delivery),
-                None => break,
-            }
-        }
+        let taken = std::iter::from_fn(|| self.pop(&file)).take(max).collect();
         Some((file, taken))
     }
 

@@ -221,7 +221,6 @@ impl Slot {
         let Some(sharding) = self.command.sharding.clone() else { return Ok(false) };
         let mine = sharding.pool.lock().take_collected(&sharding, &self.collected, want);
         if !mine.is_empty() {
-            self.starved_since = None;
             self.take(mine);
             return Ok(true);
         }
@@ -248,7 +247,6 @@ impl Slot {
                 let mine = pool.take_collected(&sharding, &self.collected, want);
                 drop(pool);
                 if !mine.is_empty() {
-                    self.starved_since = None;
                     self.take(mine);
                     return Ok(true);
                 }
@@ -267,7 +265,6 @@ impl Slot {
         if let Some((file, stolen)) = stolen {
             tracing::debug!(slot = self.slot, file, units = stolen.len(), "taking another shard's units that waited");
             self.collected.extra_files.insert(file);
-            self.starved_since = None;
             self.take(stolen);
             return Ok(true);
         }
@@ -282,8 +279,9 @@ impl Slot {
         Ok(reserved.moved.then_some(reserved.deliveries))
     }
 
-    /// Moves units into this slot's buffer.
+    /// Moves units into this slot's buffer (a slot that got units is not starved).
     fn take(&mut self, deliveries: Vec<Delivery>) {
+        self.starved_since = None;
         self.shared.running.lock().extend(deliveries.iter().map(|d| d.unit.clone()));
         self.buffer.extend(deliveries);
     }

@@ -1,7 +1,8 @@
 //! What both slot kinds do with the queue, written once: reserve (onto the
-//! worker's [`HeldBoard`], which one beat heartbeats), wait while units are in flight elsewhere, requeue a failed attempt, hand
-//! back what they stop, and account for a transition the queue refused
-//! (fenced off). The slots differ only in how they run what they reserved.
+//! worker's [`HeldBoard`], which one beat heartbeats), wait while units are
+//! in flight elsewhere, requeue a failed attempt, hand back what they stop,
+//! and account for a transition the queue refused (fenced off). The slots
+//! differ only in how they run what they reserved.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};

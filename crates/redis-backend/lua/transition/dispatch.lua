@@ -18,14 +18,10 @@ local function dispatch()
 
   if mode == "reserve" then
     return reserve(m, ARGV[3], ARGV[4], ARGV[5])
-  elseif mode == "heartbeat" then
-    return heartbeat(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
   elseif mode == "heartbeat_batch" then
     return heartbeat_batch(m, ARGV[3], 4)
-  elseif mode == "finalize" then
-    return { finalize_batch(m, 1, 3, false)[1] }
   elseif mode == "finalize_batch" then
-    return finalize_batch(m, ARGV[3], 4, true)
+    return finalize_batch(m, ARGV[3], 4)
   elseif mode == "requeue" then
     return requeue(m, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
   elseif mode == "abandoned" then

@@ -1,29 +1,26 @@
--- transition.lua, part: modes finalize and finalize_batch
+-- transition.lua, part: mode finalize_batch
 -- (The parts are joined in order in src/scripts.rs.)
 
--- ARGV (from `base`): with `hinted`, the number of spans of nearby entries
+-- ARGV (from `base`): the number of spans of nearby entries
 -- of the batch, then per span its stream, lowest id, highest id and the most
 -- entries it can hold (hints for the fence reads); then `count` groups of stream, entry_id, delivery_count,
 -- unit_id, tail: the client-built rest of the finalized event after its
 -- header (',"outcome":...,"entry_id":"..."}'), none of it decided here.
 -- The same result as `count` finalize calls in order, in one call.
 -- Reply: one status per delivery ("OK", "STALE" or "CORRUPT").
--- Without hints (a single finalize) the items start at `base`.
-local function finalize_batch(m, count, base, hinted)
+local function finalize_batch(m, count, base)
   count = tonumber(count)
   local ranges = { [units] = {}, [priority] = {} }
-  if hinted then
-    local r = tonumber(ARGV[base])
-    for k = 1, r do
-      local b = base + 1 + (k - 1) * 4
-      local stream = stream_key(ARGV[b])
-      if stream then
-        local list = ranges[stream]
-        list[#list + 1] = { ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]) }
-      end
+  local r = tonumber(ARGV[base])
+  for k = 1, r do
+    local b = base + 1 + (k - 1) * 4
+    local stream = stream_key(ARGV[b])
+    if stream then
+      local list = ranges[stream]
+      list[#list + 1] = { ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]) }
     end
-    base = base + 1 + r * 4
   end
+  base = base + 1 + r * 4
   -- Parallel arrays (a table per item costs more than its fields), and one
   -- hash insert per entry: pos[stream][entry_id] = the first item naming it.
   -- Lookups are by that first item's index (array parts, no string keys).
