@@ -226,6 +226,31 @@ impl QueueError {
 /// assert_eq!(error_chain(&error), "could not load the run: connection refused");
 /// ```
 pub fn error_chain(error: &dyn std::error::Error) -> String {
+    chain_text(error).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// [`error_chain`] for a person at a terminal, as a binary's last word: the
+/// same causes, but a message of several lines (a traceback a tool printed)
+/// keeps its lines as they were, less trailing whitespace and blank lines.
+///
+/// ```
+/// use leasehold_core::errors::error_report;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("discovery failed: {detail}")]
+/// struct Discover { detail: String }
+///
+/// let error = Discover { detail: "RuntimeError: boom\n\n  File \"conftest.py\",   line 2".into() };
+/// assert_eq!(error_report(&error), "discovery failed: RuntimeError: boom\n  File \"conftest.py\",   line 2");
+/// ```
+pub fn error_report(error: &dyn std::error::Error) -> String {
+    let text = chain_text(error);
+    let lines = text.lines().map(str::trim_end).filter(|line| !line.is_empty());
+    lines.collect::<Vec<_>>().join("\n")
+}
+
+/// `error`'s message and each cause's that it does not already hold, joined by `: `.
+fn chain_text(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut cause = error.source();
     while let Some(next) = cause {
@@ -236,7 +261,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         }
         cause = next.source();
     }
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
+    message
 }
 
 #[cfg(test)]

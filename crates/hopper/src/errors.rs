@@ -82,7 +82,7 @@ pub enum UnitsError {
         command: String,
         /// Its exit status.
         status: String,
-        /// The last line of its error output.
+        /// The last line of its error output, then the lines before it.
         detail: String,
     },
     /// The discovery tool's output could not be understood.
@@ -538,6 +538,7 @@ pub fn cut(text: &str, max: usize) -> String {
 }
 
 pub use leasehold_core::errors::error_chain as chain_message;
+pub use leasehold_core::errors::error_report;
 
 /// Names up to ten units, then how many more.
 pub fn name_units(units: &[UnitId]) -> String {

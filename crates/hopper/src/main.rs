@@ -400,7 +400,7 @@ fn main() {
     let code = match runtime.block_on(real_main(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("hopper: error: {}", hopper::errors::chain_message(error.as_ref()));
+            eprintln!("hopper: error: {}", hopper::errors::error_report(error.as_ref()));
             exit_code(&error)
         }
     };

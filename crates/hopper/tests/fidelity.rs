@@ -658,6 +658,68 @@ fn a_module_skipped_whole_is_kept_with_its_reason() {
     }
 }
 
+/// A conftest hook that raises after the last test (`pytest_unconfigure`,
+/// `pytest_sessionfinish`): every test passed, yet plain pytest exits 1.
+/// hopper's build fails too, in every mode, naming the exception: an agent
+/// that does not exit 0 is an error of the session; a batch or per-process
+/// run meets the hook at discovery already and stops there.
+#[test]
+fn a_hook_that_raises_after_the_last_test_fails_the_build_in_every_mode() {
+    let python = venv_python();
+    for (hook, boom) in [
+        ("def pytest_unconfigure(config)", "RuntimeError: unconfigure boom"),
+        ("def pytest_sessionfinish(session, exitstatus)", "RuntimeError: sessionfinish boom"),
+    ] {
+        let (exception, text) = boom.split_once(": ").unwrap();
+        let conftest = format!("{hook}:\n    raise {exception}('{text}')\n");
+        let dir = Project::new(&[
+            ("conftest.py", conftest.as_str()),
+            ("test_ok.py", "def test_a():\n    pass\n\ndef test_b():\n    pass\n"),
+        ]);
+        let plain = Command::new(&python).args(["-m", "pytest", "-q"]).current_dir(dir.path()).output().unwrap();
+        assert_eq!(plain.status.code(), Some(1), "{hook}: {}", String::from_utf8_lossy(&plain.stderr));
+        let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+        for mode in MODES {
+            let agents = !mode.contains(&"--batch-size") && !mode.contains(&"--per-process");
+            let (redis, run_mode) = match mode.split_first() {
+                Some((&REDIS, rest)) => (true, rest),
+                _ => (false, &mode[..]),
+            };
+            let prefix = leasehold_redis::test_support::unique_prefix("hopper-hook");
+            let url = leasehold_redis::test_support::redis_url();
+            let queue = ["--queue", url.as_str(), "--key-prefix", prefix.as_str(), "--build", "hook"];
+            let queue = if redis { &queue[..] } else { &[] };
+            let run = hopper(dir.path())
+                .args(["run", "--no-timings", "--discover", "pytest"])
+                .args(queue)
+                .args(run_mode)
+                .arg("--")
+                .args(command)
+                .output()
+                .unwrap();
+            let (stdout, stderr) = texts(&run);
+            let shown = format!("{hook}, {mode:?}:\nstdout:\n{stdout}\nstderr:\n{stderr}");
+            if !agents {
+                assert_eq!(run.status.code(), Some(2), "discovery refuses: {shown}");
+                assert!(stderr.contains(boom) && stderr.contains("conftest.py"), "{shown}");
+                continue;
+            }
+            let (code, stdout) = match redis {
+                true => {
+                    assert_eq!(run.status.code(), Some(0), "the worker leaves the verdict to report: {shown}");
+                    let report = hopper(dir.path()).arg("report").args(queue).output().unwrap();
+                    (report.status.code(), texts(&report).0)
+                }
+                false => (run.status.code(), stdout.clone()),
+            };
+            assert_eq!(code, Some(1), "{shown}\nverdict:\n{stdout}");
+            assert!(stdout.contains("2 passed (0 flaky), 0 failed"), "the tests passed: {shown}\nverdict:\n{stdout}");
+            let line = format!("ERROR session (exit error: the tool failed after its last test (exit code 1, where an agent exits 0): {boom})");
+            assert_eq!(stdout.matches(&line).count(), 1, "once, however many agents: {shown}\nverdict:\n{stdout}");
+        }
+    }
+}
+
 /// An agent whose child keeps its stdout open after it exited: the build
 /// ends when the agent does, and the errors it sent on the way out count.
 #[test]

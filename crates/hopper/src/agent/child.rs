@@ -125,6 +125,8 @@ pub struct AgentChild {
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<OutputTail>>,
+    /// Ends when its stderr closes (everything it wrote is in the tail).
+    stderr_closed: tokio::task::JoinHandle<()>,
     /// The reaper and a second signal know the group, so an agent never
     /// outlives its worker (even a SIGKILLed one).
     _group: Option<crate::exec::groups::GroupGuard>,
@@ -160,7 +162,7 @@ impl AgentChild {
         let mut stderr_pipe = child.stderr.take().ok_or_else(missing)?;
         let stderr = Arc::new(Mutex::new(OutputTail::new(tail_bytes)));
         let sink = Arc::clone(&stderr);
-        tokio::spawn(async move {
+        let stderr_closed = tokio::spawn(async move {
             let mut buf = vec![0u8; 8192];
             while let Ok(n) = stderr_pipe.read(&mut buf).await {
                 if n == 0 {
@@ -175,6 +177,7 @@ impl AgentChild {
             stdin,
             lines: BufReader::new(stdout).lines(),
             stderr,
+            stderr_closed,
             _group: group,
             early_errors: Vec::new(),
         })
@@ -280,41 +283,75 @@ impl AgentChild {
     /// Ends the agent: waits up to `grace` for it to exit (after an `exit`
     /// request, or on its own after a crash), then TERM, then KILL; the
     /// whole group goes. Returns how it ended.
-    pub async fn finish(mut self, grace: Duration, terminate: bool) -> String {
+    pub async fn finish(mut self, grace: Duration, terminate: bool) -> AgentEnd {
         if terminate {
             self.signal(Signal::SIGTERM);
         }
-        let status = match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(status) => status.ok(),
+        let (status, signalled) = match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => (status.ok(), terminate),
             Err(_) => {
                 self.signal(Signal::SIGKILL);
-                self.child.wait().await.ok()
+                (self.child.wait().await.ok(), true)
             }
         };
         self.signal(Signal::SIGKILL);
-        describe(status)
+        self.ended(status, signalled).await
     }
 
     /// Kills the agent's group at once and reaps it.
-    pub async fn kill(mut self) -> String {
+    pub async fn kill(mut self) -> AgentEnd {
         self.signal(Signal::SIGKILL);
         let status = self.child.wait().await.ok();
-        describe(status)
+        self.ended(status, true).await
+    }
+
+    /// How it ended, with what it wrote to stderr up to its exit (read for
+    /// at most [`AFTER_EXIT`] more: a process it started may keep the pipe).
+    async fn ended(self, status: Option<std::process::ExitStatus>, signalled: bool) -> AgentEnd {
+        let mut closed = self.stderr_closed;
+        if tokio::time::timeout(AFTER_EXIT, &mut closed).await.is_err() {
+            closed.abort();
+        }
+        AgentEnd { status, signalled, stderr: self.stderr }
     }
 }
 
-fn describe(status: Option<std::process::ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(sig)) => {
-                let name = Signal::try_from(sig).map(|s| s.as_str().to_owned()).unwrap_or_else(|_| sig.to_string());
-                format!("killed by {name}")
-            }
-            _ => "unknown status".into(),
-        },
-        None => "status unknown".into(),
+/// How an agent ended.
+#[derive(Debug, Clone)]
+pub struct AgentEnd {
+    /// Its exit status, when it could be reaped.
+    pub status: Option<std::process::ExitStatus>,
+    /// Whether hopper signalled it (TERM or KILL) before it ended.
+    pub signalled: bool,
+    stderr: Arc<Mutex<OutputTail>>,
+}
+
+impl AgentEnd {
+    /// The exit code it chose, if it exited on its own.
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
+    /// The tail of everything it wrote to stderr, its last words included.
+    pub fn stderr_tail(&self, max: usize) -> String {
+        self.stderr.lock().text(max)
+    }
+}
+
+impl std::fmt::Display for AgentEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::os::unix::process::ExitStatusExt;
+        match self.status {
+            Some(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => write!(f, "exit code {code}"),
+                (None, Some(sig)) => match Signal::try_from(sig) {
+                    Ok(signal) => write!(f, "killed by {}", signal.as_str()),
+                    Err(_) => write!(f, "killed by signal {sig}"),
+                },
+                _ => f.write_str("unknown status"),
+            },
+            None => f.write_str("status unknown"),
+        }
     }
 }
 

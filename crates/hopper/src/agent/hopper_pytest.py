@@ -90,7 +90,16 @@ def _exit_without_finalizing():
             stream.flush()
         except Exception:
             pass
-    os._exit(int(_finished_session.exitstatus))
+    os._exit(_agent_exit_status(_finished_session.exitstatus))
+
+
+def _agent_exit_status(exitstatus):
+    """0 once the tests are served, as the protocol asks: hopper has every
+    failure and an empty shard is no error. pytest's own failures (an
+    internal error, an interrupt) keep their status, for hopper to report."""
+    if int(exitstatus) in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return 0
+    return int(exitstatus)
 
 
 if MODE == "agent":
@@ -104,10 +113,16 @@ def pytest_sessionfinish(session, exitstatus):
         _finished_session = session
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_unconfigure(config):
+    # The summary goes out before any unconfigure runs: an error of one then
+    # ends the stderr hopper reads, where the summary would otherwise follow
+    # it at the buffered stdout's final flush.
     global _unconfigured
-    _unconfigured = True
+    if MODE == "agent":
+        sys.stdout.flush()
+    outcome = yield
+    _unconfigured = outcome.excinfo is None
 
 
 def _send(message):

@@ -16,6 +16,9 @@ use crate::verdicts::outside::{self, OutsideError};
 /// `--unit-timeout` to bound it.
 const TEARDOWN_WAIT: Duration = Duration::from_secs(300);
 
+/// The phase of the error recorded for an agent that did not exit 0 after `exit`.
+const EXIT_PHASE: &str = "exit";
+
 /// The group of errors that belong to the whole session (pytest's root
 /// node id, as the plugin sends it).
 const SESSION_GROUP: &str = "session";
@@ -77,7 +80,20 @@ impl OutsideErrors<'_> {
                 output: agent.stderr_tail(16 * 1024),
             });
         }
-        agent.finish(grace, !in_time).await;
+        let end = agent.finish(grace, !in_time).await;
+        // The protocol's agents exit 0 after `exit`: any other status is
+        // the tool failing after the last test (a `pytest_unconfigure`
+        // that raises, an `at_exit` hook), which plain runs report too.
+        if !end.signalled && end.code() != Some(0) {
+            let output = end.stderr_tail(16 * 1024);
+            let last = output.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output");
+            errors.push(OutsideError {
+                group: SESSION_GROUP.into(),
+                phase: EXIT_PHASE.into(),
+                message: format!("the tool failed after its last test ({end}, where an agent exits 0): {last}"),
+                output,
+            });
+        }
         self.record(&errors).await
     }
 }

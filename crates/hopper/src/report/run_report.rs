@@ -276,7 +276,7 @@ impl RunReport {
             Event::WorkerError { message, .. } if OutsideError::from_event_message(&message).is_some() => {
                 if let Some(error) = OutsideError::from_event_message(&message) {
                     let kept = if error.is_skip() { &mut self.outside_skips } else { &mut self.outside_errors };
-                    if !kept.contains(&error) {
+                    if !kept.iter().any(|e| e.same_as(&error)) {
                         kept.push(error);
                     }
                 }

@@ -333,7 +333,7 @@ pub fn outside_errors(units: &[UnitId], cases: &[ReportedCase]) -> Vec<OutsideEr
                 (None, None) => case.ids.first().cloned().unwrap_or_else(|| "session".into()),
             };
         }
-        if !errors.contains(&error) {
+        if !errors.iter().any(|e| e.same_as(&error)) {
             errors.push(error);
         }
     }

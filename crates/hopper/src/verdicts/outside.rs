@@ -47,6 +47,13 @@ pub struct OutsideError {
 }
 
 impl OutsideError {
+    /// Whether `other` is the same error: the same group, phase and message
+    /// (each agent of a session tears down its own session fixtures, and
+    /// their outputs differ in what else each printed).
+    pub fn same_as(&self, other: &OutsideError) -> bool {
+        self.group == other.group && self.phase == other.phase && self.message == other.message
+    }
+
     /// Whether this is the skip of a whole group, not an error (see [`SKIPPED`]).
     pub fn is_skip(&self) -> bool {
         self.phase == SKIPPED

@@ -327,7 +327,7 @@ impl Slot {
                 Err(AgentError::Protocol { got, want: PROTOCOL }.into())
             }
             Err(NotReady::Died { last_line, .. }) => {
-                let status = agent.finish(config.limits.kill_grace, false).await;
+                let status = agent.finish(config.limits.kill_grace, false).await.to_string();
                 Err(AgentError::DiedBeforeReady { command: shown, status, last_line }.into())
             }
         }
@@ -434,7 +434,7 @@ impl Slot {
     async fn on_crash(&mut self) -> Result<(), HopperError> {
         let Some(agent) = self.agent.take() else { return Ok(()) };
         let tail = agent.stderr_tail(OUTPUT_MAX);
-        let status = agent.finish(self.shared.config.limits.kill_grace, false).await;
+        let status = agent.finish(self.shared.config.limits.kill_grace, false).await.to_string();
         let running = self.requeue_unstarted();
         match running {
             Some(sent) => {

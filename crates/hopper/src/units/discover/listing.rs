@@ -106,15 +106,26 @@ async fn run_listing(list: &ListCommand) -> (String, std::io::Result<std::proces
 pub fn failed(command: String, output: &std::process::Output) -> UnitsError {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let detail = stderr
-        .lines()
-        .chain(stdout.lines())
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("no output")
-        .to_owned();
-    UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail }
+    UnitsError::DiscoverFailed { command, status: output.status.to_string(), detail: failure_detail(&stdout, &stderr) }
+}
+
+/// How many lines of a failed tool's stderr before its last one its error shows.
+const CONTEXT_LINES: usize = 20;
+
+/// What a failed tool said: the last line of its stderr (of its stdout if
+/// it wrote no error), after the lines of stderr before it (a traceback:
+/// the tool may fail after its listing, in a hook that runs at exit, so
+/// stdout's last line says nothing of why).
+fn failure_detail(stdout: &str, stderr: &str) -> String {
+    let errors: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let Some((last, before)) = errors.split_last() else {
+        return stdout.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+    };
+    let context = &before[before.len().saturating_sub(CONTEXT_LINES)..];
+    match context.is_empty() {
+        true => last.trim().to_owned(),
+        false => format!("{}\n{}", last.trim(), context.join("\n")),
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +138,19 @@ mod tests {
         assert_eq!(without_placeholder(&cmd, &["-E"]), ["cargo", "nextest", "run", "-p", "x"]);
         let cmd: Vec<String> = ["python", "-m", "pytest", "-q", "{unit}"].map(String::from).to_vec();
         assert_eq!(without_placeholder(&cmd, &[]), ["python", "-m", "pytest", "-q"]);
+    }
+
+    #[test]
+    fn a_failure_says_the_last_error_line_then_the_traceback_before_it() {
+        let stdout = "2 tests collected in 0.01s\n";
+        let stderr = "Traceback (most recent call last):\n  File \"conftest.py\", line 2\nRuntimeError: boom\n\n";
+        assert_eq!(
+            failure_detail(stdout, stderr),
+            "RuntimeError: boom\nTraceback (most recent call last):\n  File \"conftest.py\", line 2"
+        );
+        assert_eq!(failure_detail(stdout, "  \n"), "2 tests collected in 0.01s", "no error output: stdout's last line");
+        assert_eq!(failure_detail("", ""), "no output");
+        assert_eq!(failure_detail("", "error: only line\n"), "error: only line");
     }
 
     #[test]

@@ -215,10 +215,10 @@ async fn kill_all(children: Vec<AgentChild>) {
 /// The error for agent `failed`, which did not become ready; ends every
 /// agent (the failed one is reaped for its exit status, the others killed).
 async fn not_ready_error(children: Vec<AgentChild>, failed: usize, not_ready: NotReady, shown: String) -> UnitsError {
-    let mut status = String::new();
+    let mut status = None;
     for (k, child) in children.into_iter().enumerate() {
         if k == failed && matches!(not_ready, NotReady::Died { .. }) {
-            status = child.finish(std::time::Duration::from_secs(5), false).await;
+            status = Some(child.finish(std::time::Duration::from_secs(5), false).await);
         } else {
             child.kill().await;
         }
@@ -226,9 +226,10 @@ async fn not_ready_error(children: Vec<AgentChild>, failed: usize, not_ready: No
     match not_ready {
         NotReady::Died { last_line, context } => {
             // Collected nothing: pytest exits before the test loop.
-            if status == format!("exit code {NO_TESTS_COLLECTED}") {
+            if status.as_ref().and_then(|end| end.code()) == Some(NO_TESTS_COLLECTED) {
                 return UnitsError::Empty { source_name: "--discover pytest".into() };
             }
+            let status = status.map_or_else(|| "status unknown".to_owned(), |end| end.to_string());
             let detail = match context.is_empty() {
                 true => last_line,
                 false => format!("{last_line}\n{context}"),
