@@ -71,8 +71,10 @@ pub fn streaks(prefix: &str) -> String {
 /// The queue format this version writes: the layout of a run's keys and
 /// stream entries. Workers share a run only when they write the same format;
 /// it is raised by every change an older worker could misread. Format 1 is
-/// every version from before the format was recorded.
-pub const QUEUE_FORMAT: u32 = 2;
+/// every version from before the format was recorded; 2 tagged runs with
+/// their format; 3 keeps each group's running count in the meta hash (a
+/// format-2 worker would never lower it, and its group would stall).
+pub const QUEUE_FORMAT: u32 = 3;
 
 /// The six keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -156,7 +156,7 @@ local function finalize_entry(stream, entry_id, unit_json, state, outcome, durat
     end
   end
   redis.call("XACK", stream, GROUP, entry_id)
-  unpark(group)
+  group_freed(group)
   append_json(event_head("finalized", unit_json, state) .. string.format(
     ',"outcome":"%s","duration_ms":%d,"reason":%s,"errors":%s,"stream":"%s","entry_id":"%s"%s}',
     outcome, tonumber(duration_ms) or 0, raw_or_null(reason_json), raw_or_null(errors_json),

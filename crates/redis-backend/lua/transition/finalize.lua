@@ -138,7 +138,7 @@ local function finalize_batch(m, count, base)
   if has_groups then
     for j, i in ipairs(passed) do
       if states[j] then
-        unpark(group_of[first[i]])
+        group_freed(group_of[first[i]])
       end
     end
   end

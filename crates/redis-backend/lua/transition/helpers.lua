@@ -182,10 +182,22 @@ local function park(stream, entry_id, unit, kind, avoid, since, group)
     { group, string.format("%020d", seq), unit, avoid or "", tostring(since or ""), kind }, "\0"))
 end
 
-local function unpark(group)
-  if not group then
-    return
+-- A group's units pending on workers, kept in meta as "\1running<group>"
+-- (no fixed field starts with byte 1): raised as reserve hands a unit out,
+-- lowered by `group_freed` where its pending entry ends, so reserve never
+-- reads the pending lists to count them.
+local RUNNING = "\1running"
+local function group_running(group)
+  return tonumber(redis.call("HGET", meta, RUNNING .. group)) or 0
+end
+
+local function group_started(group)
+  if group then
+    redis.call("HINCRBY", meta, RUNNING .. group, 1)
   end
+end
+
+local function unpark(group)
   local oldest = redis.call("ZRANGEBYLEX", parked, "[" .. group .. "\0", "(" .. group .. "\1", "LIMIT", 0, 1)[1]
   if not oldest then
     return
@@ -202,6 +214,16 @@ local function unpark(group)
     avoid = nil
   end
   add_priority(fields[3], string.sub(oldest, at), avoid, since, group)
+end
+
+-- A group unit's pending entry ended (finalized, requeued, released): its
+-- place goes to the group's oldest parked entry.
+local function group_freed(group)
+  if not group then
+    return
+  end
+  redis.call("HINCRBY", meta, RUNNING .. group, -1)
+  unpark(group)
 end
 
 -- A unit state as stored: the seed's JSON, and `,"quarantined":true` last

@@ -18,7 +18,7 @@ local function release_batch(m, count, base)
     else
       redis.call("XACK", stream, GROUP, entry_id)
       local new_entry_id = add_priority(unit_id, row.kind, nil, nil, row.group)
-      unpark(row.group)
+      group_freed(row.group)
       append_json(event_head("released", jstr(unit_id), state) .. string.format(
         ',"stream":"%s","entry_id":"%s","new_entry_id":"%s"}', short, entry_id, new_entry_id))
       released = released + 1

@@ -39,7 +39,7 @@ local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, d
     avoid = worker_id
   end
   local new_entry_id = add_priority(unit_id, unit_type, avoid, now, row.group)
-  unpark(row.group)
+  group_freed(row.group)
   append_json(event_head("requeued", unit_json, state) .. string.format(
     ',"previous_retry_index":%d,"duration_ms":%d,"failure_summary":%s,"errors":%s,"stream":"%s","entry_id":"%s","new_entry_id":"%s"%s}',
     previous_retry_index, tonumber(duration_ms) or 0, raw_or_null(summary_json), raw_or_null(errors_json), short,

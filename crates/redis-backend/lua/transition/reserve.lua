@@ -54,33 +54,10 @@ local function reserve(m, max, reclaim_after_ms, single)
     end
     return others_live
   end
-  -- Groups: units of each group pending on workers, counted once per call
-  -- when an entry of a group is met: the pending entries of both streams,
-  -- less those this call has read and not yet handed out (counted as they
-  -- are). Keyed by the group field ("<limit>:<name>").
-  local unprocessed = { [priority] = {}, [units] = {} }
-  local group_running = nil
+  -- Groups: full when its units pending on workers (its running count, see
+  -- `group_started`) reach the limit in its field ("<limit>:<name>").
   local function group_full(group)
-    if not group then
-      return false
-    end
-    if group_running == nil then
-      group_running = {}
-      for _, s in ipairs({ priority, units }) do
-        for _, row in ipairs(redis.call("XPENDING", s, GROUP, "-", "+", 1000000)) do
-          if not unprocessed[s][row[1]] then
-            local range = redis.call("XRANGE", s, row[1], row[1])
-            if type(range[1]) == "table" then
-              local _, _, _, _, g = entry_unit(range[1][2])
-              if g then
-                group_running[g] = (group_running[g] or 0) + 1
-              end
-            end
-          end
-        end
-      end
-    end
-    return (group_running[group] or 0) >= (tonumber(string.match(group, "^(%d+):")) or 0)
+    return group and group_running(group) >= (tonumber(string.match(group, "^(%d+):")) or 0)
   end
   local function touch(stream, entry_id)
     touched[stream][entry_id] = true
@@ -112,7 +89,6 @@ local function reserve(m, max, reclaim_after_ms, single)
       local ids, unit_list, kinds, avoids, sinces, groups = {}, {}, {}, {}, {}, {}
       for i, entry in ipairs(entries) do
         ids[i] = entry[1]
-        unprocessed[stream][ids[i]] = true
         unit_list[i], kinds[i], avoids[i], sinces[i], groups[i] = entry_unit(entry[2])
         if not unit_list[i] then
           unit_list[i] = ""
@@ -139,7 +115,6 @@ local function reserve(m, max, reclaim_after_ms, single)
         if not again and group_full(groups[i]) then
           -- Its group is full: it waits in `parked` for a place.
           park(stream, ids[i], unit, kinds[i], avoids[i], sinces[i], groups[i])
-          unprocessed[stream][ids[i]] = nil
         elseif again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms
             and (now - sinces[i] < math.min(reclaim_after_ms, RETRY_ALONE_AFTER_MS) or another_live())) then
           -- Held back for another worker: to the end of the priority stream.
@@ -147,15 +122,11 @@ local function reserve(m, max, reclaim_after_ms, single)
           local new_id = add_priority(unit, kinds[i], avoids[i], sinces[i], groups[i])
           moved_back[new_id] = true
           moved_any = true
-          unprocessed[stream][ids[i]] = nil
           if again then
             wrapped = true
           end
         else
-          unprocessed[stream][ids[i]] = nil
-          if groups[i] and group_running then
-            group_running[groups[i]] = (group_running[groups[i]] or 0) + 1
-          end
+          group_started(groups[i])
           append_delivered(unit, short, ids[i], state)
           local n = reply[group + 3] + 1
           local r = group + 3 + (n - 1) * 5

@@ -107,6 +107,44 @@ pub async fn a_dead_workers_group_unit_counts_until_and_after_its_reclaim(fx: Fi
     assert_eq!(reserve(&fx, &r, "w3").await.unit.as_str(), "g2");
 }
 
+/// A group unit that ends because a budget ran out (its retries on a
+/// requeue, its reclaims on a reserve) gives its place back like any other
+/// end, and the places are counted right after every kind of end: the group
+/// then holds exactly its limit again.
+pub async fn a_unit_ended_by_its_budgets_gives_its_group_place_back(fx: Fixture) {
+    let mut s = spec(RUN, &["g1", "g2", "g3", "g4", "g5", "g6"], budgets(0, 1.0, 0));
+    for u in &mut s.units {
+        u.group = Some(group("pg", 2));
+    }
+    let r = init_spec(&fx, &s).await;
+    let g1 = reserve(&fx, &r, "w1").await;
+    let _g2 = reserve(&fx, &r, "w2").await;
+    assert_eq!(reserve_with(&fx, &r, "w3", LONG).await, ReserveReply::None, "two run: the group is full");
+    // No retries: the requeue finalizes g1, and its place goes to g3.
+    assert!(matches!(requeue_as(&fx, &r, "w1", &g1, "boom").await, RequeueReply::Finalized { .. }));
+    assert_eq!(delivered(reserve_with(&fx, &r, "w3", LONG).await).unit.as_str(), "g3");
+    // w2 and w3 die holding g2 and g3; no reclaims: the reserves that meet
+    // them finalize them, and each place freed lets the next unit in.
+    fx.time.advance(ms(300)).await;
+    let (mut ended, mut running) = (Vec::new(), Vec::new());
+    loop {
+        match reserve_with(&fx, &r, "w4", ms(100)).await {
+            ReserveReply::ReclaimExhausted { unit } => ended.push(unit.as_str().to_owned()),
+            ReserveReply::Delivered(d) => running.push(d),
+            ReserveReply::None => break,
+            other => panic!("{other:?} after {ended:?}"),
+        }
+    }
+    ended.sort();
+    let mut units: Vec<&str> = running.iter().map(|d| d.unit.as_str()).collect();
+    units.sort();
+    assert_eq!((ended.as_slice(), units.as_slice()), (&["g2".to_owned(), "g3".to_owned()][..], &["g4", "g5"][..]));
+    // Exactly the limit again: g6 waits until one of them ends.
+    assert_eq!(reserve_with(&fx, &r, "w5", LONG).await, ReserveReply::None, "g4 and g5 run: g6 waits");
+    finalize_ok(&fx, &r, "w4", &running[0]).await;
+    assert_eq!(reserve(&fx, &r, "w5").await.unit.as_str(), "g6");
+}
+
 /// A batch passes over the units of a full group (moved behind, each read
 /// once by the call) and fills up with the units after them.
 pub async fn a_batch_passes_over_a_full_group_once(fx: Fixture) {
