@@ -1,7 +1,7 @@
 //! The `sync-worker` command line: parses it and runs the command. The
 //! processes (`worker`, `serve`, `api`) are [`crate::app`]'s, started here
 //! and stopped on SIGTERM or Ctrl-C; the operator commands (`user add`,
-//! `account add | list | status | remove`) run here. The binary is a few
+//! `account add | update | list | status | remove`) run here. The binary is a few
 //! lines over [`run`].
 //!
 //! Storage comes from `DATABASE_URL` (absent: `sqlite://sync-worker.db`),
@@ -23,7 +23,7 @@ use crate::app::serve::{self, Parts};
 use crate::app::{open_storage, open_worker_storage, start_worker, wiring};
 use crate::config::Config;
 use crate::imap::{ImapSettings, ImapSource, LoginError};
-use crate::storage::{Credentials, Email, NewAccount, Security, SyncState};
+use crate::storage::{Credentials, Email, LoginChange, NewAccount, Security, SyncState};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
 #[derive(Parser, Debug)]
@@ -86,6 +86,27 @@ enum AccountCommand {
         /// The IMAP login.
         #[arg(long)]
         username: String,
+    },
+    /// Change an account's server, security or password, after checking
+    /// that the login works with them; its synced mail stays, and a login
+    /// the server had refused is tried again at once. The new password
+    /// comes from IMAP_PASSWORD or the first line of stdin.
+    Update {
+        /// The account id.
+        id: String,
+        /// Another IMAP server host name.
+        #[arg(long)]
+        host: Option<String>,
+        /// Another port.
+        #[arg(long)]
+        port: Option<u16>,
+        /// Another way to reach it.
+        #[arg(long, value_enum)]
+        security: Option<Security>,
+        /// Keep the stored password (check the login with it again, e.g.
+        /// after the provider unlocked the account).
+        #[arg(long)]
+        keep_password: bool,
     },
     /// List the accounts.
     List {
@@ -236,6 +257,24 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                     .context("saved, but could not mark it live (workers will at their next reconcile)")?;
             }
             println!("{id}");
+            Ok(())
+        }
+        AccountCommand::Update { id, host, port, security, keep_password } => {
+            let key =
+                LeaseKey::new(&id).with_context(|| format!("no account {id} (see `sync-worker account list`)"))?;
+            if storage.account(&id).await?.is_none() {
+                bail!("no account {id} (see `sync-worker account list`)");
+            }
+            let password = if keep_password { None } else { Some(read_password()?) };
+            let change = LoginChange { host, port, security, password };
+            let login = change.apply(storage.credentials(&key).await?);
+            match ImapSource::verify_login(&login, &ImapSettings::from(&config)).await {
+                Ok(()) => {}
+                Err(e @ LoginError::Refused { .. }) => bail!("{e}: nothing changed"),
+                Err(e) => return Err(anyhow::Error::new(e).context("the login check failed: nothing changed")),
+            }
+            storage.update_login(&key, &login).await?;
+            println!("updated {id}");
             Ok(())
         }
         AccountCommand::List { json } => {

@@ -18,6 +18,8 @@
 //! | `IMAP_CA_FILE` | a PEM file of CA certificates trusted for IMAP TLS besides the system's roots (which honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); checked at start | absent |
 //! | `IMAP_ALLOW_PLAIN` | `true`: accounts with `plain` security may point at any address, not only loopback ones | `false` |
 //! | `IMAP_ALLOW_PRIVATE` | `true`: accounts and webhooks added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
+//! | `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX` | the wait after an account's login is refused, doubling after each refusal in a row up to the max (kept in the database: restarts and takeovers wait too) | `5m`, `6h` |
+//! | `IMAP_LOGIN_ATTEMPTS` | refused logins in a row after which an account tries no more until its login is updated (`account update`, `PATCH /v1/accounts/{id}`) | `8` |
 //! | `WEBHOOK_RETRIES` | attempts of one webhook delivery after the first; then it fails and its webhook is paused | `10` |
 //! | `WEBHOOK_BACKOFF`, `WEBHOOK_BACKOFF_MAX` | the wait before a delivery's first retry, doubling each time up to the max | `5s`, `1h` |
 //! | `WEBHOOK_TIMEOUT` | how long one webhook POST may take | `10s` |
@@ -92,6 +94,8 @@ pub struct Config {
     pub imap_allow_private: bool,
     /// `IMAP_MAX_FOLDERS`: most folders synced per account (default 1000).
     pub imap_max_folders: usize,
+    /// `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX`, `IMAP_LOGIN_ATTEMPTS`.
+    pub imap_login_backoff: crate::imap::LoginBackoff,
     /// `WEBHOOK_*`: how webhook deliveries are retried and bounded.
     pub webhooks: crate::webhooks::WebhookSettings,
 }
@@ -116,6 +120,7 @@ impl Default for Config {
             imap_allow_plain: false,
             imap_allow_private: false,
             imap_max_folders: 1_000,
+            imap_login_backoff: crate::imap::LoginBackoff::default(),
             webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
@@ -224,6 +229,15 @@ impl Config {
                 }
             };
         }
+        dur("IMAP_LOGIN_BACKOFF", PlainUnit::Seconds, &mut c.imap_login_backoff.first)?;
+        dur("IMAP_LOGIN_BACKOFF_MAX", PlainUnit::Seconds, &mut c.imap_login_backoff.max)?;
+        if let Some(v) = get("IMAP_LOGIN_ATTEMPTS") {
+            c.imap_login_backoff.attempts = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                var: "IMAP_LOGIN_ATTEMPTS",
+                value: v.clone(),
+                expected: "a whole number of refused logins, at least 1 (e.g. 8)".into(),
+            })?;
+        }
         c.webhooks.read(get)?;
         c.validate()?;
         Ok(c)
@@ -240,6 +254,8 @@ impl Config {
             ("TIER_SESSION_GRACE_MIN", self.tier_session_grace),
             ("IDLE_REISSUE", self.idle_reissue),
             ("RECONCILE_INTERVAL", self.reconcile_interval),
+            ("IMAP_LOGIN_BACKOFF", self.imap_login_backoff.first),
+            ("IMAP_LOGIN_BACKOFF_MAX", self.imap_login_backoff.max),
         ] {
             if d.as_millis() == 0 {
                 return Err(ConfigError::Zero { var, value: d });
@@ -352,6 +368,19 @@ mod tests {
         assert!(e.contains("29 minutes"), "{e}");
         let e = from(&[("WORKER_ID", "a b")]).unwrap_err().to_string();
         assert!(e.contains("WORKER_ID"), "{e}");
+        let e = from(&[("IMAP_LOGIN_ATTEMPTS", "0")]).unwrap_err().to_string();
+        assert!(e.contains("IMAP_LOGIN_ATTEMPTS") && e.contains("at least 1"), "{e}");
+        let e = from(&[("IMAP_LOGIN_BACKOFF", "0s")]).unwrap_err().to_string();
+        assert!(e.contains("IMAP_LOGIN_BACKOFF"), "{e}");
+    }
+
+    #[test]
+    fn refused_logins_back_off_as_configured() {
+        let c = from(&[("IMAP_LOGIN_BACKOFF", "30s"), ("IMAP_LOGIN_BACKOFF_MAX", "2m"), ("IMAP_LOGIN_ATTEMPTS", "3")])
+            .unwrap();
+        let b = c.imap_login_backoff;
+        assert_eq!((b.first, b.max, b.attempts.get()), (Duration::from_secs(30), Duration::from_secs(120), 3));
+        assert_eq!(crate::imap::ImapSettings::from(&c).login_backoff, b, "the engine gets them");
     }
 
     #[test]

@@ -61,12 +61,37 @@ pub enum SourceError {
     },
     /// The server refused the login. Retrying soon will not help: the
     /// password or the username must change.
-    #[error("account {account}: authentication failed: {answer}")]
+    #[error("account {account}: authentication failed: {answer} ({})", next_login(*refusals, *next_attempt_ms, account))]
     Auth {
         /// The account.
         account: LeaseKey,
         /// The server's answer.
         answer: String,
+        /// Refusals in a row, this one included.
+        refusals: u32,
+        /// When the next login may be tried (ms since the epoch); `None`
+        /// when no more are, until the account's login is updated.
+        next_attempt_ms: Option<i64>,
+    },
+    /// Logins of the account were refused, and its next attempt is not due
+    /// yet: nothing was sent to the server.
+    #[error("account {account}: authentication failed {refusals} time(s) in a row; {}", next_login(*refusals, Some(*next_attempt_ms), account))]
+    LoginWaiting {
+        /// The account.
+        account: LeaseKey,
+        /// Refusals in a row.
+        refusals: u32,
+        /// When the next login may be tried (ms since the epoch).
+        next_attempt_ms: i64,
+    },
+    /// Logins of the account were refused as many times in a row as
+    /// `IMAP_LOGIN_ATTEMPTS` allows: none is tried until its login is updated.
+    #[error("account {account}: authentication failed {refusals} times in a row; {}", next_login(*refusals, None, account))]
+    LoginGivenUp {
+        /// The account.
+        account: LeaseKey,
+        /// Refusals in a row.
+        refusals: u32,
     },
     /// A command on an open connection failed; reconnect.
     #[error("account {account}: {op} failed")]
@@ -126,7 +151,32 @@ impl SourceError {
     /// does not decrypt): the runner then
     /// waits a whole poll interval instead of backing off from one second.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, SourceError::Auth { .. } | SourceError::Secret { .. })
+        matches!(
+            self,
+            SourceError::Auth { .. }
+                | SourceError::LoginWaiting { .. }
+                | SourceError::LoginGivenUp { .. }
+                | SourceError::Secret { .. }
+        )
+    }
+}
+
+/// When the next login of `account` comes, after `refusals` in a row: at a
+/// time (UTC, to the second, so the text of one wait stays the same), or
+/// not until its login is updated, and how to update it.
+fn next_login(refusals: u32, next_attempt_ms: Option<i64>, account: &LeaseKey) -> String {
+    match next_attempt_ms {
+        Some(ms) => {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            format!(
+                "refused logins in a row: {refusals}; the next login is tried at {}",
+                humantime::format_rfc3339_seconds(at)
+            )
+        }
+        None => format!(
+            "refused logins in a row: {refusals}; no more logins are tried until the account's login is updated \
+             (`sync-worker account update {account}`, or PATCH /v1/accounts/{account})"
+        ),
     }
 }
 

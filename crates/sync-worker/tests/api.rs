@@ -33,6 +33,7 @@ both_databases!(
     deleting_an_account_stops_its_sync_and_removes_its_data,
     accounts_may_not_point_at_private_addresses_in_any_spelling,
     closed_silent_and_unknown_hosts_give_one_answer,
+    a_changed_password_is_updated_once_it_works_and_the_mail_stays,
 );
 
 async fn sign_up_log_in_add_an_account_and_see_its_mail(db: TestDb) {
@@ -280,6 +281,7 @@ async fn two_users_are_isolated(db: TestDb) {
         ("GET", format!("{message}/raw"), None),
         ("GET", format!("{message}/attachments/1"), None),
         ("PATCH", message.clone(), Some(json!({"seen": true}))),
+        ("PATCH", format!("/v1/accounts/{a_id}"), Some(json!({"password": "taken-over"}))),
         ("POST", format!("{message}/move"), Some(json!({"folder": "Trash"}))),
         ("DELETE", message.clone(), None),
         ("POST", format!("/v1/accounts/{a_id}/messages/actions"), Some(json!({"ids": [mid], "action": "delete"}))),
@@ -757,4 +759,42 @@ async fn closed_silent_and_unknown_hosts_give_one_answer(db: TestDb) {
     for word in ["refused", "timed out", "os error", "lookup"] {
         assert!(!answers[0].contains(word), "{}", answers[0]);
     }
+}
+
+/// The provider changed the password: `PATCH /v1/accounts/{id}` checks the
+/// new one first (a wrong one changes nothing), then keeps the synced mail
+/// and syncs on with it.
+async fn a_changed_password_is_updated_once_it_works_and_the_mail_stays(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let token = s.user("alice@example.org").await;
+    let id = s.add_account(&token, "alice").await;
+    s.append("alice", "before");
+    s.wait_listed(&token, &id, 1).await;
+    tokio::task::block_in_place(|| s.dovecot.set_password("alice", "changed-pw")).expect("set the password");
+    let path = format!("/v1/accounts/{id}");
+    for (body, field) in [
+        (json!({}), "host"),
+        (json!({"password": ""}), "password"),
+        (json!({"port": 0}), "port"),
+        (json!({"host": " "}), "host"),
+    ] {
+        let (st, v) = s.call("PATCH", &path, Some(&token), Some(body.clone())).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(v["error"]["code"], "bad_request", "{body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().starts_with(&format!("{field}:")), "{body}: {v}");
+    }
+    let (st, v) = s.call("PATCH", &path, Some(&token), Some(json!({"password": "still-wrong"}))).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::BAD_REQUEST, json!("imap_login_refused")), "{v}");
+    let (st, v) = s.call("PATCH", &path, Some(&token), Some(json!({"password": "changed-pw"}))).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["id"].as_str(), v["username"].as_str(), v["last_error"].clone()),
+        (Some(id.as_str()), Some("alice"), json!(null)),
+        "{v}"
+    );
+    // The mail synced with the old password is still there, and new mail comes with the new one.
+    s.append("alice", "after");
+    let listed = s.wait_listed(&token, &id, 2).await;
+    let subjects: Vec<&str> = listed.iter().map(|m| m["subject"].as_str().unwrap()).collect();
+    assert_eq!(subjects, ["after", "before"]);
 }

@@ -116,6 +116,16 @@ fn operator_commands_add_list_status_remove(db: TestDb) {
         let raw = std::fs::read(file).unwrap();
         assert!(!raw.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()), "password stored in plain text");
     }
+    // The provider changed the password: `account update` checks the new
+    // one before it saves it (a wrong one changes nothing).
+    e.dovecot.set_password(USER, "changed-pw").unwrap();
+    let err = e.fails(&["account", "update", &id], "still-wrong\n");
+    assert!(err.contains("Authentication failed") && err.contains("nothing changed"), "{err}");
+    let err = e.fails(&["account", "update", &id, "--keep-password"], "");
+    assert!(err.contains("Authentication failed") && err.contains("nothing changed"), "{err}");
+    assert!(e.ok(&["account", "update", &id], "changed-pw\n").contains(&format!("updated {id}")));
+    e.ok(&["account", "update", &id, "--keep-password", "--port", &e.dovecot.port().to_string()], "");
+    assert!(e.fails(&["account", "update", "no-such-account"], "x\n").contains("no account"));
     e.ok(&["account", "remove", &id], "");
     assert!(e.list().is_empty());
     assert!(e.fails(&["account", "remove", &id], "").contains("no account"));

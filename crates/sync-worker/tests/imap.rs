@@ -3,13 +3,14 @@
 //! added by a real client (APPEND over IMAP) or by `doveadm`. A missing
 //! Dovecot or Postgres fails these tests; they never skip.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{FencingToken, Tier};
 use sqlx::Row;
 use sync_worker::both_databases;
-use sync_worker::imap::{ImapSettings, ImapSource};
+use sync_worker::imap::{ImapSettings, ImapSource, LoginBackoff};
 use sync_worker::secret::SecretKey;
 use sync_worker::storage::{Storage, StorageError};
 use sync_worker::testing::{mail_gen, DovecotOptions, FenceAudit, ImapWorld, TestDb};
@@ -403,35 +404,84 @@ async fn hot_account_sees_new_mail_within_2s(db: TestDb) {
     runner.stop(Duration::from_secs(1)).await;
 }
 
+/// Dovecot's count of refused logins so far, from its log.
+fn refused_logins(w: &ImapWorld) -> usize {
+    let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
+    log.matches("auth failed").count().max(log.matches("Authentication failed").count())
+}
+
 async fn wrong_password_sets_last_error_without_a_storm(db: TestDb) {
     let w = world(db, "not-the-password").await;
-    match w.source().connect(&w.fence(1)).await {
-        Err(SourceError::Auth { answer, .. }) => assert!(answer.contains("Authentication failed"), "{answer}"),
+    // Small waits, so that the whole schedule fits in the test: 1 s after
+    // the first refusal, 2 s after the second, none after the third.
+    let backoff = LoginBackoff {
+        first: Duration::from_secs(1),
+        max: Duration::from_secs(2),
+        attempts: NonZeroU32::new(3).unwrap(),
+    };
+    let source = ImapSource::new(w.storage.clone(), ImapSettings { login_backoff: backoff, ..ImapSettings::default() });
+    match source.connect(&w.fence(1)).await {
+        Err(SourceError::Auth { answer, refusals, next_attempt_ms, .. }) => {
+            assert!(answer.contains("Authentication failed"), "{answer}");
+            assert_eq!(refusals, 1);
+            assert!(next_attempt_ms.is_some(), "a second attempt is owed");
+        }
         Err(other) => panic!("expected an auth error, got {other:?}"),
         Ok(_) => panic!("a wrong password logged in"),
     }
     let e = w.last_error().await.expect("last_error set");
-    assert!(e.contains("authentication failed"), "{e}");
-    // A runner on it for 4 s: a refused login waits a whole interval, not a second.
+    assert!(e.contains("authentication failed") && e.contains("refused logins in a row: 1"), "{e}");
+    assert!(e.contains("the next login is tried at "), "{e}");
+    // Before the wait is over nothing reaches the server, from any owner.
+    match ImapSource::new(w.storage.clone(), ImapSettings { login_backoff: backoff, ..ImapSettings::default() })
+        .connect(&w.fence(2))
+        .await
+    {
+        Err(SourceError::LoginWaiting { refusals: 1, .. }) => {}
+        Err(other) => panic!("expected a wait, got {other:?}"),
+        Ok(_) => panic!("a wrong password logged in"),
+    }
+    // A hot runner whose loops (periodic poll and INBOX watch) wake every
+    // 100 ms: only the schedule's two more attempts reach Dovecot (which
+    // answers each refusal later than the last, its own penalty), then none.
     let settings = RunnerSettings {
-        poll_warm: Duration::from_secs(60),
-        poll_cold: Duration::from_secs(600),
+        poll_warm: Duration::from_millis(100),
+        poll_cold: Duration::from_millis(100),
         idle_reissue: Duration::from_secs(600),
         retry_base: Duration::from_millis(100),
     };
     let runner = RunnerHandle::spawn(
-        Arc::new(w.source()),
-        w.fence(1),
+        Arc::new(source.clone()),
+        w.fence(3),
         Tier::Hot,
         tokio::time::Instant::now() + Duration::from_secs(3600),
         settings,
     );
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let started = Instant::now();
+    while w.storage.login_failures(&w.account).await.expect("read").count < 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no third refusal:\n{}", w.dovecot.log_tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Some 30 more wakes of each loop.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     runner.stop(Duration::from_secs(1)).await;
-    let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
-    let failures = log.matches("auth failed").count().max(log.matches("Authentication failed").count());
-    // One for the direct connect, at most one each for the watch and the periodic poll.
-    assert!((1..=3).contains(&failures), "{failures} failed logins in 4 s:\n{}", w.dovecot.log_tail());
+    assert_eq!(refused_logins(&w), 3, "three refusals in all, then none:\n{}", w.dovecot.log_tail());
+    let e = w.last_error().await.expect("last_error set");
+    assert!(e.contains("refused logins in a row: 3") && e.contains("account update"), "{e}");
+    match source.connect(&w.fence(4)).await {
+        Err(SourceError::LoginGivenUp { refusals: 3, .. }) => {}
+        Err(other) => panic!("expected no more attempts, got {other:?}"),
+        Ok(_) => panic!("a wrong password logged in"),
+    }
+    // The login updated (the CLI's `account update`, the API's PATCH): tried at once, and it works.
+    let mut login = w.storage.credentials(&w.account).await.expect("credentials");
+    login.password = PASSWORD.into();
+    w.storage.update_login(&w.account, &login).await.expect("update the login");
+    let mut conn = source.connect(&w.fence(5)).await.unwrap_or_else(|e| panic!("connect after the update: {e:?}"));
+    conn.poll(Scope::Inbox).await.expect("poll");
+    let failures = w.storage.login_failures(&w.account).await.expect("read");
+    assert_eq!((failures.count, failures.retry_at_ms), (0, None));
+    assert_eq!(refused_logins(&w), 3);
 }
 
 async fn idle_has_a_hard_deadline_and_notices_a_dead_connection(db: TestDb) {

@@ -15,7 +15,8 @@ use super::json::ApiJson;
 use super::state::ApiState;
 use crate::imap::{ImapSource, LoginError};
 use crate::storage::{
-    search_terms, AccountSummary, Credentials, FolderInfo, MessageSummary, NewAccount, SearchCursor, Security,
+    search_terms, AccountSummary, Credentials, FolderInfo, LoginChange, MessageSummary, NewAccount, SearchCursor,
+    Security,
 };
 
 /// Default page size of a message list.
@@ -96,6 +97,15 @@ fn required(field: &'static str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A host name or address as the API takes it.
+fn check_host(host: &str) -> Result<(), ApiError> {
+    required("host", host)?;
+    if host.len() > 253 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ApiError::field("host", "must be a host name or address, without spaces"));
+    }
+    Ok(())
+}
+
 /// `POST /v1/accounts`: checks the login against the server, then saves the
 /// account (password encrypted) and marks it live.
 #[utoipa::path(post, path = "/v1/accounts", tag = "accounts", security(("bearer" = [])),
@@ -114,10 +124,7 @@ pub async fn add(
     ApiJson(body): ApiJson<AddAccount>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     let host = body.host.trim().to_string();
-    required("host", &host)?;
-    if host.len() > 253 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(ApiError::field("host", "must be a host name or address, without spaces"));
-    }
+    check_host(&host)?;
     if body.port == 0 {
         return Err(ApiError::field("port", "must be 1 to 65535"));
     }
@@ -133,22 +140,7 @@ pub async fn add(
         username: body.username.clone(),
         password: body.password,
     };
-    match ImapSource::verify_login(&creds, &state.settings.imap).await {
-        Ok(()) => {}
-        Err(LoginError::Refused { answer }) => return Err(ApiError::ImapRefused { answer }),
-        Err(e @ LoginError::Unreachable { .. }) => {
-            let server = format!("{host}:{}", body.port);
-            // One answer for an unknown host, a closed port, a silent or a
-            // filtered one: the API must not tell port states apart.
-            tracing::info!(%server, error = %crate::errors::error_chain(&e), "account add: IMAP server unreachable");
-            let reason = "no IMAP server answered there (unknown host, closed or filtered port, or no answer in time)";
-            return Err(ApiError::ImapUnreachable { server, reason: reason.into() });
-        }
-        Err(LoginError::Unusable { server, source }) => {
-            // Reached, and found wanting: a refused certificate, not IMAP, a limit passed.
-            return Err(ApiError::ImapUnusable { server, reason: source.to_string() });
-        }
-    }
+    check_login(&state, &creds).await?;
     let id = state
         .storage
         .add_account(&NewAccount {
@@ -169,6 +161,85 @@ pub async fn add(
     }
     tracing::info!(account = %id, user = %auth.user, "account added");
     Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })))
+}
+
+/// Logs in with `creds` and out again, with the API's address rules; the
+/// answer says why it failed, never which port state stopped it.
+async fn check_login(state: &ApiState, creds: &Credentials) -> Result<(), ApiError> {
+    match ImapSource::verify_login(creds, &state.settings.imap).await {
+        Ok(()) => Ok(()),
+        Err(LoginError::Refused { answer }) => Err(ApiError::ImapRefused { answer }),
+        Err(e @ LoginError::Unreachable { .. }) => {
+            let server = format!("{}:{}", creds.host, creds.port);
+            // One answer for an unknown host, a closed port, a silent or a
+            // filtered one: the API must not tell port states apart.
+            tracing::info!(%server, error = %crate::errors::error_chain(&e), "IMAP login check: server unreachable");
+            let reason = "no IMAP server answered there (unknown host, closed or filtered port, or no answer in time)";
+            Err(ApiError::ImapUnreachable { server, reason: reason.into() })
+        }
+        Err(LoginError::Unusable { server, source }) => {
+            // Reached, and found wanting: a refused certificate, not IMAP, a limit passed.
+            Err(ApiError::ImapUnusable { server, reason: source.to_string() })
+        }
+    }
+}
+
+/// `PATCH /v1/accounts/{id}`: what changes; at least one field.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAccount {
+    /// Another IMAP server host name.
+    pub host: Option<String>,
+    /// Another port.
+    pub port: Option<u16>,
+    /// Another way to reach it: `tls`, `starttls` or `plain`.
+    pub security: Option<Security>,
+    /// Another IMAP password (stored encrypted).
+    pub password: Option<String>,
+}
+
+/// `PATCH /v1/accounts/{id}`: changes the account's server, security or
+/// password once the login works with them. Its synced mail stays, and a
+/// login the server had refused is tried again at its next poll.
+#[utoipa::path(patch, path = "/v1/accounts/{id}", tag = "accounts", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The account id (a UUID)")),
+    request_body = UpdateAccount,
+    responses(
+        (status = 200, description = "The login worked with the changes; they are saved", body = AccountView),
+        (status = 400, description = "A bad field, no field, or the IMAP login check failed as for `POST /v1/accounts`: nothing changed", body = ErrorBody),
+        (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
+        (status = 404, description = "No such account of the caller's", body = ErrorBody),
+        (status = 409, description = "The change makes it the same as another account", body = ErrorBody),
+        (status = 500, description = "Internal failure", body = ErrorBody),
+    ))]
+pub async fn update(
+    State(state): State<ApiState>,
+    auth: AuthUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateAccount>,
+) -> Result<Json<AccountView>, ApiError> {
+    owned(&state, &auth, &id).await?;
+    let host = body.host.map(|h| h.trim().to_string());
+    if let Some(host) = &host {
+        check_host(host)?;
+    }
+    if body.port == Some(0) {
+        return Err(ApiError::field("port", "must be 1 to 65535"));
+    }
+    if body.password.as_deref() == Some("") {
+        return Err(ApiError::field("password", "must not be empty"));
+    }
+    let change = LoginChange { host, port: body.port, security: body.security, password: body.password };
+    if change.is_empty() {
+        return Err(ApiError::field("host", "nothing to change: give host, port, security or password"));
+    }
+    let key = LeaseKey::new(&id).map_err(|_| ApiError::NotFound { what: "account", id: id.clone() })?;
+    let login = change.apply(state.storage.credentials(&key).await?);
+    check_login(&state, &login).await?;
+    state.storage.update_login(&key, &login).await?;
+    tracing::info!(account = %id, user = %auth.user, "account login updated");
+    let a = owned(&state, &auth, &id).await?;
+    Ok(Json(view(&state, a, false).await?))
 }
 
 /// The account `id` when `auth`'s user owns it; 404 otherwise.

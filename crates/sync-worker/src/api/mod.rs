@@ -6,7 +6,7 @@
 //! | `POST /v1/login` | a session (`{"token","expires_at"}`); the user is present |
 //! | `POST /v1/logout` | ends the session |
 //! | `POST /v1/accounts`, `GET /v1/accounts` | add (IMAP login checked first), list |
-//! | `GET`, `DELETE /v1/accounts/{id}` | status (tier, owner, last sync / error, folders), remove |
+//! | `GET`, `PATCH`, `DELETE /v1/accounts/{id}` | status (tier, owner, last sync / error, folders); change the server, security or password (login checked first, mail kept); remove |
 //! | `GET /v1/accounts/{id}/folders` | folders with counts |
 //! | `GET /v1/accounts/{id}/messages` | newest first, `?folder=&limit=&cursor=` |
 //! | `GET /v1/accounts/{id}/messages/{message_id}` | one message, whole: header fields, text and HTML, attachments ([`messages`]) |
@@ -108,7 +108,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(auth::login))
         .routes(routes!(auth::logout))
         .routes(routes!(accounts::list, accounts::add))
-        .routes(routes!(accounts::get, accounts::delete))
+        .routes(routes!(accounts::get, accounts::update, accounts::delete))
         .routes(routes!(accounts::folders))
         .routes(routes!(accounts::messages))
         .routes(routes!(messages::message, actions::update_message, actions::delete_message))

@@ -48,12 +48,15 @@
 //!
 //! **Failures**: every command has a timeout; a folder the server refuses
 //! (NO/BAD) is skipped and reported while the others sync; a refused login
-//! is [`SourceError::Auth`] (the runner then waits a whole interval). Each
+//! is [`SourceError::Auth`], and the next one waits out [`LoginBackoff`]
+//! (`login_gate`: counted in storage, so for every owner), then stops until
+//! the account's login is updated. Each
 //! poll's outcome is written to the account's `last_sync_at` / `last_error`.
 
 mod folders;
 pub mod framing;
 mod literal_stream;
+mod login_gate;
 mod message;
 pub mod remote;
 pub mod remote_stream;
@@ -73,7 +76,7 @@ pub use folders::{
     all_folders, all_folders_of, decode_modified_utf7, encode_modified_utf7, special_folders, special_folders_of,
     Folder, Role,
 };
-pub use settings::ImapSettings;
+pub use settings::{ImapSettings, LoginBackoff};
 pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
 pub use transport::ConnectError;
 
@@ -249,8 +252,12 @@ impl MailSource for ImapSource {
             }
             Err(e) => return Err(storage_error(account, e)),
         };
+        // Bounds the attempt the claim holds: the connect, the handshake, the greeting and the login.
+        let attempt_ms = i64::try_from((self.settings.connect_timeout * 4).as_millis()).unwrap_or(i64::MAX);
+        let seen = login_gate::admit(&self.storage, account, &self.settings.login_backoff, attempt_ms).await?;
         let failure = match transport::open(&creds, &self.settings).await {
             Ok(session) => {
+                login_gate::worked(&self.storage, fence, seen).await?;
                 return session::Connection::start(
                     session,
                     self.storage.clone(),
@@ -260,9 +267,11 @@ impl MailSource for ImapSource {
                     self.rescan.clone(),
                 )
                 .await
-                .map(|c| Box::new(c) as Box<dyn MailConnection>)
+                .map(|c| Box::new(c) as Box<dyn MailConnection>);
             }
-            Err(transport::ConnectFailure::Refused(answer)) => SourceError::Auth { account: account.clone(), answer },
+            Err(transport::ConnectFailure::Refused(answer)) => {
+                return Err(login_gate::refused(&self.storage, fence, seen, &self.settings.login_backoff, answer).await?)
+            }
             Err(transport::ConnectFailure::Failed(source)) => SourceError::Connect {
                 account: account.clone(),
                 server: format!("{}:{}", creds.host, creds.port),

@@ -30,6 +30,47 @@ pub struct ImapSettings {
     /// `IMAP_MAX_FOLDERS`: most folders synced per account (INBOX and the
     /// special folders first); past it the account's `last_error` says so.
     pub max_folders: usize,
+    /// How long a refused login waits before the next attempt, and when
+    /// attempts stop.
+    pub login_backoff: LoginBackoff,
+}
+
+/// The waits after refused logins in a row: `first` after the first, twice
+/// as long after each next one up to `max`, and no more attempts after
+/// `attempts` refusals, until the account's login is updated. A provider
+/// that locks an account after a few failures sees a handful a day, not
+/// one a minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoginBackoff {
+    /// `IMAP_LOGIN_BACKOFF`: the wait after the first refusal.
+    pub first: Duration,
+    /// `IMAP_LOGIN_BACKOFF_MAX`: the longest wait.
+    pub max: Duration,
+    /// `IMAP_LOGIN_ATTEMPTS`: refusals in a row after which no login is
+    /// tried until the login is updated (at least 1).
+    pub attempts: std::num::NonZeroU32,
+}
+
+impl Default for LoginBackoff {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_secs(5 * 60),
+            max: Duration::from_secs(6 * 3600),
+            attempts: std::num::NonZeroU32::new(8).unwrap_or(std::num::NonZeroU32::MIN),
+        }
+    }
+}
+
+impl LoginBackoff {
+    /// The wait after the `refusals`-th refusal in a row; `None` once no
+    /// attempt is left.
+    pub fn wait_after(&self, refusals: u32) -> Option<Duration> {
+        if refusals >= self.attempts.get() {
+            return None;
+        }
+        let doublings = refusals.saturating_sub(1).min(30);
+        Some(self.first.saturating_mul(1 << doublings).min(self.max))
+    }
 }
 
 impl Default for ImapSettings {
@@ -44,6 +85,7 @@ impl Default for ImapSettings {
             allow_plain: false,
             allow_private: true,
             max_folders: 1_000,
+            login_backoff: LoginBackoff::default(),
         }
     }
 }
@@ -58,7 +100,26 @@ impl From<&Config> for ImapSettings {
             tls: TlsSettings::with_ca_file(c.imap_ca_file.as_ref()),
             allow_plain: c.imap_allow_plain,
             max_folders: c.imap_max_folders,
+            login_backoff: c.imap_login_backoff,
             ..Self::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_logins_wait_longer_each_time_then_stop() {
+        let backoff = LoginBackoff {
+            first: Duration::from_secs(300),
+            max: Duration::from_secs(3600),
+            attempts: std::num::NonZeroU32::new(5).unwrap(),
+        };
+        let waits: Vec<Option<u64>> = (1..=6).map(|n| backoff.wait_after(n).map(|d| d.as_secs())).collect();
+        assert_eq!(waits, [Some(300), Some(600), Some(1200), Some(2400), None, None]);
+        let capped = LoginBackoff { attempts: std::num::NonZeroU32::new(40).unwrap(), ..backoff };
+        assert_eq!(capped.wait_after(39), Some(Duration::from_secs(3600)), "capped, and no overflow");
     }
 }

@@ -133,6 +133,49 @@ pub struct Credentials {
     pub password: String,
 }
 
+/// What `account update` and `PATCH /v1/accounts/{id}` change of an
+/// account's login; what is `None` stays.
+#[derive(Clone, Default)]
+pub struct LoginChange {
+    /// Another server host name.
+    pub host: Option<String>,
+    /// Another port.
+    pub port: Option<u16>,
+    /// Another way to reach the server.
+    pub security: Option<Security>,
+    /// Another password.
+    pub password: Option<String>,
+}
+
+impl LoginChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.host.is_none() && self.port.is_none() && self.security.is_none() && self.password.is_none()
+    }
+
+    /// `current` with these changes.
+    pub fn apply(self, current: Credentials) -> Credentials {
+        Credentials {
+            host: self.host.unwrap_or(current.host),
+            port: self.port.unwrap_or(current.port),
+            security: self.security.unwrap_or(current.security),
+            username: current.username,
+            password: self.password.unwrap_or(current.password),
+        }
+    }
+}
+
+impl fmt::Debug for LoginChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoginChange")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credentials")
@@ -294,6 +337,34 @@ impl Storage {
             e => StorageError::Query { op: format!("insert {}", what()), source: e },
         })?;
         LeaseKey::new(&id).map_err(|_| StorageError::Corrupt { account: id.clone(), field: "id", value: id.clone() })
+    }
+
+    /// Changes `id`'s server, security and password (its login was checked
+    /// with them), keeping its synced mail, and forgets its refused logins:
+    /// the next attempt may come at once.
+    pub async fn update_login(&self, id: &LeaseKey, login: &Credentials) -> Result<(), StorageError> {
+        let what = || format!("account {}@{}:{}", login.username, login.host, login.port);
+        let sealed = self.secret.seal(id.as_str(), &login.password);
+        let updated = sqlx::query(
+            "UPDATE accounts SET host = $1, port = $2, security = $3, password_enc = $4, \
+             login_failures = 0, login_retry_at = NULL, last_error = NULL WHERE id = $5",
+        )
+        .bind(&login.host)
+        .bind(i64::from(login.port))
+        .bind(login.security.as_str())
+        .bind(&sealed)
+        .bind(id.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => StorageError::Duplicate { what: what() },
+            e => StorageError::Query { op: format!("update {}", what()), source: e },
+        })?
+        .rows_affected();
+        if updated == 0 {
+            return Err(StorageError::NotFound { what: "account", key: id.to_string() });
+        }
+        Ok(())
     }
 
     /// Every account id: what should be synced (the live set's source of truth).

@@ -188,10 +188,10 @@ impl Storage {
 /// back and answers [`StorageError::LeaseExpired`]).
 #[derive(Debug)]
 pub struct FencedTx {
-    tx: Transaction<'static, Any>,
+    pub(super) tx: Transaction<'static, Any>,
     /// Whose write this is, and until when it may commit.
     fence: Fence,
-    account: String,
+    pub(super) account: String,
     events: Option<std::sync::Arc<dyn EventSink>>,
     /// What this transaction did to which message, announced after the commit.
     pending: Vec<(MailEventKind, String, u32, u32)>,
