@@ -95,7 +95,7 @@ pub struct Config {
     /// `IMAP_MAX_FOLDERS`: most folders synced per account (default 1000).
     pub imap_max_folders: usize,
     /// `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX`, `IMAP_LOGIN_ATTEMPTS`.
-    pub imap_login_backoff: crate::imap::LoginBackoff,
+    pub imap_login_backoff: crate::imap::settings::LoginBackoff,
     /// `WEBHOOK_*`: how webhook deliveries are retried and bounded.
     pub webhooks: crate::webhooks::WebhookSettings,
 }
@@ -120,7 +120,7 @@ impl Default for Config {
             imap_allow_plain: false,
             imap_allow_private: false,
             imap_max_folders: 1_000,
-            imap_login_backoff: crate::imap::LoginBackoff::default(),
+            imap_login_backoff: crate::imap::settings::LoginBackoff::default(),
             webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
@@ -380,7 +380,7 @@ mod tests {
             .unwrap();
         let b = c.imap_login_backoff;
         assert_eq!((b.first, b.max, b.attempts.get()), (Duration::from_secs(30), Duration::from_secs(120), 3));
-        assert_eq!(crate::imap::ImapSettings::from(&c).login_backoff, b, "the engine gets them");
+        assert_eq!(crate::imap::settings::ImapSettings::from(&c).login_backoff, b, "the engine gets them");
     }
 
     #[test]

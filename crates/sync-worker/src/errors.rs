@@ -147,6 +147,17 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// `e`, of a storage call for `account`: a fencing rejection or a lease
+    /// past its deadline as themselves, anything else as [`SourceError::Storage`].
+    pub fn from_storage(account: &LeaseKey, e: crate::storage::StorageError) -> Self {
+        use crate::storage::StorageError;
+        match e {
+            StorageError::Fenced { account, token, current } => SourceError::Fenced { account, token, current },
+            StorageError::LeaseExpired { account, token } => SourceError::LeaseExpired { account, token },
+            source => SourceError::Storage { account: account.clone(), source },
+        }
+    }
+
     /// Whether retrying soon is pointless (a refused login, a password that
     /// does not decrypt): the runner then
     /// waits a whole poll interval instead of backing off from one second.

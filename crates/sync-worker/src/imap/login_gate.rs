@@ -8,7 +8,6 @@
 use leasehold_core::LeaseKey;
 
 use super::settings::LoginBackoff;
-use super::storage_error;
 use crate::errors::SourceError;
 use crate::source::Fence;
 use crate::storage::{now_ms, LoginFailures, Storage};
@@ -23,7 +22,7 @@ pub(super) async fn admit(
     backoff: &LoginBackoff,
     attempt_ms: i64,
 ) -> Result<LoginFailures, SourceError> {
-    let seen = storage.login_failures(account).await.map_err(|e| storage_error(account, e))?;
+    let seen = storage.login_failures(account).await.map_err(|e| SourceError::from_storage(account, e))?;
     if seen.count == 0 {
         return Ok(seen);
     }
@@ -40,7 +39,7 @@ pub(super) async fn admit(
         Ok(true) => Ok(seen),
         // The other connection claimed it (or the login was updated meanwhile: the next pass sees that).
         Ok(false) => Err(waiting()),
-        Err(e) => Err(storage_error(account, e)),
+        Err(e) => Err(SourceError::from_storage(account, e)),
     }
 }
 
@@ -63,7 +62,7 @@ pub(super) async fn refused(
         tx.record_poll(Some(&text)).await?;
         tx.commit().await
     };
-    write.await.map_err(|e| storage_error(&fence.account, e))?;
+    write.await.map_err(|e| SourceError::from_storage(&fence.account, e))?;
     Ok(error)
 }
 
@@ -77,5 +76,5 @@ pub(super) async fn worked(storage: &Storage, fence: &Fence, seen: LoginFailures
         tx.clear_login_failures().await?;
         tx.commit().await
     };
-    write.await.map_err(|e| storage_error(&fence.account, e))
+    write.await.map_err(|e| SourceError::from_storage(&fence.account, e))
 }

@@ -61,7 +61,7 @@ mod message;
 pub mod remote;
 pub mod remote_stream;
 mod session;
-mod settings;
+pub mod settings;
 pub mod tls;
 mod transport;
 pub(crate) use transport::is_public;
@@ -220,11 +220,7 @@ pub enum LoginError {
 /// A storage error as the source reports it: fencing rejections stay
 /// [`SourceError::Fenced`], so the runner stops.
 pub(crate) fn storage_error(account: &LeaseKey, e: StorageError) -> SourceError {
-    match e {
-        StorageError::Fenced { account, token, current } => SourceError::Fenced { account, token, current },
-        StorageError::LeaseExpired { account, token } => SourceError::LeaseExpired { account, token },
-        source => SourceError::Storage { account: account.clone(), source },
-    }
+    SourceError::from_storage(account, e)
 }
 
 #[async_trait]
