@@ -225,6 +225,16 @@ fn read_password() -> anyhow::Result<String> {
     Ok(password)
 }
 
+/// Logs in with `login` and out again, before anything is written; the
+/// error says so with `outcome` ("nothing saved").
+async fn check_login(login: &Credentials, config: &Config, outcome: &str) -> anyhow::Result<()> {
+    match ImapSource::verify_login(login, &ImapSettings::from(config)).await {
+        Ok(()) => Ok(()),
+        Err(e @ LoginError::Refused { .. }) => bail!("{e}: {outcome}"),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("the login check failed: {outcome}"))),
+    }
+}
+
 /// The lease store the workers share, when there is one (see [`wiring::shared_store`]).
 async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseStore>>> {
     wiring::shared_store(config).await.context("could not connect the lease store")
@@ -242,11 +252,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             }
             let password = read_password()?;
             let creds = Credentials { host: host.clone(), port, security, username: username.clone(), password };
-            match ImapSource::verify_login(&creds, &ImapSettings::from(&config)).await {
-                Ok(()) => {}
-                Err(e @ LoginError::Refused { .. }) => bail!("{e}: nothing saved"),
-                Err(e) => return Err(anyhow::Error::new(e).context("the login check failed: nothing saved")),
-            }
+            check_login(&creds, &config, "nothing saved").await?;
             let id = storage
                 .add_account(&NewAccount { user: user.id, host, port, security, username, password: creds.password })
                 .await?;
@@ -268,11 +274,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             let password = if keep_password { None } else { Some(read_password()?) };
             let change = LoginChange { host, port, security, password };
             let login = change.apply(storage.credentials(&key).await?);
-            match ImapSource::verify_login(&login, &ImapSettings::from(&config)).await {
-                Ok(()) => {}
-                Err(e @ LoginError::Refused { .. }) => bail!("{e}: nothing changed"),
-                Err(e) => return Err(anyhow::Error::new(e).context("the login check failed: nothing changed")),
-            }
+            check_login(&login, &config, "nothing changed").await?;
             storage.update_login(&key, &login).await?;
             println!("updated {id}");
             Ok(())

@@ -86,7 +86,7 @@ impl OutsideErrors<'_> {
         // that raises, an `at_exit` hook), which plain runs report too.
         if !end.signalled && end.code() != Some(0) {
             let output = end.stderr_tail(16 * 1024);
-            let last = output.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output");
+            let last = crate::exec::process::last_line(&output);
             errors.push(OutsideError {
                 group: SESSION_GROUP.into(),
                 phase: EXIT_PHASE.into(),

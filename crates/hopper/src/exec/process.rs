@@ -77,6 +77,12 @@ impl Termination {
     }
 }
 
+/// The last line of a tool's output that is not blank, trimmed; "no output"
+/// when there is none: what a one-line report of its failure says.
+pub fn last_line(text: &str) -> &str {
+    text.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output")
+}
+
 /// The bounded tail of an invocation's output.
 #[derive(Debug, Clone, Default)]
 pub struct OutputTail {

@@ -451,7 +451,7 @@ impl Slot {
                     return Err(AgentError::KeepsDying {
                         times: self.barren_starts,
                         status,
-                        last_line: last_line(&tail),
+                        last_line: crate::exec::process::last_line(&tail).to_owned(),
                     }
                     .into());
                 }
@@ -611,10 +611,6 @@ async fn sleep_until_some(deadline: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn last_line(text: &str) -> String {
-    text.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned()
 }
 
 fn truncate(text: &str, max: usize) -> String {

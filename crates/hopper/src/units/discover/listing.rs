@@ -119,7 +119,7 @@ const CONTEXT_LINES: usize = 20;
 fn failure_detail(stdout: &str, stderr: &str) -> String {
     let errors: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let Some((last, before)) = errors.split_last() else {
-        return stdout.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+        return crate::exec::process::last_line(stdout).to_owned();
     };
     let context = &before[before.len().saturating_sub(CONTEXT_LINES)..];
     match context.is_empty() {
