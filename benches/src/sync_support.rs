@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use leasehold_core::{FencingToken, LeaseKey, WorkerId};
 use sync_worker::deadline::LeaseDeadline;
-use sync_worker::storage::{Email, NewAccount, Security, Storage};
+use sync_worker::storage::{AccountAuth, Email, NewAccount, Security, Storage};
 use sync_worker::testing::{mail_gen, Dovecot, TestDb};
 use sync_worker::Fence;
 
@@ -44,7 +44,7 @@ impl World {
                 port: self.dovecot.port(),
                 security: Security::Plain,
                 username: user.to_string(),
-                password: "pw".into(),
+                auth: AccountAuth::Password("pw".into()),
             })
             .await?)
     }

@@ -8,7 +8,9 @@
 //! the password key from `SECRET_KEY` or `SECRET_KEY_FILE` (absent: the file
 //! `sync-worker.key`, generated with mode 0600). An IMAP password is read
 //! from `IMAP_PASSWORD` or, when that is unset, from the first line of
-//! stdin: never from an argument, where `ps` would show it.
+//! stdin: never from an argument, where `ps` would show it. So is an
+//! OAuth2 refresh token (`OAUTH2_REFRESH_TOKEN`), with the client secret
+//! in `OAUTH2_CLIENT_SECRET`.
 
 use std::future::Future;
 use std::io::{BufRead, IsTerminal, Write};
@@ -23,7 +25,8 @@ use crate::app::serve::{self, Parts};
 use crate::app::{open_storage, open_worker_storage, start_worker, wiring};
 use crate::config::Config;
 use crate::imap::{ImapSettings, ImapSource, LoginError};
-use crate::storage::{Credentials, Email, LoginChange, NewAccount, Security, SyncState};
+use crate::oauth2::{grant_from, OAuth2Provider};
+use crate::storage::{AccountAuth, Credentials, Email, LoginChange, NewAccount, Security, SyncState};
 
 /// `sync-worker`: owns a fair share of the live IMAP accounts and keeps them synced.
 #[derive(Parser, Debug)]
@@ -66,10 +69,40 @@ enum UserCommand {
     },
 }
 
+/// How an account logs in.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum AuthKind {
+    /// An IMAP password (IMAP_PASSWORD or stdin).
+    Password,
+    /// OAuth2: a refresh token (OAUTH2_REFRESH_TOKEN or stdin) for a client
+    /// (--oauth2-client-id, OAUTH2_CLIENT_SECRET) at a token endpoint
+    /// (--oauth2-provider or --oauth2-token-url).
+    Oauth2,
+}
+
+/// The OAuth2 client of an `--auth oauth2` account.
+#[derive(clap::Args, Debug, Clone)]
+struct OAuth2Args {
+    /// `google` or `microsoft`: their token endpoint and scope.
+    #[arg(long, value_enum)]
+    oauth2_provider: Option<OAuth2Provider>,
+    /// The token endpoint, for another provider (or to override the preset's).
+    #[arg(long)]
+    oauth2_token_url: Option<String>,
+    /// The OAuth2 client id (the secret, if any, comes from OAUTH2_CLIENT_SECRET).
+    #[arg(long)]
+    oauth2_client_id: Option<String>,
+    /// The scope to ask for on refresh, overriding the preset's.
+    #[arg(long)]
+    oauth2_scope: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 enum AccountCommand {
     /// Add an IMAP account (after checking that its login works). The
-    /// password comes from IMAP_PASSWORD or the first line of stdin.
+    /// password comes from IMAP_PASSWORD or the first line of stdin; with
+    /// `--auth oauth2`, the refresh token comes from OAUTH2_REFRESH_TOKEN or
+    /// the first line of stdin.
     Add {
         /// The owning user's e-mail address.
         #[arg(long)]
@@ -86,6 +119,11 @@ enum AccountCommand {
         /// The IMAP login.
         #[arg(long)]
         username: String,
+        /// How it logs in.
+        #[arg(long, value_enum, default_value = "password")]
+        auth: AuthKind,
+        #[command(flatten)]
+        oauth2: OAuth2Args,
     },
     /// Change an account's server, security or password, after checking
     /// that the login works with them; its synced mail stays, and a login
@@ -103,10 +141,15 @@ enum AccountCommand {
         /// Another way to reach it.
         #[arg(long, value_enum)]
         security: Option<Security>,
-        /// Keep the stored password (check the login with it again, e.g.
-        /// after the provider unlocked the account).
+        /// Keep the stored password or OAuth2 grant (check the login with
+        /// it again, e.g. after the provider unlocked the account).
         #[arg(long)]
         keep_password: bool,
+        /// How it logs in from now on (its new secret as for `account add`).
+        #[arg(long, value_enum, default_value = "password")]
+        auth: AuthKind,
+        #[command(flatten)]
+        oauth2: OAuth2Args,
     },
     /// List the accounts.
     List {
@@ -205,24 +248,49 @@ async fn until_signal<T>(finished: impl Future<Output = T>) -> anyhow::Result<Op
     }
 }
 
-fn read_password() -> anyhow::Result<String> {
-    if let Ok(p) = std::env::var("IMAP_PASSWORD") {
+/// A secret from `env`, or else the first line of stdin (never an argument).
+fn read_secret(env: &str, what: &str) -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var(env) {
         if !p.is_empty() {
             return Ok(p);
         }
     }
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
-        eprint!("IMAP password: ");
+        eprint!("{what}: ");
         std::io::stderr().flush().ok();
     }
     let mut line = String::new();
-    stdin.lock().read_line(&mut line).context("could not read the IMAP password from stdin")?;
-    let password = line.trim_end_matches(['\r', '\n']).to_string();
-    if password.is_empty() {
-        bail!("no IMAP password: set IMAP_PASSWORD or pass it on stdin (never as an argument)");
+    stdin.lock().read_line(&mut line).with_context(|| format!("could not read the {what} from stdin"))?;
+    let secret = line.trim_end_matches(['\r', '\n']).to_string();
+    if secret.is_empty() {
+        bail!("no {what}: set {env} or pass it on stdin (never as an argument)");
     }
-    Ok(password)
+    Ok(secret)
+}
+
+/// The login `auth` asks for, its secret read as [`read_secret`] does.
+fn read_auth(auth: AuthKind, oauth2: OAuth2Args) -> anyhow::Result<AccountAuth> {
+    match auth {
+        AuthKind::Password => Ok(AccountAuth::Password(read_secret("IMAP_PASSWORD", "IMAP password")?)),
+        AuthKind::Oauth2 => {
+            let Some(client_id) = oauth2.oauth2_client_id else {
+                bail!("--auth oauth2 needs --oauth2-client-id (and OAUTH2_CLIENT_SECRET unless the client is public)");
+            };
+            let refresh_token = read_secret("OAUTH2_REFRESH_TOKEN", "OAuth2 refresh token")?;
+            let secret = std::env::var("OAUTH2_CLIENT_SECRET").ok();
+            let grant = grant_from(
+                oauth2.oauth2_provider,
+                oauth2.oauth2_token_url,
+                client_id,
+                secret,
+                refresh_token,
+                oauth2.oauth2_scope,
+            )
+            .context("invalid OAuth2 settings (see --oauth2-provider, --oauth2-token-url)")?;
+            Ok(AccountAuth::OAuth2(grant))
+        }
+    }
 }
 
 /// Logs in with `login` and out again, before anything is written; the
@@ -243,18 +311,18 @@ async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseSto
 async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
     let storage = open_storage().await?;
     match cmd {
-        AccountCommand::Add { user, host, port, security, username } => {
+        AccountCommand::Add { user, host, port, security, username, auth, oauth2 } => {
             let Some(user) = storage.user_by_email(&user).await? else {
                 bail!("no user {user}: add it first with `sync-worker user add --email {user}`");
             };
             if storage.account_exists(&host, port, &username).await? {
                 bail!("account {username}@{host}:{port} already exists: nothing changed");
             }
-            let password = read_password()?;
-            let creds = Credentials { host: host.clone(), port, security, username: username.clone(), password };
+            let login = read_auth(auth, oauth2)?;
+            let creds = Credentials { host: host.clone(), port, security, username: username.clone(), auth: login };
             check_login(&creds, &config, "nothing saved").await?;
             let id = storage
-                .add_account(&NewAccount { user: user.id, host, port, security, username, password: creds.password })
+                .add_account(&NewAccount { user: user.id, host, port, security, username, auth: creds.auth })
                 .await?;
             if let Some(store) = shared_store(&config).await? {
                 store
@@ -265,14 +333,14 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             println!("{id}");
             Ok(())
         }
-        AccountCommand::Update { id, host, port, security, keep_password } => {
+        AccountCommand::Update { id, host, port, security, keep_password, auth, oauth2 } => {
             let key =
                 LeaseKey::new(&id).with_context(|| format!("no account {id} (see `sync-worker account list`)"))?;
             if storage.account(&id).await?.is_none() {
                 bail!("no account {id} (see `sync-worker account list`)");
             }
-            let password = if keep_password { None } else { Some(read_password()?) };
-            let change = LoginChange { host, port, security, password };
+            let login = if keep_password { None } else { Some(read_auth(auth, oauth2)?) };
+            let change = LoginChange { host, port, security, auth: login };
             let login = change.apply(storage.credentials(&key).await?);
             check_login(&login, &config, "nothing changed").await?;
             storage.update_login(&key, &login).await?;

@@ -20,6 +20,7 @@
 //! | `IMAP_ALLOW_PRIVATE` | `true`: accounts and webhooks added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
 //! | `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX` | the wait after an account's login is refused, doubling after each refusal in a row up to the max (kept in the database: restarts and takeovers wait too) | `5m`, `6h` |
 //! | `IMAP_LOGIN_ATTEMPTS` | refused logins in a row after which an account tries no more until its login is updated (`account update`, `PATCH /v1/accounts/{id}`) | `8` |
+//! | `IMAP_CONNECTS_PER_HOST` | connection attempts (connect, TLS, greeting, login) at once to one IMAP server host, per process; more wait their turn | `8` |
 //! | `WEBHOOK_RETRIES` | attempts of one webhook delivery after the first; then it fails and its webhook is paused | `10` |
 //! | `WEBHOOK_BACKOFF`, `WEBHOOK_BACKOFF_MAX` | the wait before a delivery's first retry, doubling each time up to the max | `5s`, `1h` |
 //! | `WEBHOOK_TIMEOUT` | how long one webhook POST may take | `10s` |
@@ -96,6 +97,8 @@ pub struct Config {
     pub imap_max_folders: usize,
     /// `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX`, `IMAP_LOGIN_ATTEMPTS`.
     pub imap_login_backoff: crate::imap::settings::LoginBackoff,
+    /// `IMAP_CONNECTS_PER_HOST`.
+    pub imap_connects_per_host: std::num::NonZeroUsize,
     /// `WEBHOOK_*`: how webhook deliveries are retried and bounded.
     pub webhooks: crate::webhooks::WebhookSettings,
 }
@@ -121,6 +124,8 @@ impl Default for Config {
             imap_allow_private: false,
             imap_max_folders: 1_000,
             imap_login_backoff: crate::imap::settings::LoginBackoff::default(),
+            imap_connects_per_host: std::num::NonZeroUsize::new(crate::imap::connect_gate::DEFAULT_CONNECTS_PER_HOST)
+                .unwrap_or(std::num::NonZeroUsize::MIN),
             webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
@@ -236,6 +241,13 @@ impl Config {
                 var: "IMAP_LOGIN_ATTEMPTS",
                 value: v.clone(),
                 expected: "a whole number of refused logins, at least 1 (e.g. 8)".into(),
+            })?;
+        }
+        if let Some(v) = get("IMAP_CONNECTS_PER_HOST") {
+            c.imap_connects_per_host = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                var: "IMAP_CONNECTS_PER_HOST",
+                value: v.clone(),
+                expected: "a whole number of connection attempts, at least 1 (e.g. 8)".into(),
             })?;
         }
         c.webhooks.read(get)?;
@@ -372,6 +384,15 @@ mod tests {
         assert!(e.contains("IMAP_LOGIN_ATTEMPTS") && e.contains("at least 1"), "{e}");
         let e = from(&[("IMAP_LOGIN_BACKOFF", "0s")]).unwrap_err().to_string();
         assert!(e.contains("IMAP_LOGIN_BACKOFF"), "{e}");
+        let e = from(&[("IMAP_CONNECTS_PER_HOST", "0")]).unwrap_err().to_string();
+        assert!(e.contains("IMAP_CONNECTS_PER_HOST") && e.contains("at least 1"), "{e}");
+    }
+
+    #[test]
+    fn connects_per_host_reach_the_engine() {
+        let c = from(&[("IMAP_CONNECTS_PER_HOST", "3")]).unwrap();
+        assert_eq!(crate::imap::settings::ImapSettings::from(&c).connect_gate.per_host().get(), 3);
+        assert_eq!(from(&[]).unwrap().imap_connects_per_host.get(), 8);
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub mod source;
 // The leaves.
 pub mod config;
 pub mod errors;
+pub mod oauth2;
 pub mod secret;
 
 #[cfg(feature = "test-support")]

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::Row;
 use sync_worker::both_databases;
-use sync_worker::storage::Storage;
+use sync_worker::storage::{AccountAuth, Storage};
 use sync_worker::testing::TestDb;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -442,6 +442,26 @@ async fn bad_input_is_a_400_naming_the_field(db: TestDb) {
         ("/v1/accounts", r#"{"host":"","port":143,"security":"plain","username":"u","password":"p"}"#, "host"),
         ("/v1/accounts", r#"{"host":"h","port":0,"security":"plain","username":"u","password":"p"}"#, "port"),
         ("/v1/accounts", r#"{"host":"h","port":143,"security":"plain","username":"u"}"#, "password"),
+        (
+            "/v1/accounts",
+            r#"{"host":"h","port":143,"security":"plain","username":"u","password":"p","oauth2":{"provider":"google","client_id":"c","refresh_token":"r"}}"#,
+            "oauth2",
+        ),
+        (
+            "/v1/accounts",
+            r#"{"host":"h","port":143,"security":"plain","username":"u","oauth2":{"client_id":"c","refresh_token":"r"}}"#,
+            "oauth2",
+        ),
+        (
+            "/v1/accounts",
+            r#"{"host":"h","port":143,"security":"plain","username":"u","oauth2":{"token_url":"http://id.example.com/t","client_id":"c","refresh_token":"r"}}"#,
+            "oauth2",
+        ),
+        (
+            "/v1/accounts",
+            r#"{"host":"h","port":143,"security":"plain","username":"u","oauth2":{"provider":"yahoo","client_id":"c","refresh_token":"r"}}"#,
+            "oauth2.provider",
+        ),
     ] {
         let (st, v) = s.raw("POST", path, Some(&token), body).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{path} {body}: {v}");
@@ -517,7 +537,7 @@ async fn no_plain_text_password_in_any_column(db: TestDb) {
     assert!(texts > 20, "the scan read only {texts} values");
     // What is stored decrypts to the password, and the hash is argon2id.
     let key = LeaseKey::new(&id).unwrap();
-    assert_eq!(s.storage.credentials(&key).await.unwrap().password, IMAP_PASSWORD);
+    assert_eq!(s.storage.credentials(&key).await.unwrap().auth, AccountAuth::Password(IMAP_PASSWORD.into()));
     let (_, hash) = s.storage.password_hash(&"alice@example.org".parse().unwrap()).await.unwrap().unwrap();
     assert!(hash.unwrap().starts_with("$argon2id$"));
 }

@@ -17,7 +17,7 @@ use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::secret::SecretKey;
 use sync_worker::storage::{
-    ConnectionSettings, Email, FencedTx, MessageRow, NewAccount, Security, Storage, StorageError,
+    AccountAuth, ConnectionSettings, Email, FencedTx, MessageRow, NewAccount, Security, Storage, StorageError,
 };
 use sync_worker::testing::{mail_gen, Dovecot, FenceAudit, ImapProxy, Postgres, PostgresServer};
 use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, Fence};
@@ -65,7 +65,7 @@ impl Rig {
                     port: proxy.port(),
                     security: Security::Plain,
                     username: name.clone(),
-                    password: PASSWORD.into(),
+                    auth: AccountAuth::Password(PASSWORD.into()),
                 })
                 .await
                 .expect("account");
@@ -281,7 +281,7 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     rig.assert_no_stale_write();
     let before: Vec<Vec<i64>> =
         rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
-    let logins_before = rig.proxy.count("LOGIN");
+    let logins_before = rig.proxy.logins();
 
     // ...and once after it, timed: every account syncs new mail within TTL + 5 s.
     assert!(rig.redis.command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
@@ -309,7 +309,7 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
     assert_eq!(dupes, 0, "a message stored twice");
     // A fenced take-over logs in nowhere: one login per re-claimed account
     // (twice at most, should a lease change hands while healing).
-    let logins = rig.proxy.count("LOGIN") - logins_before;
+    let logins = rig.proxy.logins() - logins_before;
     assert!(logins <= 2 * rig.accounts.len(), "{logins} logins to heal {} accounts", rig.accounts.len());
     w1.shutdown().await.expect("shutdown");
     w2.shutdown().await.expect("shutdown");
@@ -330,7 +330,7 @@ async fn one_account(storage: &Storage) -> LeaseKey {
             port: 1,
             security: Security::Plain,
             username: "alice".into(),
-            password: PASSWORD.into(),
+            auth: AccountAuth::Password(PASSWORD.into()),
         })
         .await
         .expect("account")

@@ -12,7 +12,7 @@ use sqlx::Row;
 use sync_worker::both_databases;
 use sync_worker::imap::{ImapSettings, ImapSource, LoginBackoff};
 use sync_worker::secret::SecretKey;
-use sync_worker::storage::{Storage, StorageError};
+use sync_worker::storage::{AccountAuth, Storage, StorageError};
 use sync_worker::testing::{mail_gen, DovecotOptions, FenceAudit, ImapWorld, TestDb};
 use sync_worker::{MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope, SourceError};
 
@@ -475,7 +475,7 @@ async fn wrong_password_sets_last_error_without_a_storm(db: TestDb) {
     }
     // The login updated (the CLI's `account update`, the API's PATCH): tried at once, and it works.
     let mut login = w.storage.credentials(&w.account).await.expect("credentials");
-    login.password = PASSWORD.into();
+    login.auth = AccountAuth::Password(PASSWORD.into());
     w.storage.update_login(&w.account, &login).await.expect("update the login");
     let mut conn = source.connect(&w.fence(5)).await.unwrap_or_else(|e| panic!("connect after the update: {e:?}"));
     conn.poll(Scope::Inbox).await.expect("poll");

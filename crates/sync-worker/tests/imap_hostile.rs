@@ -11,7 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use sync_worker::imap::{ImapSettings, ImapSource, LoginError};
-use sync_worker::storage::{Credentials, Security};
+use sync_worker::storage::{AccountAuth, Credentials, Security};
 
 /// CPU time (user + system) of the calling thread.
 fn thread_cpu() -> Duration {
@@ -63,7 +63,7 @@ fn creds(port: u16) -> Credentials {
         port,
         security: Security::Plain,
         username: "u".into(),
-        password: "p".into(),
+        auth: AccountAuth::Password("p".into()),
     }
 }
 
@@ -186,7 +186,7 @@ fn logged_in_check(script: Script) -> (String, Duration) {
                 port,
                 security: c.security,
                 username: c.username,
-                password: c.password,
+                auth: c.auth,
             })
             .await
             .unwrap();
@@ -209,9 +209,10 @@ fn logged_in_check(script: Script) -> (String, Duration) {
     })
 }
 
-/// Greets, accepts LOGIN, answers CAPABILITY; returns at the next command.
+/// Greets (offering LOGIN), accepts LOGIN, answers CAPABILITY; returns at
+/// the next command.
 fn log_in(s: &mut TcpStream, r: &mut BufReader<TcpStream>) -> std::io::Result<String> {
-    s.write_all(b"* OK ready\r\n")?;
+    s.write_all(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")?;
     let tag = command(r)?;
     s.write_all(format!("{tag} OK logged in\r\n").as_bytes())?;
     let tag = command(r)?;

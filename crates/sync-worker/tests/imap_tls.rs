@@ -9,7 +9,7 @@ use std::net::{IpAddr, TcpListener};
 use std::time::Duration;
 
 use sync_worker::imap::{CaFile, ImapSettings, ImapSource, LoginError, TlsSettings};
-use sync_worker::storage::{Credentials, Security};
+use sync_worker::storage::{AccountAuth, Credentials, Security};
 use sync_worker::testing::{Dovecot, DovecotOptions, PrivateCa, ServerCert};
 
 const USER: &str = "alice";
@@ -24,7 +24,13 @@ fn settings(ca: Option<&PrivateCa>) -> ImapSettings {
 }
 
 fn creds(host: &str, port: u16, security: Security) -> Credentials {
-    Credentials { host: host.into(), port, security, username: USER.into(), password: PASSWORD.into() }
+    Credentials {
+        host: host.into(),
+        port,
+        security,
+        username: USER.into(),
+        auth: AccountAuth::Password(PASSWORD.into()),
+    }
 }
 
 fn dovecot(cert: &ServerCert) -> Dovecot {

@@ -12,7 +12,7 @@ use sqlx::Row;
 use sync_worker::both_databases;
 use sync_worker::deadline::LeaseDeadline;
 use sync_worker::events::MailEventKind;
-use sync_worker::storage::{Email, MessageRow, NewAccount, Security, Storage, StorageError};
+use sync_worker::storage::{AccountAuth, Email, MessageRow, NewAccount, Security, Storage, StorageError};
 use sync_worker::testing::TestDb;
 use sync_worker::Fence;
 
@@ -31,7 +31,7 @@ async fn alice(storage: &Storage) -> (UserId, LeaseKey) {
             port: 1,
             security: Security::Plain,
             username: "alice".into(),
-            password: "pw".into(),
+            auth: AccountAuth::Password("pw".into()),
         })
         .await
         .expect("account");

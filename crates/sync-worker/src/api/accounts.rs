@@ -14,9 +14,10 @@ use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::state::ApiState;
 use crate::imap::{ImapSource, LoginError};
+use crate::oauth2::{grant_from, OAuth2Grant, OAuth2Provider};
 use crate::storage::{
-    search_terms, AccountSummary, Credentials, FolderInfo, LoginChange, MessageSummary, NewAccount, SearchCursor,
-    Security,
+    search_terms, AccountAuth, AccountSummary, Credentials, FolderInfo, LoginChange, MessageSummary, NewAccount,
+    SearchCursor, Security,
 };
 
 /// Default page size of a message list.
@@ -36,8 +37,63 @@ pub struct AddAccount {
     pub security: Security,
     /// The IMAP login.
     pub username: String,
-    /// The IMAP password (stored encrypted).
-    pub password: String,
+    /// The IMAP password (stored encrypted); give it or `oauth2`.
+    #[schema(min_length = 1, max_length = 1024)]
+    pub password: Option<String>,
+    /// An OAuth2 grant (stored encrypted) instead of a password.
+    pub oauth2: Option<OAuth2Fields>,
+}
+
+/// An account's OAuth2 grant, as the API takes it: the refresh token of an
+/// authorization the user gave this client (scope `https://mail.google.com/`
+/// for Gmail, `https://outlook.office.com/IMAP.AccessAsUser.All
+/// offline_access` for Microsoft 365).
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OAuth2Fields {
+    /// `google` or `microsoft`: their token endpoint and scope.
+    pub provider: Option<OAuth2Provider>,
+    /// The token endpoint (https), for another provider, or to override the preset's.
+    #[schema(format = "uri", max_length = 2048)]
+    pub token_url: Option<String>,
+    /// The OAuth2 client id.
+    #[schema(min_length = 1, max_length = 1024)]
+    pub client_id: String,
+    /// The client secret, unless the client is public.
+    #[schema(max_length = 1024)]
+    pub client_secret: Option<String>,
+    /// The refresh token.
+    #[schema(min_length = 1, max_length = 8192)]
+    pub refresh_token: String,
+    /// The scope to ask for on refresh, overriding the preset's.
+    #[schema(max_length = 1024)]
+    pub scope: Option<String>,
+}
+
+impl OAuth2Fields {
+    fn grant(self) -> Result<OAuth2Grant, ApiError> {
+        grant_from(self.provider, self.token_url, self.client_id, self.client_secret, self.refresh_token, self.scope)
+            .map_err(|e| ApiError::field("oauth2", e.to_string()))
+    }
+}
+
+/// The login of a body holding `password` or `oauth2`; `None` for neither
+/// when `optional`.
+fn auth_of(
+    password: Option<String>,
+    oauth2: Option<OAuth2Fields>,
+    optional: bool,
+) -> Result<Option<AccountAuth>, ApiError> {
+    match (password, oauth2) {
+        (Some(_), Some(_)) => Err(ApiError::field("oauth2", "give a password or an OAuth2 grant, not both")),
+        (Some(p), None) => {
+            required("password", &p)?;
+            Ok(Some(AccountAuth::Password(p)))
+        }
+        (None, Some(o)) => Ok(Some(AccountAuth::OAuth2(o.grant()?))),
+        (None, None) if optional => Ok(None),
+        (None, None) => Err(ApiError::field("password", "must not be empty (or give an OAuth2 grant in oauth2)")),
+    }
 }
 
 /// An account as the API shows it (also the body of an `account.status` event).
@@ -129,7 +185,9 @@ pub async fn add(
         return Err(ApiError::field("port", "must be 1 to 65535"));
     }
     required("username", &body.username)?;
-    required("password", &body.password)?;
+    let Some(login) = auth_of(body.password, body.oauth2, false)? else {
+        return Err(ApiError::field("password", "must not be empty"));
+    };
     if state.storage.account_exists(&host, body.port, &body.username).await? {
         return Err(ApiError::Conflict(format!("account {}@{host}:{}", body.username, body.port)));
     }
@@ -138,7 +196,7 @@ pub async fn add(
         port: body.port,
         security: body.security,
         username: body.username.clone(),
-        password: body.password,
+        auth: login,
     };
     check_login(&state, &creds).await?;
     let id = state
@@ -149,7 +207,7 @@ pub async fn add(
             port: body.port,
             security: body.security,
             username: body.username,
-            password: creds.password,
+            auth: creds.auth,
         })
         .await?;
     state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
@@ -195,7 +253,10 @@ pub struct UpdateAccount {
     /// Another way to reach it: `tls`, `starttls` or `plain`.
     pub security: Option<Security>,
     /// Another IMAP password (stored encrypted).
+    #[schema(min_length = 1, max_length = 1024)]
     pub password: Option<String>,
+    /// Another OAuth2 grant (e.g. after the user authorized again).
+    pub oauth2: Option<OAuth2Fields>,
 }
 
 /// `PATCH /v1/accounts/{id}`: changes the account's server, security or
@@ -226,12 +287,10 @@ pub async fn update(
     if body.port == Some(0) {
         return Err(ApiError::field("port", "must be 1 to 65535"));
     }
-    if body.password.as_deref() == Some("") {
-        return Err(ApiError::field("password", "must not be empty"));
-    }
-    let change = LoginChange { host, port: body.port, security: body.security, password: body.password };
+    let login = auth_of(body.password, body.oauth2, true)?;
+    let change = LoginChange { host, port: body.port, security: body.security, auth: login };
     if change.is_empty() {
-        return Err(ApiError::field("host", "nothing to change: give host, port, security or password"));
+        return Err(ApiError::field("host", "nothing to change: give host, port, security, password or oauth2"));
     }
     let key = LeaseKey::new(&id).map_err(|_| ApiError::NotFound { what: "account", id: id.clone() })?;
     let login = change.apply(state.storage.credentials(&key).await?);

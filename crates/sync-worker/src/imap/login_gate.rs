@@ -43,6 +43,16 @@ pub(super) async fn admit(
     }
 }
 
+/// How final a refusal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The server refused: try again after the backoff.
+    Retry,
+    /// Nothing but an updated login can help (a revoked OAuth2 grant): no
+    /// attempt until then.
+    Final,
+}
+
 /// Records a refusal after `seen` (its count and the next attempt, with
 /// the error as the account's `last_error`) and returns that error.
 pub(super) async fn refused(
@@ -51,9 +61,13 @@ pub(super) async fn refused(
     seen: LoginFailures,
     backoff: &LoginBackoff,
     answer: String,
+    refusal: Refusal,
 ) -> Result<SourceError, SourceError> {
     let refusals = seen.count.saturating_add(1);
-    let next_attempt_ms = backoff.wait_after(refusals).map(|wait| now_ms().saturating_add(wait.as_millis() as i64));
+    let next_attempt_ms = match refusal {
+        Refusal::Retry => backoff.wait_after(refusals).map(|wait| now_ms().saturating_add(wait.as_millis() as i64)),
+        Refusal::Final => None,
+    };
     let error = SourceError::Auth { account: fence.account.clone(), answer, refusals, next_attempt_ms };
     let text = crate::errors::error_chain(&error);
     let write = async {

@@ -53,6 +53,10 @@
 //! the account's login is updated. Each
 //! poll's outcome is written to the account's `last_sync_at` / `last_error`.
 
+pub mod access_tokens;
+mod addresses;
+mod authenticate;
+pub mod connect_gate;
 mod folders;
 pub mod framing;
 mod literal_stream;
@@ -64,7 +68,7 @@ mod session;
 pub mod settings;
 pub mod tls;
 mod transport;
-pub(crate) use transport::is_public;
+pub(crate) use addresses::is_public;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,6 +76,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use leasehold_core::LeaseKey;
 
+pub use access_tokens::{AccessTokens, TokenError};
+pub use connect_gate::ConnectGate;
 pub use folders::{
     all_folders, all_folders_of, decode_modified_utf7, encode_modified_utf7, special_folders, special_folders_of,
     Folder, Role,
@@ -81,8 +87,10 @@ pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
 pub use transport::ConnectError;
 
 use crate::errors::SourceError;
+use crate::oauth2::OAuth2Grant;
 use crate::source::{Fence, MailConnection, MailSource};
-use crate::storage::{Credentials, Storage, StorageError};
+use crate::storage::{AccountAuth, Credentials, Storage, StorageError};
+use login_gate::Refusal;
 
 /// Most UIDs one new-mail FETCH asks for (one commit each).
 pub const BATCH: usize = 500;
@@ -164,6 +172,7 @@ impl ImapSource {
                 Ok(())
             }
             Err(transport::ConnectFailure::Refused(answer)) => Err(LoginError::Refused { answer }),
+            Err(transport::ConnectFailure::GrantRefused(e)) => Err(LoginError::Refused { answer: e.to_string() }),
             Err(transport::ConnectFailure::Failed(source)) => {
                 let server = format!("{}:{}", creds.host, creds.port);
                 Err(if source.is_unreachable() {
@@ -172,6 +181,24 @@ impl ImapSource {
                     LoginError::Unusable { server, source }
                 })
             }
+        }
+    }
+
+    /// Stores the refresh token the token endpoint rotated `creds`'s to, so
+    /// that a restart or another owner refreshes with the one that works.
+    /// A failure is logged: the process keeps the new token meanwhile.
+    async fn keep_rotated_token(&self, account: &LeaseKey, creds: &Credentials) {
+        let AccountAuth::OAuth2(grant) = &creds.auth else { return };
+        let Some(rotated) = self.settings.access_tokens.rotated(grant) else { return };
+        let new = OAuth2Grant { refresh_token: rotated.clone(), ..grant.clone() };
+        match self.storage.rotate_refresh_token(account, grant, rotated).await {
+            Ok(true) => self.settings.access_tokens.moved(grant, &new),
+            Ok(false) => {} // The login was updated meanwhile: the new one stands.
+            Err(e) => tracing::warn!(
+                account = %account,
+                error = %crate::errors::error_chain(&e),
+                "could not store the rotated OAuth2 refresh token; this process keeps using it"
+            ),
         }
     }
 
@@ -254,6 +281,7 @@ impl MailSource for ImapSource {
         let failure = match transport::open(&creds, &self.settings).await {
             Ok(session) => {
                 login_gate::worked(&self.storage, fence, seen).await?;
+                self.keep_rotated_token(account, &creds).await;
                 return session::Connection::start(
                     session,
                     self.storage.clone(),
@@ -266,7 +294,12 @@ impl MailSource for ImapSource {
                 .map(|c| Box::new(c) as Box<dyn MailConnection>);
             }
             Err(transport::ConnectFailure::Refused(answer)) => {
-                return Err(login_gate::refused(&self.storage, fence, seen, &self.settings.login_backoff, answer).await?)
+                let backoff = &self.settings.login_backoff;
+                return Err(login_gate::refused(&self.storage, fence, seen, backoff, answer, Refusal::Retry).await?);
+            }
+            Err(transport::ConnectFailure::GrantRefused(e)) => {
+                let (backoff, answer) = (&self.settings.login_backoff, e.to_string());
+                return Err(login_gate::refused(&self.storage, fence, seen, backoff, answer, Refusal::Final).await?);
             }
             Err(transport::ConnectFailure::Failed(source)) => SourceError::Connect {
                 account: account.clone(),

@@ -98,6 +98,7 @@ impl Remote {
         let session = match transport::open(creds, settings).await {
             Ok(session) => session,
             Err(ConnectFailure::Refused(answer)) => return Err(RemoteError::Refused { server, answer }),
+            Err(ConnectFailure::GrantRefused(e)) => return Err(RemoteError::Refused { server, answer: e.to_string() }),
             Err(ConnectFailure::Failed(source)) => return Err(RemoteError::Connect { server, source }),
         };
         Ok(Self { session, server, timeout: settings.command_timeout, capabilities: None })

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::access_tokens::AccessTokens;
+use super::connect_gate::ConnectGate;
 use super::tls::TlsSettings;
 use crate::config::Config;
 
@@ -33,6 +35,12 @@ pub struct ImapSettings {
     /// How long a refused login waits before the next attempt, and when
     /// attempts stop.
     pub login_backoff: LoginBackoff,
+    /// The OAuth2 access tokens of the process's connections (clones of
+    /// the settings share them).
+    pub access_tokens: AccessTokens,
+    /// `IMAP_CONNECTS_PER_HOST`: connection attempts at once to one server
+    /// host (clones of the settings share the places).
+    pub connect_gate: ConnectGate,
 }
 
 /// The waits after refused logins in a row: `first` after the first, twice
@@ -86,6 +94,8 @@ impl Default for ImapSettings {
             allow_private: true,
             max_folders: 1_000,
             login_backoff: LoginBackoff::default(),
+            access_tokens: AccessTokens::default(),
+            connect_gate: ConnectGate::default(),
         }
     }
 }
@@ -101,6 +111,7 @@ impl From<&Config> for ImapSettings {
             allow_plain: c.imap_allow_plain,
             max_folders: c.imap_max_folders,
             login_backoff: c.imap_login_backoff,
+            connect_gate: ConnectGate::new(c.imap_connects_per_host),
             ..Self::default()
         }
     }

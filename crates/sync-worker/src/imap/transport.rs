@@ -1,8 +1,8 @@
 //! Reaching a server: TCP, then TLS from the first byte, STARTTLS, or
 //! (only to loopback addresses, unless the operator allows it) nothing;
-//! then LOGIN. Everything the server sends passes [`Bounded`]'s limits.
+//! then the login ([`super::authenticate`]). Everything the server sends passes [`Bounded`]'s limits.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use async_imap::imap_proto::{Response, Status};
@@ -12,10 +12,13 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
+use super::access_tokens::{TokenError, TokenRequest};
+use super::addresses::is_public;
+use super::authenticate::{self, LoginAs, Outcome, Secret, ServerCapabilities};
 use super::framing::{framing_error, Bounded, FramingError, Limits};
 use super::settings::ImapSettings;
 use super::tls::{certificate_problem, CertificateProblem};
-use crate::storage::{Credentials, Security};
+use crate::storage::{AccountAuth, Credentials, Security};
 
 /// A byte stream an IMAP session runs on: plain TCP or TLS over it.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Sync + std::fmt::Debug {}
@@ -91,6 +94,18 @@ pub enum ConnectError {
         /// `NUL`, `CR` or `LF`.
         character: &'static str,
     },
+    /// The server offers no login mechanism for the account's secret.
+    #[error("the server offers no way to log in with {need}; it offers {offered}")]
+    NoMechanism {
+        /// What was needed, in words.
+        need: &'static str,
+        /// The `AUTH=` mechanisms it offers.
+        offered: String,
+    },
+    /// No OAuth2 access token could be had (for now: an unreachable or
+    /// failing token endpoint).
+    #[error(transparent)]
+    Token(TokenError),
     /// An I/O error on the connection.
     #[error("the connection failed during {step}")]
     Io {
@@ -117,6 +132,9 @@ pub(crate) enum ConnectFailure {
     Failed(ConnectError),
     /// The server refused the login: its answer.
     Refused(String),
+    /// The OAuth2 token endpoint refused the account's refresh token: no
+    /// login can work until the account is authorized again.
+    GrantRefused(TokenError),
 }
 
 impl From<ConnectError> for ConnectFailure {
@@ -169,60 +187,6 @@ pub(crate) fn imap_error(step: &'static str, e: async_imap::error::Error, limits
     }
 }
 
-/// Whether `ip` is an address on the public internet. Loopback,
-/// unspecified, private (RFC 1918, unique local), link-local, shared
-/// (CGNAT), documentation, benchmarking, multicast, broadcast and reserved
-/// ranges are not, nor are IPv6 forms that embed such an IPv4 address
-/// (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`,
-/// 6to4 `2002::/16`).
-pub(crate) fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => is_public_v6(v6),
-    }
-}
-
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_broadcast()
-        || ip.is_multicast()
-        || ip.is_documentation()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b))
-        || (a == 192 && b == 0 && c == 0)
-        || (a == 198 && (b == 18 || b == 19))
-        || a >= 240)
-}
-
-fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let seg = ip.segments();
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_public_v4(v4);
-    }
-    // ::a.b.c.d (deprecated "compatible" form), and NAT64's well-known prefix.
-    if seg[..6] == [0; 6] || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return !ip.is_unspecified() && !ip.is_loopback() && is_public_v4(embedded_v4(seg[6], seg[7]));
-    }
-    if seg[0] == 0x2002 {
-        return is_public_v4(embedded_v4(seg[1], seg[2]));
-    }
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (seg[0] & 0xfe00) == 0xfc00
-        || (seg[0] & 0xffc0) == 0xfe80
-        || (seg[0] & 0xffc0) == 0xfec0
-        || (seg[0] == 0x2001 && seg[1] == 0x0db8))
-}
-
-fn embedded_v4(hi: u16, lo: u16) -> Ipv4Addr {
-    Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))
-}
-
 /// The addresses to connect to: resolved once, and, unless private
 /// addresses are allowed, every one of them public. The connection then
 /// goes to exactly these addresses, so DNS cannot answer differently
@@ -259,11 +223,41 @@ async fn within<T>(
     tokio::time::timeout(timeout, f).await.map_err(|_| ConnectError::Timeout { step, after: timeout })?
 }
 
+/// The secret `creds` log in with: the password, or an OAuth2 access
+/// token (fetched, or kept from an earlier login).
+async fn secret_of(creds: &Credentials, settings: &ImapSettings) -> Result<SecretValue, ConnectFailure> {
+    match &creds.auth {
+        AccountAuth::Password(p) => {
+            unquotable("password", p)?;
+            Ok(SecretValue::Password(p.clone()))
+        }
+        AccountAuth::OAuth2(grant) => {
+            let how = TokenRequest {
+                tls: &settings.tls,
+                allow_private: settings.allow_private,
+                timeout: settings.connect_timeout,
+            };
+            match settings.access_tokens.access_token(grant, how).await {
+                Ok(token) => Ok(SecretValue::Bearer(token)),
+                Err(e) if e.is_refused() => Err(ConnectFailure::GrantRefused(e)),
+                Err(e) => Err(ConnectError::Token(e).into()),
+            }
+        }
+    }
+}
+
+enum SecretValue {
+    Password(String),
+    Bearer(String),
+}
+
 /// Opens a session for `creds`, every step bounded by the connect timeout.
 pub(crate) async fn open(creds: &Credentials, settings: &ImapSettings) -> Result<ImapSession, ConnectFailure> {
     let timeout = settings.connect_timeout;
     unquotable("username", &creds.username)?;
-    unquotable("password", &creds.password)?;
+    // Before the connection: a token refresh does not hold a server slot.
+    let secret = secret_of(creds, settings).await?;
+    let _place = settings.connect_gate.enter(&creds.host).await;
     let tcp = within("the TCP connect", timeout, async {
         let addrs = addresses(creds, settings).await?;
         TcpStream::connect(&addrs[..]).await.map_err(ConnectError::Tcp)
@@ -293,31 +287,50 @@ pub(crate) async fn open(creds: &Credentials, settings: &ImapSettings) -> Result
         }
     };
     let mut client = Client::new(Bounded::new(stream, limits.clone()));
-    if creds.security != Security::Starttls {
-        within("the greeting", timeout, greeting(&mut client, &limits)).await?;
-    }
-    match tokio::time::timeout(timeout, client.login(&creds.username, &creds.password)).await {
-        Err(_) => Err(ConnectError::Timeout { step: "LOGIN", after: timeout }.into()),
-        Ok(Ok(session)) => {
+    // After STARTTLS, what the server offered before TLS no longer counts (RFC 3501 6.2.1).
+    let from_greeting = match creds.security {
+        Security::Starttls => None,
+        _ => within("the greeting", timeout, greeting(&mut client, &limits)).await?,
+    };
+    let offered = match from_greeting {
+        Some(offered) => offered,
+        None => within("CAPABILITY", timeout, authenticate::capabilities(&mut client, &limits)).await?,
+    };
+    let login_secret = match &secret {
+        SecretValue::Password(p) => Secret::Password(p),
+        SecretValue::Bearer(t) => Secret::Bearer(t),
+    };
+    let mechanism = authenticate::choose(&offered, login_secret)?;
+    let who = LoginAs { username: &creds.username, host: &creds.host, port: creds.port, secret: login_secret };
+    let outcome = tokio::time::timeout(timeout, authenticate::log_in(client, mechanism, &who, &limits))
+        .await
+        .map_err(|_| ConnectError::Timeout { step: "the login", after: timeout })??;
+    match outcome {
+        Outcome::LoggedIn(session) => {
             limits.logged_in();
             Ok(session)
         }
-        Ok(Err((async_imap::error::Error::No(answer) | async_imap::error::Error::Bad(answer), _))) => {
-            Err(ConnectFailure::Refused(server_text(&answer)))
+        Outcome::Refused(answer) => {
+            if let AccountAuth::OAuth2(grant) = &creds.auth {
+                // The token may have been revoked early: the next login fetches another.
+                settings.access_tokens.forget(grant);
+            }
+            Err(ConnectFailure::Refused(answer))
         }
-        Ok(Err((e, _))) => Err(imap_error("LOGIN", e, &limits).into()),
     }
 }
 
-/// Reads the greeting: `* OK` or `* PREAUTH`; a `* BYE` is the server's
-/// refusal, in its words.
-async fn greeting<T: Io>(client: &mut Client<T>, limits: &Limits) -> Result<(), ConnectError> {
+/// Reads the greeting: `* OK` or `* PREAUTH`, with the capabilities its
+/// code carries, if any; a `* BYE` is the server's refusal, in its words.
+async fn greeting<T: Io>(client: &mut Client<T>, limits: &Limits) -> Result<Option<ServerCapabilities>, ConnectError> {
     const STEP: &str = "the greeting";
     let Some(response) = client.read_response().await.map_err(|e| imap_error(STEP, e.into(), limits))? else {
         return Err(ConnectError::Closed { step: STEP, said: None });
     };
     match response.parsed() {
-        Response::Data { status: Status::Ok | Status::PreAuth, .. } => Ok(()),
+        Response::Data { status: Status::Ok | Status::PreAuth, outcome } => {
+            Ok(authenticate::in_code(outcome.code.as_ref()))
+        }
         Response::Data { status: Status::Bye, outcome } => {
             Err(ConnectError::Closed { step: STEP, said: outcome.information.as_ref().map(|i| i.to_string()) })
         }
@@ -325,62 +338,8 @@ async fn greeting<T: Io>(client: &mut Client<T>, limits: &Limits) -> Result<(), 
     }
 }
 
-/// The server's text out of async-imap's rendering of a NO / BAD answer
-/// (`code: None, info: Some("[AUTHENTICATIONFAILED] ...")`).
-fn server_text(answer: &str) -> String {
-    match answer.split_once("info: Some(\"") {
-        Some((_, rest)) => rest.trim_end_matches(')').trim_end_matches('"').replace("\\\"", "\""),
-        None => answer.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn server_text_is_unwrapped() {
-        let raw = r#"code: None, info: Some("[AUTHENTICATIONFAILED] Authentication failed.")"#;
-        assert_eq!(super::server_text(raw), "[AUTHENTICATIONFAILED] Authentication failed.");
-        assert_eq!(super::server_text("plain"), "plain");
-    }
-
-    #[test]
-    fn private_addresses_in_every_form_are_not_public() {
-        for ip in [
-            "127.0.0.1",
-            "127.1.2.3",
-            "0.0.0.0",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "192.0.0.8",
-            "198.18.0.1",
-            "192.0.2.2",
-            "224.0.0.1",
-            "255.255.255.255",
-            "240.0.0.1",
-            "::",
-            "::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-            "::127.0.0.1",
-            "64:ff9b::a00:1",
-            "2002:7f00:1::",
-            "fc00::1",
-            "fd12:3456::1",
-            "fe80::1",
-            "fec0::1",
-            "ff02::1",
-            "2001:db8::1",
-        ] {
-            assert!(!super::is_public(ip.parse().unwrap()), "{ip} counted as public");
-        }
-        for ip in ["93.184.215.14", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:0808:0808::"] {
-            assert!(super::is_public(ip.parse().unwrap()), "{ip} counted as private");
-        }
-    }
-
     #[test]
     fn nul_cr_and_lf_are_never_quoted() {
         for (value, character) in [("a\0b", "NUL"), ("a\rb", "CR"), ("a\nb", "LF")] {

@@ -11,6 +11,8 @@ use sqlx::Row;
 use super::{now_ms, query_err, Storage, StorageError};
 use crate::directory::AccountDirectory;
 use crate::errors::DirectoryError;
+use crate::oauth2::OAuth2Grant;
+use crate::secret::SecretKey;
 
 /// An e-mail address, trimmed and lower-cased; checked once, here.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -114,11 +116,62 @@ pub struct NewAccount {
     pub security: Security,
     /// The IMAP login.
     pub username: String,
-    /// The IMAP password (stored encrypted).
-    pub password: String,
+    /// How it logs in (its secret stored encrypted).
+    pub auth: AccountAuth,
 }
 
-/// What an account's server and login are, with the password decrypted.
+/// How an account logs in, with its secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AccountAuth {
+    /// A password (AUTHENTICATE PLAIN or LOGIN).
+    Password(String),
+    /// An OAuth2 grant (OAUTHBEARER or XOAUTH2 with an access token got by it).
+    OAuth2(OAuth2Grant),
+}
+
+impl AccountAuth {
+    /// The stored name: `password` or `oauth2`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AccountAuth::Password(_) => "password",
+            AccountAuth::OAuth2(_) => "oauth2",
+        }
+    }
+
+    /// The secret, encrypted for `account`.
+    fn seal(&self, key: &SecretKey, account: &str) -> String {
+        match self {
+            AccountAuth::Password(p) => key.seal(account, p),
+            // Serializing strings into JSON cannot fail.
+            AccountAuth::OAuth2(g) => key.seal(account, &serde_json::to_string(g).unwrap_or_default()),
+        }
+    }
+
+    /// What [`AccountAuth::seal`] made, of the stored `kind`.
+    fn open(key: &SecretKey, account: &str, kind: &str, sealed: &str) -> Result<Self, StorageError> {
+        let secret = key.open(account, sealed)?;
+        match kind {
+            "password" => Ok(AccountAuth::Password(secret)),
+            "oauth2" => serde_json::from_str(&secret).map(AccountAuth::OAuth2).map_err(|e| StorageError::Corrupt {
+                account: account.into(),
+                field: "oauth2 grant",
+                value: e.to_string(),
+            }),
+            _ => Err(StorageError::Corrupt { account: account.into(), field: "auth", value: kind.into() }),
+        }
+    }
+}
+
+impl fmt::Debug for AccountAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccountAuth::Password(_) => f.write_str("Password(<redacted>)"),
+            AccountAuth::OAuth2(g) => f.debug_tuple("OAuth2").field(g).finish(),
+        }
+    }
+}
+
+/// What an account's server and login are, with the secret decrypted.
 #[derive(Clone)]
 pub struct Credentials {
     /// The IMAP server's host name.
@@ -129,8 +182,8 @@ pub struct Credentials {
     pub security: Security,
     /// The IMAP login.
     pub username: String,
-    /// The IMAP password.
-    pub password: String,
+    /// How it logs in.
+    pub auth: AccountAuth,
 }
 
 /// What `account update` and `PATCH /v1/accounts/{id}` change of an
@@ -143,14 +196,14 @@ pub struct LoginChange {
     pub port: Option<u16>,
     /// Another way to reach the server.
     pub security: Option<Security>,
-    /// Another password.
-    pub password: Option<String>,
+    /// Another password or OAuth2 grant.
+    pub auth: Option<AccountAuth>,
 }
 
 impl LoginChange {
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.host.is_none() && self.port.is_none() && self.security.is_none() && self.password.is_none()
+        self.host.is_none() && self.port.is_none() && self.security.is_none() && self.auth.is_none()
     }
 
     /// `current` with these changes.
@@ -160,7 +213,7 @@ impl LoginChange {
             port: self.port.unwrap_or(current.port),
             security: self.security.unwrap_or(current.security),
             username: current.username,
-            password: self.password.unwrap_or(current.password),
+            auth: self.auth.unwrap_or(current.auth),
         }
     }
 }
@@ -171,7 +224,7 @@ impl fmt::Debug for LoginChange {
             .field("host", &self.host)
             .field("port", &self.port)
             .field("security", &self.security)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -317,10 +370,10 @@ impl Storage {
             return Err(StorageError::Duplicate { what: what() });
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let sealed = self.secret.seal(&id, &new.password);
+        let sealed = new.auth.seal(&self.secret, &id);
         sqlx::query(
-            "INSERT INTO accounts (id, user_id, host, port, security, username, password_enc, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO accounts (id, user_id, host, port, security, username, auth, password_enc, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&id)
         .bind(new.user.as_str())
@@ -328,6 +381,7 @@ impl Storage {
         .bind(i64::from(new.port))
         .bind(new.security.as_str())
         .bind(&new.username)
+        .bind(new.auth.kind())
         .bind(&sealed)
         .bind(now_ms())
         .execute(&self.pool)
@@ -344,14 +398,15 @@ impl Storage {
     /// the next attempt may come at once.
     pub async fn update_login(&self, id: &LeaseKey, login: &Credentials) -> Result<(), StorageError> {
         let what = || format!("account {}@{}:{}", login.username, login.host, login.port);
-        let sealed = self.secret.seal(id.as_str(), &login.password);
+        let sealed = login.auth.seal(&self.secret, id.as_str());
         let updated = sqlx::query(
-            "UPDATE accounts SET host = $1, port = $2, security = $3, password_enc = $4, \
-             login_failures = 0, login_retry_at = NULL, last_error = NULL WHERE id = $5",
+            "UPDATE accounts SET host = $1, port = $2, security = $3, auth = $4, password_enc = $5, \
+             login_failures = 0, login_retry_at = NULL, last_error = NULL WHERE id = $6",
         )
         .bind(&login.host)
         .bind(i64::from(login.port))
         .bind(login.security.as_str())
+        .bind(login.auth.kind())
         .bind(&sealed)
         .bind(id.as_str())
         .execute(&self.pool)
@@ -403,7 +458,7 @@ impl Storage {
     /// The server, login and decrypted password of `account`.
     pub async fn credentials(&self, account: &LeaseKey) -> Result<Credentials, StorageError> {
         let id = account.as_str();
-        let row = sqlx::query("SELECT host, port, security, username, password_enc FROM accounts WHERE id = $1")
+        let row = sqlx::query("SELECT host, port, security, username, auth, password_enc FROM accounts WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -412,7 +467,8 @@ impl Storage {
         let get = |c| query_err(format!("read {c} of {id}"));
         let port: i64 = row.try_get(1).map_err(get("port"))?;
         let security: String = row.try_get(2).map_err(get("security"))?;
-        let sealed: String = row.try_get(4).map_err(get("password"))?;
+        let kind: String = row.try_get(4).map_err(get("auth"))?;
+        let sealed: String = row.try_get(5).map_err(get("password"))?;
         Ok(Credentials {
             host: row.try_get(0).map_err(get("host"))?,
             port: u16::try_from(port).map_err(|_| StorageError::Corrupt {
@@ -422,8 +478,42 @@ impl Storage {
             })?,
             security: Security::parse(id, &security)?,
             username: row.try_get(3).map_err(get("username"))?,
-            password: self.secret.open(id, &sealed)?,
+            auth: AccountAuth::open(&self.secret, id, &kind, &sealed)?,
         })
+    }
+
+    /// Stores the refresh token `old`'s token endpoint rotated it to, unless
+    /// the account's login changed meanwhile (then the new login stands);
+    /// `false` when it did.
+    pub async fn rotate_refresh_token(
+        &self,
+        account: &LeaseKey,
+        old: &OAuth2Grant,
+        refresh_token: String,
+    ) -> Result<bool, StorageError> {
+        let id = account.as_str();
+        let row = sqlx::query("SELECT auth, password_enc FROM accounts WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_err(format!("read the grant of {id}")))?;
+        let Some(row) = row else { return Ok(false) };
+        let kind: String = row.try_get(0).map_err(query_err(format!("read auth of {id}")))?;
+        let sealed: String = row.try_get(1).map_err(query_err(format!("read the grant of {id}")))?;
+        if AccountAuth::open(&self.secret, id, &kind, &sealed)? != AccountAuth::OAuth2(old.clone()) {
+            return Ok(false);
+        }
+        let rotated = AccountAuth::OAuth2(OAuth2Grant { refresh_token, ..old.clone() });
+        // Compare-and-set on the sealed value: a concurrent update wins.
+        let updated = sqlx::query("UPDATE accounts SET password_enc = $1 WHERE id = $2 AND password_enc = $3")
+            .bind(rotated.seal(&self.secret, id))
+            .bind(id)
+            .bind(&sealed)
+            .execute(&self.pool)
+            .await
+            .map_err(query_err(format!("store the rotated refresh token of {id}")))?
+            .rows_affected();
+        Ok(updated == 1)
     }
 
     /// Messages per folder of `account`, by folder name.

@@ -40,7 +40,9 @@ use leasehold_core::{FencingToken, LeaseKey};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
-pub use accounts::{AccountSummary, Credentials, Email, FolderCount, LoginChange, NewAccount, Security, UserRecord};
+pub use accounts::{
+    AccountAuth, AccountSummary, Credentials, Email, FolderCount, LoginChange, NewAccount, Security, UserRecord,
+};
 pub use connection::ConnectionSettings;
 pub use fence::SyncState;
 pub use logins::LoginFailures;

@@ -51,6 +51,30 @@ pub struct DovecotOptions {
     /// TLS: `ssl = required` with this certificate, STARTTLS on
     /// [`Dovecot::port`] and TLS from the first byte on [`Dovecot::tls_port`].
     pub tls: Option<DovecotTls>,
+    /// `auth_mechanisms` for password logins (default `plain login`).
+    pub auth_mechanisms: String,
+    /// Capabilities advertised on top of Dovecot's own, before and after
+    /// login (e.g. `LOGINDISABLED`: Dovecot still takes LOGIN then).
+    pub extra_capabilities: Vec<String>,
+    /// OAuth2 logins (OAUTHBEARER and XOAUTH2, or those given), with
+    /// tokens checked at this introspection URL (an [`super::OAuthServer`]'s).
+    pub oauth2: Option<DovecotOAuth2>,
+}
+
+/// How a [`Dovecot`] takes OAuth2 logins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DovecotOAuth2 {
+    /// Where tokens are checked (RFC 7662, `introspection_mode = post`).
+    pub introspection_url: String,
+    /// The mechanisms offered (`oauthbearer xoauth2`).
+    pub mechanisms: String,
+}
+
+impl DovecotOAuth2 {
+    /// OAUTHBEARER and XOAUTH2, checked at `introspection_url`.
+    pub fn new(introspection_url: String) -> Self {
+        Self { introspection_url, mechanisms: "oauthbearer xoauth2".into() }
+    }
 }
 
 /// The certificate a TLS [`Dovecot`] presents.
@@ -64,7 +88,14 @@ pub struct DovecotTls {
 
 impl Default for DovecotOptions {
     fn default() -> Self {
-        Self { hidden_capabilities: Vec::new(), special_use: true, tls: None }
+        Self {
+            hidden_capabilities: Vec::new(),
+            special_use: true,
+            tls: None,
+            auth_mechanisms: "plain login".into(),
+            extra_capabilities: Vec::new(),
+            oauth2: None,
+        }
     }
 }
 
@@ -156,6 +187,8 @@ impl Dovecot {
                 None => None,
             };
             prepare_dir(dir.path(), &mail_user)?;
+            std::fs::write(dir.path().join("oauth2.conf.ext"), oauth2_config(options))
+                .map_err(HarnessError::io("write oauth2.conf.ext"))?;
             std::fs::write(dir.path().join("dovecot.conf"), config(dir.path(), port, tls_port, options))
                 .map_err(HarnessError::io("write dovecot.conf"))?;
             let server = Self {
@@ -528,6 +561,18 @@ fn check_user(name: &str, password: &str) -> Result<()> {
     Ok(())
 }
 
+/// The OAuth2 passdb's settings (empty without OAuth2).
+fn oauth2_config(options: &DovecotOptions) -> String {
+    match &options.oauth2 {
+        Some(o) => format!(
+            "introspection_mode = post\nintrospection_url = {}\nforce_introspection = yes\n\
+             username_attribute = username\nactive_attribute = active\nactive_value = true\n",
+            o.introspection_url
+        ),
+        None => String::new(),
+    }
+}
+
 /// The config: everything in `dir`, one listener on `127.0.0.1:port`.
 fn config(dir: &Path, port: u16, tls_port: Option<u16>, options: &DovecotOptions) -> String {
     let dir = dir.display();
@@ -547,14 +592,31 @@ fn config(dir: &Path, port: u16, tls_port: Option<u16>, options: &DovecotOptions
         let special = if options.special_use { format!("\n    special_use = {use_}") } else { String::new() };
         let _ = write!(folders, "  mailbox {name} {{{special}\n    auto = subscribe\n  }}\n");
     }
+    let extra = options.extra_capabilities.join(" ");
     let capability = if options.hidden_capabilities.is_empty() {
-        String::new()
+        if extra.is_empty() {
+            String::new()
+        } else {
+            format!("  imap_capability = +{extra}\n")
+        }
     } else {
-        let kept: Vec<&str> = FULL_CAPABILITY
+        let mut kept: Vec<&str> = FULL_CAPABILITY
             .split_whitespace()
             .filter(|c| !options.hidden_capabilities.iter().any(|h| h.eq_ignore_ascii_case(c)))
             .collect();
+        kept.extend(options.extra_capabilities.iter().map(String::as_str));
         format!("  imap_capability = {}\n", kept.join(" "))
+    };
+    let (mechanisms, oauth2_passdb, password_mechanisms) = match &options.oauth2 {
+        Some(o) => (
+            format!("{} {}", options.auth_mechanisms, o.mechanisms),
+            format!(
+                "passdb {{\n  driver = oauth2\n  mechanisms = {}\n  args = {dir}/oauth2.conf.ext\n}}\n",
+                o.mechanisms
+            ),
+            format!("\n  mechanisms = {}", options.auth_mechanisms),
+        ),
+        None => (options.auth_mechanisms.clone(), String::new(), String::new()),
     };
     format!(
         r#"# A private Dovecot for leasehold's tests (sync_worker::testing::Dovecot).
@@ -565,7 +627,7 @@ state_dir = {dir}/state
 log_path = {dir}/dovecot.log
 {ssl}
 disable_plaintext_auth = no
-auth_mechanisms = plain login
+auth_mechanisms = {mechanisms}
 auth_verbose = yes
 default_login_user = dovenull
 default_internal_user = dovecot
@@ -577,9 +639,9 @@ verbose_proctitle = yes
 # 500 hot accounts hold 500 imap processes at once, plus transient ones.
 default_process_limit = 2100
 default_client_limit = 6400
-passdb {{
+{oauth2_passdb}passdb {{
   driver = passwd-file
-  args = scheme=PLAIN username_format=%u {dir}/users
+  args = scheme=PLAIN username_format=%u {dir}/users{password_mechanisms}
 }}
 userdb {{
   driver = static

@@ -63,6 +63,11 @@ impl ImapProxy {
         self.shared.commands.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// How many logins were tried (LOGIN and AUTHENTICATE commands).
+    pub fn logins(&self) -> usize {
+        self.count("LOGIN") + self.count("AUTHENTICATE")
+    }
+
     /// How many recorded commands have this verb (e.g. `"UID FETCH"`, `"STATUS"`).
     pub fn count(&self, verb: &str) -> usize {
         self.shared.commands.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|c| c.verb == verb).count()
@@ -183,11 +188,15 @@ fn parse_command(connection: u64, line: &str) -> Option<ImapCommand> {
         return None;
     }
     let verb = if verb == "UID" { format!("UID {}", words.next()?.to_ascii_uppercase()) } else { verb };
-    let line = if verb == "LOGIN" {
-        let user = line.split(' ').nth(2).unwrap_or_default();
-        format!("{} LOGIN {user} <password>", line.split(' ').next().unwrap_or_default())
-    } else {
-        line.to_owned()
+    let tag = line.split(' ').next().unwrap_or_default();
+    let line = match verb.as_str() {
+        "LOGIN" => format!("{tag} LOGIN {} <password>", line.split(' ').nth(2).unwrap_or_default()),
+        // SASL-IR: the mechanism stays, the credentials go.
+        "AUTHENTICATE" => match line.split(' ').nth(3) {
+            Some(_) => format!("{tag} AUTHENTICATE {} <initial response>", line.split(' ').nth(2).unwrap_or_default()),
+            None => line.to_owned(),
+        },
+        _ => line.to_owned(),
     };
     Some(ImapCommand { connection, verb, line })
 }
@@ -202,6 +211,9 @@ mod tests {
         assert_eq!(c.verb, "UID FETCH");
         let login = parse_command(1, "a1 LOGIN alice s3cret").expect("a command");
         assert_eq!((login.verb.as_str(), login.line.as_str()), ("LOGIN", "a1 LOGIN alice <password>"));
+        let plain = parse_command(1, "a1 AUTHENTICATE PLAIN AGFsaWNlAHNlY3JldA==").expect("a command");
+        assert_eq!(plain.line, "a1 AUTHENTICATE PLAIN <initial response>");
+        assert_eq!(parse_command(1, "a1 AUTHENTICATE PLAIN").expect("a command").line, "a1 AUTHENTICATE PLAIN");
         assert_eq!(parse_command(1, "DONE").expect("done").verb, "DONE");
         assert_eq!(parse_command(1, "AGFsaWNlAHNlY3JldA=="), None, "an AUTHENTICATE response is no command");
         assert_eq!(trailing_literal("a APPEND INBOX {310+}"), Some(310));

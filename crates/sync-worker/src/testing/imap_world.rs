@@ -11,7 +11,7 @@ use super::{mail_gen, Dovecot, DovecotOptions, TestDb};
 use crate::deadline::LeaseDeadline;
 use crate::events::{EventSink, SyncEvent};
 use crate::imap::{ImapSettings, ImapSource};
-use crate::storage::{Email, NewAccount, Security, Storage};
+use crate::storage::{AccountAuth, Email, NewAccount, Security, Storage};
 use crate::Fence;
 
 /// Every event published to it, in order: a test double of [`EventSink`].
@@ -57,6 +57,12 @@ impl ImapWorld {
     /// `password` (not necessarily the server's: a test of a refused login
     /// stores another). Panics with the cause when a part cannot start.
     pub async fn start(db: TestDb, options: &DovecotOptions, password: &str) -> Self {
+        Self::start_with_auth(db, options, AccountAuth::Password(password.into())).await
+    }
+
+    /// [`ImapWorld::start`], with the account logging in by `auth` (e.g. an
+    /// OAuth2 grant of an [`super::OAuthServer`]'s).
+    pub async fn start_with_auth(db: TestDb, options: &DovecotOptions, auth: AccountAuth) -> Self {
         let dovecot = Dovecot::start_with(options).unwrap_or_else(|e| panic!("Dovecot: {e}"));
         dovecot.add_user(Self::USER, Self::PASSWORD).unwrap_or_else(|e| panic!("add user: {e}"));
         let events = Arc::new(CollectedEvents::default());
@@ -71,7 +77,7 @@ impl ImapWorld {
                 port: dovecot.port(),
                 security: Security::Plain,
                 username: Self::USER.into(),
-                password: password.into(),
+                auth,
             })
             .await
             .unwrap_or_else(|e| panic!("add account: {e:?}"));

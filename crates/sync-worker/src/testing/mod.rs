@@ -19,6 +19,8 @@
 //!   server of a test's own, for tests that kill or restart it.
 //! * [`FenceAudit`]: a trigger on `messages` and `accounts` recording which
 //!   fencing token wrote each row, for tests that try to break fencing.
+//! * [`OAuthServer`]: a token and an introspection endpoint, for OAuth2
+//!   logins against a Dovecot that validates tokens with it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //! * [`sync_worker_command`]: the binary under test, in a clean environment.
 //!
@@ -40,6 +42,7 @@ mod imap_proxy;
 mod imap_world;
 pub mod mail_gen;
 mod memory_directory;
+mod oauth_server;
 mod postgres;
 mod scripted;
 mod tls;
@@ -53,12 +56,13 @@ use std::sync::{mpsc, Mutex, OnceLock};
 
 pub use binary::{sync_worker_command, TEST_SECRET_KEY};
 pub use db::TestDb;
-pub use dovecot::{Appended, Dovecot, DovecotOptions, DovecotTls, MailboxStatus, SPECIAL_FOLDERS};
+pub use dovecot::{Appended, Dovecot, DovecotOAuth2, DovecotOptions, DovecotTls, MailboxStatus, SPECIAL_FOLDERS};
 pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
 pub use imap_proxy::{ImapCommand, ImapProxy};
 pub use imap_world::{CollectedEvents, ImapWorld};
 pub use memory_directory::MemoryDirectory;
+pub use oauth_server::{OAuthServer, OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET};
 pub use postgres::{Postgres, PostgresServer};
 pub use scripted::{Activity, PollRecord, ScriptedSource};
 pub use tls::{PrivateCa, ServerCert};
