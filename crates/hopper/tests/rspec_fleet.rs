@@ -17,8 +17,9 @@ use common::timeline::{drawn, recorded};
 use common::{require_rspec, spawn_worker, texts, wait_for, Build, Project};
 use leasehold_redis::test_support::RedisServer;
 
-/// Helpers every spec file requires: `record(seconds)` logs the example's id,
-/// worker and slot to `slots.log`, and its start and end to `times.log`.
+/// Helpers every spec file requires: `record(example, seconds) { ... }` logs the
+/// example's id, worker and slot to `slots.log`, and its start and end to
+/// `times.log`; the block runs after the start is logged.
 const HELPER: &str = r##"
 DIR = File.expand_path('..', __dir__)
 
@@ -29,6 +30,7 @@ end
 def record(example, seconds)
   log('slots.log', "#{example.id} #{ENV.fetch('HOPPER_WORKER')} #{ENV.fetch('HOPPER_SLOT')}")
   log('times.log', "start #{example.id} #{Process.clock_gettime(Process::CLOCK_REALTIME)}")
+  yield if block_given?
   sleep seconds
   log('times.log', "end #{example.id} #{Process.clock_gettime(Process::CLOCK_REALTIME)}")
 end
@@ -49,9 +51,24 @@ RSpec.describe 'machine' do
 end
 "#;
 
+/// The group's examples wait (up to 10 s) for an `other` example to have
+/// started, so a scheduler that runs the group beside other work passes
+/// whatever the timing, and one that holds other work back while the group
+/// runs fails.
 fn project() -> Project {
-    let db: String = (0..4).map(|i| format!("  it('db {i}') {{ |example| record(example, 0.3) }}\n")).collect();
-    let other: String = (0..10).map(|i| format!("  it('other {i}') {{ |example| record(example, 0.2) }}\n")).collect();
+    let other_started = "File.join(DIR, 'other.started')";
+    let db: String = (0..4)
+        .map(|i| {
+            format!(
+                "  it('db {i}') {{ |example| record(example, 0.3) {{ 200.times {{ break if File.exist?({other_started}); sleep 0.05 }} }} }}\n"
+            )
+        })
+        .collect();
+    let other: String = (0..10)
+        .map(|i| {
+            format!("  it('other {i}') {{ |example| record(example, 0.2) {{ File.write({other_started}, '') }} }}\n")
+        })
+        .collect();
     let w2_mark = "  before(:all) { File.write(File.join(DIR, 'w2.started'), '') if ENV['HOPPER_WORKER'] == 'w2' }\n";
     Project::new(&[
         ("spec/helper.rb", HELPER.to_owned()),

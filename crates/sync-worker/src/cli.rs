@@ -293,11 +293,12 @@ fn read_auth(auth: AuthKind, oauth2: OAuth2Args) -> anyhow::Result<AccountAuth> 
     }
 }
 
-/// Logs in with `login` and out again, before anything is written; the
-/// error says so with `outcome` ("nothing saved").
-async fn check_login(login: &Credentials, config: &Config, outcome: &str) -> anyhow::Result<()> {
+/// Logs in with `login` and out again, before anything is written, and
+/// answers the server's address; the error says so with `outcome`
+/// ("nothing saved").
+async fn check_login(login: &Credentials, config: &Config, outcome: &str) -> anyhow::Result<std::net::IpAddr> {
     match ImapSource::verify_login(login, &ImapSettings::from(config)).await {
-        Ok(()) => Ok(()),
+        Ok(ip) => Ok(ip),
         Err(e @ LoginError::Refused { .. }) => bail!("{e}: {outcome}"),
         Err(e) => Err(anyhow::Error::new(e).context(format!("the login check failed: {outcome}"))),
     }
@@ -315,15 +316,23 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             let Some(user) = storage.user_by_email(&user).await? else {
                 bail!("no user {user}: add it first with `sync-worker user add --email {user}`");
             };
-            if storage.account_exists(&host, port, &username).await? {
-                bail!("account {username}@{host}:{port} already exists: nothing changed");
+            // The operator may learn it before the login; the API's users only after it.
+            if let Some(other) = storage.same_mailbox(&user.id, &host, port, &username, None, None).await? {
+                bail!("account {username}@{host}:{port} already exists for {} ({other}): nothing changed", user.email);
             }
             let login = read_auth(auth, oauth2)?;
             let creds = Credentials { host: host.clone(), port, security, username: username.clone(), auth: login };
-            check_login(&creds, &config, "nothing saved").await?;
+            let server_ip = check_login(&creds, &config, "nothing saved").await?;
+            if let Some(other) = storage.same_mailbox(&user.id, &host, port, &username, Some(server_ip), None).await? {
+                bail!(
+                    "this mailbox already exists for {}, as account {other} (the same server at {server_ip}): nothing saved",
+                    user.email
+                );
+            }
             let id = storage
                 .add_account(&NewAccount { user: user.id, host, port, security, username, auth: creds.auth })
                 .await?;
+            storage.record_server_ip(id.as_str(), server_ip).await?;
             if let Some(store) = shared_store(&config).await? {
                 store
                     .mark_live(&id)
@@ -342,8 +351,17 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             let login = if keep_password { None } else { Some(read_auth(auth, oauth2)?) };
             let change = LoginChange { host, port, security, auth: login };
             let login = change.apply(storage.credentials(&key).await?);
-            check_login(&login, &config, "nothing changed").await?;
+            let server_ip = check_login(&login, &config, "nothing changed").await?;
+            let user = storage.account_user(&id).await?;
+            if let Some(user) = user {
+                let same =
+                    storage.same_mailbox(&user, &login.host, login.port, &login.username, Some(server_ip), Some(&id));
+                if let Some(other) = same.await? {
+                    bail!("the change makes it the same mailbox as account {other}: nothing changed");
+                }
+            }
             storage.update_login(&key, &login).await?;
+            storage.record_server_ip(&id, server_ip).await?;
             println!("updated {id}");
             Ok(())
         }

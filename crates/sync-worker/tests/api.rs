@@ -34,6 +34,7 @@ both_databases!(
     accounts_may_not_point_at_private_addresses_in_any_spelling,
     closed_silent_and_unknown_hosts_give_one_answer,
     a_changed_password_is_updated_once_it_works_and_the_mail_stays,
+    one_mailbox_is_one_account_per_user_and_the_check_follows_the_login,
 );
 
 async fn sign_up_log_in_add_an_account_and_see_its_mail(db: TestDb) {
@@ -817,4 +818,33 @@ async fn a_changed_password_is_updated_once_it_works_and_the_mail_stays(db: Test
     let listed = s.wait_listed(&token, &id, 2).await;
     let subjects: Vec<&str> = listed.iter().map(|m| m["subject"].as_str().unwrap()).collect();
     assert_eq!(subjects, ["after", "before"]);
+}
+
+/// The same mailbox through `localhost`, `LOCALHOST` and `127.0.0.1`, or as
+/// `ALICE` (Dovecot folds user names), is one account of its user. Another
+/// user without the password gets the server's refusal, never a conflict,
+/// and with the password may sync the mailbox too.
+async fn one_mailbox_is_one_account_per_user_and_the_check_follows_the_login(db: TestDb) {
+    let s = server(db, |_| {}).await;
+    let (alice, bob) = (s.user("alice@example.org").await, s.user("bob@example.org").await);
+    let port = s.dovecot.port();
+    let body = |host: &str, user: &str, password: &str| json!({"host": host, "port": port, "security": "plain", "username": user, "password": password});
+    let (st, v) = s.call("POST", "/v1/accounts", Some(&alice), Some(body("127.0.0.1", "alice", IMAP_PASSWORD))).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    for (host, user) in [("localhost", "alice"), ("LOCALHOST", "alice"), ("127.0.0.1", "ALICE")] {
+        let (st, v) = s.call("POST", "/v1/accounts", Some(&alice), Some(body(host, user, IMAP_PASSWORD))).await;
+        assert_eq!((st, v["error"]["code"].clone()), (StatusCode::CONFLICT, json!("conflict")), "{host} {user}: {v}");
+    }
+    // Without the password the answer is the login's, as for a mailbox nobody added.
+    let (st, v) = s.call("POST", "/v1/accounts", Some(&bob), Some(body("127.0.0.1", "alice", "guess"))).await;
+    assert_eq!((st, v["error"]["code"].clone()), (StatusCode::BAD_REQUEST, json!("imap_login_refused")), "{v}");
+    let (st2, v2) = s.call("POST", "/v1/accounts", Some(&bob), Some(body("127.0.0.1", "nobody", "guess"))).await;
+    assert_eq!((st2, v2["error"]["code"].clone()), (st, v["error"]["code"].clone()), "{v2}");
+    // With it, bob has his own account of the same mailbox.
+    let (st, v) = s.call("POST", "/v1/accounts", Some(&bob), Some(body("localhost", "alice", IMAP_PASSWORD))).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    for token in [&alice, &bob] {
+        let (_, list) = s.call("GET", "/v1/accounts", Some(token), None).await;
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    }
 }

@@ -188,9 +188,6 @@ pub async fn add(
     let Some(login) = auth_of(body.password, body.oauth2, false)? else {
         return Err(ApiError::field("password", "must not be empty"));
     };
-    if state.storage.account_exists(&host, body.port, &body.username).await? {
-        return Err(ApiError::Conflict(format!("account {}@{host}:{}", body.username, body.port)));
-    }
     let creds = Credentials {
         host: host.clone(),
         port: body.port,
@@ -198,7 +195,14 @@ pub async fn add(
         username: body.username.clone(),
         auth: login,
     };
-    check_login(&state, &creds).await?;
+    // The duplicate check comes after the login: it tells nothing to one
+    // who does not hold the password.
+    let server_ip = check_login(&state, &creds).await?;
+    let duplicate =
+        state.storage.same_mailbox(&auth.user, &host, body.port, &body.username, Some(server_ip), None).await?;
+    if duplicate.is_some() {
+        return Err(ApiError::Conflict(format!("account {}@{host}:{}", body.username, body.port)));
+    }
     let id = state
         .storage
         .add_account(&NewAccount {
@@ -210,6 +214,7 @@ pub async fn add(
             auth: creds.auth,
         })
         .await?;
+    state.storage.record_server_ip(id.as_str(), server_ip).await?;
     state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
     // Its user is here adding it: it starts hot (the claim takes the stored
     // tier), not warm until the next tier evaluation; that evaluation
@@ -221,11 +226,12 @@ pub async fn add(
     Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })))
 }
 
-/// Logs in with `creds` and out again, with the API's address rules; the
-/// answer says why it failed, never which port state stopped it.
-async fn check_login(state: &ApiState, creds: &Credentials) -> Result<(), ApiError> {
+/// Logs in with `creds` and out again, with the API's address rules, and
+/// answers the server's address; the error says why it failed, never which
+/// port state stopped it.
+async fn check_login(state: &ApiState, creds: &Credentials) -> Result<std::net::IpAddr, ApiError> {
     match ImapSource::verify_login(creds, &state.settings.imap).await {
-        Ok(()) => Ok(()),
+        Ok(ip) => Ok(ip),
         Err(LoginError::Refused { answer }) => Err(ApiError::ImapRefused { answer }),
         Err(e @ LoginError::Unreachable { .. }) => {
             let server = format!("{}:{}", creds.host, creds.port);
@@ -294,8 +300,14 @@ pub async fn update(
     }
     let key = LeaseKey::new(&id).map_err(|_| ApiError::NotFound { what: "account", id: id.clone() })?;
     let login = change.apply(state.storage.credentials(&key).await?);
-    check_login(&state, &login).await?;
+    let server_ip = check_login(&state, &login).await?;
+    let same =
+        state.storage.same_mailbox(&auth.user, &login.host, login.port, &login.username, Some(server_ip), Some(&id));
+    if same.await?.is_some() {
+        return Err(ApiError::Conflict(format!("account {}@{}:{}", login.username, login.host, login.port)));
+    }
     state.storage.update_login(&key, &login).await?;
+    state.storage.record_server_ip(&id, server_ip).await?;
     tracing::info!(account = %id, user = %auth.user, "account login updated");
     let a = owned(&state, &auth, &id).await?;
     Ok(Json(view(&state, a, false).await?))

@@ -164,12 +164,14 @@ impl ImapSource {
     }
 
     /// Logs in with `creds` and out again: what `account add` checks before
-    /// saving. The error carries the server's answer.
-    pub async fn verify_login(creds: &Credentials, settings: &ImapSettings) -> Result<(), LoginError> {
-        match transport::open(creds, settings).await {
-            Ok(mut session) => {
+    /// saving. Answers the address of the server that took the login (what
+    /// tells two names of one server apart from two servers); the error
+    /// carries the server's answer.
+    pub async fn verify_login(creds: &Credentials, settings: &ImapSettings) -> Result<std::net::IpAddr, LoginError> {
+        match transport::open_at(creds, settings).await {
+            Ok((mut session, server_ip)) => {
                 let _ = tokio::time::timeout(settings.command_timeout, session.logout()).await;
-                Ok(())
+                Ok(server_ip)
             }
             Err(transport::ConnectFailure::Refused(answer)) => Err(LoginError::Refused { answer }),
             Err(transport::ConnectFailure::GrantRefused(e)) => Err(LoginError::Refused { answer: e.to_string() }),

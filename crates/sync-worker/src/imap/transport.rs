@@ -253,6 +253,14 @@ enum SecretValue {
 
 /// Opens a session for `creds`, every step bounded by the connect timeout.
 pub(crate) async fn open(creds: &Credentials, settings: &ImapSettings) -> Result<ImapSession, ConnectFailure> {
+    open_at(creds, settings).await.map(|(session, _)| session)
+}
+
+/// [`open`], with the address of the server it reached.
+pub(crate) async fn open_at(
+    creds: &Credentials,
+    settings: &ImapSettings,
+) -> Result<(ImapSession, IpAddr), ConnectFailure> {
     let timeout = settings.connect_timeout;
     unquotable("username", &creds.username)?;
     // Before the connection: a token refresh does not hold a server slot.
@@ -264,12 +272,10 @@ pub(crate) async fn open(creds: &Credentials, settings: &ImapSettings) -> Result
     })
     .await?;
     let _ = tcp.set_nodelay(true);
-    if creds.security == Security::Plain && !settings.allow_plain {
-        let ip = tcp.peer_addr().map_err(ConnectError::Tcp)?.ip();
-        // `::ffff:127.0.0.1` is loopback too.
-        if !ip.to_canonical().is_loopback() {
-            return Err(ConnectError::PlainNotAllowed { ip }.into());
-        }
+    let server_ip = tcp.peer_addr().map_err(ConnectError::Tcp)?.ip().to_canonical();
+    // `::ffff:127.0.0.1` is loopback too.
+    if creds.security == Security::Plain && !settings.allow_plain && !server_ip.is_loopback() {
+        return Err(ConnectError::PlainNotAllowed { ip: server_ip }.into());
     }
     let limits = Limits::default();
     let stream: Box<dyn Io> = match creds.security {
@@ -308,7 +314,7 @@ pub(crate) async fn open(creds: &Credentials, settings: &ImapSettings) -> Result
     match outcome {
         Outcome::LoggedIn(session) => {
             limits.logged_in();
-            Ok(session)
+            Ok((session, server_ip))
         }
         Outcome::Refused(answer) => {
             if let AccountAuth::OAuth2(grant) = &creds.auth {

@@ -351,22 +351,10 @@ impl Storage {
         .transpose()
     }
 
-    /// Whether an account with this server and login exists.
-    pub async fn account_exists(&self, host: &str, port: u16, username: &str) -> Result<bool, StorageError> {
-        let row = sqlx::query("SELECT id FROM accounts WHERE host = $1 AND port = $2 AND username = $3")
-            .bind(host)
-            .bind(i64::from(port))
-            .bind(username)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_err(format!("look up account {username}@{host}:{port}")))?;
-        Ok(row.is_some())
-    }
-
     /// Adds an account (its password encrypted) and returns its id.
     pub async fn add_account(&self, new: &NewAccount) -> Result<LeaseKey, StorageError> {
         let what = || format!("account {}@{}:{}", new.username, new.host, new.port);
-        if self.account_exists(&new.host, new.port, &new.username).await? {
+        if self.same_mailbox(&new.user, &new.host, new.port, &new.username, None, None).await?.is_some() {
             return Err(StorageError::Duplicate { what: what() });
         }
         let id = uuid::Uuid::new_v4().to_string();

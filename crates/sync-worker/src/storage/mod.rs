@@ -20,6 +20,7 @@
 //! earlier, at claim time, before it syncs anything: see [`fence`].
 
 mod accounts;
+mod accounts_unique;
 mod connection;
 mod deployment;
 pub mod fence;
@@ -255,6 +256,7 @@ impl Storage {
             .map_err(|source| StorageError::Migrate { url: shown, source })?;
         let storage = Self { pool, kind, secret, events: None };
         storage.ensure_search_index().await?;
+        storage.ensure_per_user_accounts().await?;
         Ok(storage)
     }
 
