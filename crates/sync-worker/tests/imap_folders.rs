@@ -10,7 +10,7 @@ use sqlx::Row;
 use sync_worker::both_databases;
 use sync_worker::events::{MailEventKind, SyncEvent};
 use sync_worker::imap::{ImapSettings, ImapSource};
-use sync_worker::testing::{DovecotOptions, ImapWorld, TestDb};
+use sync_worker::testing::{DovecotOptions, ImapProxy, ImapWorld, TestDb};
 use sync_worker::{MailConnection, MailSource, RunnerHandle, RunnerSettings, Scope};
 
 const USER: &str = ImapWorld::USER;
@@ -92,6 +92,8 @@ both_databases!(
     past_the_folder_limit_the_status_says_so,
     uidvalidity_reset_on_a_hot_account_is_seen_within_one_idle_reissue,
     flags_without_condstore_all_arrive_eventually,
+    a_folder_that_breaks_the_connection_does_not_keep_the_others_from_syncing,
+    names_with_quotes_and_backslashes_are_synced,
 );
 
 const TREE: [&str; 4] = ["Projekte", "Projekte/Ärger", "Projekte/Ärger/日本語", "Tom & Jerry"];
@@ -254,4 +256,63 @@ async fn flags_without_condstore_all_arrive_eventually(db: TestDb) {
         // Every poll re-reads at least the newest 500.
         assert!(w.flagged("Big", "\\Flagged").await >= 500, "poll {polls} missed the newest 500");
     }
+}
+
+/// A server that drops the connection whenever one folder is selected (a
+/// message it cannot serve, as pymap does with a bad `Date:`): the poll
+/// fails there, and the folders sorted after it still sync, on the next
+/// poll, while the broken one waits at the end. Once it heals it syncs too.
+async fn a_folder_that_breaks_the_connection_does_not_keep_the_others_from_syncing(db: TestDb) {
+    let w = world(db, &DovecotOptions::default()).await;
+    w.dovecot.create_folders(USER, &["Aaa kaputt", "Mmm", "Zzz"]).expect("create");
+    w.append("INBOX", 2, 1);
+    w.append("Aaa kaputt", 3, 2);
+    w.append("Mmm", 4, 3);
+    w.append("Zzz", 5, 4);
+    let proxy = ImapProxy::start(w.dovecot.port()).expect("proxy");
+    sqlx::query("UPDATE accounts SET port = $1 WHERE id = $2")
+        .bind(i64::from(proxy.port()))
+        .bind(w.account.as_str())
+        .execute(w.storage.pool())
+        .await
+        .expect("point the account at the proxy");
+    proxy.cut_on(Some("Aaa kaputt"));
+    let source = ImapSource::new(w.storage.clone(), ImapSettings::default());
+    let stored = |counts: Vec<(String, i64)>, folder: &str| counts.iter().find(|(f, _)| f == folder).map(|(_, n)| *n);
+    let first = w.connect_with(&source).await.poll(Scope::All).await;
+    assert!(first.is_err(), "the cut connection failed the poll: {first:?}");
+    assert_eq!(stored(w.counts().await, "Zzz"), None, "folder order: Aaa kaputt comes before Zzz");
+    let second = w.connect_with(&source).await.poll(Scope::All).await;
+    assert!(second.is_err(), "the broken folder still fails: {second:?}");
+    let counts = w.counts().await;
+    assert_eq!((stored(counts.clone(), "Mmm"), stored(counts.clone(), "Zzz")), (Some(4), Some(5)), "{counts:?}");
+    assert_eq!(stored(counts.clone(), "INBOX"), Some(2), "{counts:?}");
+    assert!(w.last_error().await.is_some_and(|e| e.contains("Aaa kaputt")), "{:?}", w.last_error().await);
+    proxy.cut_on(None);
+    w.connect_with(&source).await.poll(Scope::All).await.expect("the healed folder syncs");
+    assert_eq!(w.counts().await, w.server_counts());
+    assert_eq!(w.last_error().await, None);
+}
+
+/// A name with `"` or `\\` comes quoted with escapes in the LIST answer; it
+/// is stored as the server means it and selected again by that name (it
+/// was escaped twice and never found).
+async fn names_with_quotes_and_backslashes_are_synced(db: TestDb) {
+    let w = world(db, &DovecotOptions::default()).await;
+    let names = [r#"Zitat "x""#, r"Back\slash"];
+    w.dovecot.create_folders(USER, &names).expect("create");
+    for (i, name) in names.iter().enumerate() {
+        w.append(name, 2 + i as u64, 7 + i as u64); // the harness quotes the name
+    }
+    let source = ImapSource::new(w.storage.clone(), ImapSettings::default());
+    let mut conn = w.connect_with(&source).await;
+    conn.poll(Scope::All).await.expect("poll");
+    assert_eq!(w.last_error().await, None);
+    let stored = w.counts().await;
+    assert!(stored.contains(&(names[0].to_owned(), 2)) && stored.contains(&(names[1].to_owned(), 3)), "{stored:?}");
+    assert_eq!(stored, w.server_counts());
+    // Unchanged: answered by LIST-STATUS (its names unescaped too), no SELECT.
+    let before = source.commands();
+    w.connect_with(&source).await.poll(Scope::All).await.expect("second poll");
+    assert_eq!(before.get("SELECT"), source.commands().get("SELECT"), "{:?}", source.commands());
 }

@@ -264,6 +264,11 @@ impl RunnerHandle {
     }
 }
 
+/// Most of a tier's interval a periodic poll may come early by: warm
+/// accounts that started in the same second spread over a tenth of
+/// `POLL_WARM` after one poll, and never wait longer than the interval.
+const POLL_STAGGER: f64 = 0.1;
+
 async fn run(mut ctx: Ctx) -> RunnerExit {
     let account = ctx.fence.account.clone();
     tracing::debug!(%account, token = %ctx.fence.token, tier = %*ctx.tier.borrow(), "runner started");
@@ -274,8 +279,11 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
         }
         ctx.taken_over.store(true, Ordering::Release);
     }
-    // Start of the last successful periodic poll: the one schedule kept across tiers.
+    // Start of the last successful periodic poll: the one schedule kept across
+    // tiers; and the share of the tier's interval to wait after it, drawn per
+    // poll (0.9..=1.0), so accounts that started together do not stay in step.
     let mut last_periodic: Option<Instant> = None;
+    let mut stagger = 1.0;
     // After a failed periodic poll: when to retry, and the next backoff.
     let mut retry: Option<(Instant, Duration)> = None;
     let mut watch: Option<AbortOnDrop<()>> = None;
@@ -294,7 +302,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
         }
         let due = match (retry, last_periodic) {
             (Some((at, _)), _) => at,
-            (None, Some(last)) => last + ctx.settings.interval(tier),
+            (None, Some(last)) => last + ctx.settings.interval(tier).mul_f64(stagger),
             (None, None) => Instant::now(),
         };
         tokio::select! {
@@ -311,6 +319,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                 match transient_poll(&ctx, scope).await {
                     Ok(()) => {
                         last_periodic = Some(started);
+                        stagger = 1.0 - POLL_STAGGER * fastrand::f64();
                         retry = None;
                     }
                     Err(SourceError::LeaseExpired { .. }) => break RunnerExit::LeaseExpired,

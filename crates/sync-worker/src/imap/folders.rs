@@ -4,6 +4,8 @@
 //! found by RFC 6154 SPECIAL-USE attributes, or by their usual names when
 //! the server marks none.
 
+use std::borrow::Cow;
+
 use async_imap::types::{Name, NameAttribute};
 
 /// The role of a special folder.
@@ -99,8 +101,28 @@ fn selectable(attrs: &[NameAttribute<'_>]) -> bool {
 /// `limit` are returned; the second value is how many selectable folders
 /// were listed in all.
 pub fn all_folders(names: &[Name], limit: usize) -> (Vec<Folder>, usize) {
-    let listed: Vec<(&str, &[NameAttribute<'_>])> = names.iter().map(|n| (n.name(), n.attributes())).collect();
+    let unescaped: Vec<_> = names.iter().map(|n| (unescape_quoted(n.name()), n.attributes())).collect();
+    let listed: Vec<(&str, &[NameAttribute<'_>])> = unescaped.iter().map(|(n, a)| (n.as_ref(), *a)).collect();
     all_folders_of(&listed, limit)
+}
+
+/// A mailbox name as the server means it. async-imap hands a quoted name
+/// over with its escapes (`"Zitat \"x\""` as `Zitat \"x\"`), and the name
+/// is quoted again when it is sent: without this, a name with `"` or `\`
+/// would be escaped twice and never found.
+pub fn unescape_quoted(name: &str) -> Cow<'_, str> {
+    if !name.contains('\\') {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut chars = name.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// [`all_folders`] over `(name, attributes)` pairs.
@@ -203,7 +225,8 @@ pub fn encode_modified_utf7(name: &str) -> String {
 /// The special folders among a LIST answer: by attribute first, then (for
 /// roles no folder carries) by usual name. Unselectable names are skipped.
 pub fn special_folders(names: &[Name]) -> Vec<Folder> {
-    let listed: Vec<(&str, &[NameAttribute<'_>])> = names.iter().map(|n| (n.name(), n.attributes())).collect();
+    let unescaped: Vec<_> = names.iter().map(|n| (unescape_quoted(n.name()), n.attributes())).collect();
+    let listed: Vec<(&str, &[NameAttribute<'_>])> = unescaped.iter().map(|(n, a)| (n.as_ref(), *a)).collect();
     special_folders_of(&listed)
 }
 
@@ -236,6 +259,14 @@ mod tests {
 
     fn roles(found: &[Folder]) -> Vec<(&str, Role)> {
         found.iter().map(|f| (f.name.as_str(), f.role.expect("a role"))).collect()
+    }
+
+    #[test]
+    fn quoted_names_lose_their_escapes_once() {
+        assert_eq!(unescape_quoted(r#"Zitat \"x\""#), r#"Zitat "x""#);
+        assert_eq!(unescape_quoted(r"Back\\slash"), r"Back\slash");
+        assert_eq!(unescape_quoted("Projekte/&AMQ-rger"), "Projekte/&AMQ-rger");
+        assert!(matches!(unescape_quoted("INBOX"), Cow::Borrowed("INBOX")));
     }
 
     #[test]

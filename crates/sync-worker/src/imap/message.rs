@@ -9,7 +9,7 @@ use crate::storage::MessageRow;
 
 /// What new mail is fetched with: the attributes, the header, and the first
 /// bytes of the text (enough for a preview, bounded whatever the size).
-pub(crate) const NEW_MAIL_QUERY: &str =
+pub const NEW_MAIL_QUERY: &str =
     "(UID FLAGS INTERNALDATE RFC822.SIZE ENVELOPE BODY.PEEK[HEADER] BODY.PEEK[TEXT]<0.4096>)";
 
 /// Longest preview kept, in characters.
@@ -54,9 +54,7 @@ fn all_addresses(a: Option<&Address<'_>>) -> Option<String> {
 pub(crate) fn row_of(fetch: &Fetch) -> Option<MessageRow> {
     let uid = fetch.uid?;
     let header = fetch.header().unwrap_or_default();
-    let mut raw = Vec::with_capacity(header.len() + 4096);
-    raw.extend_from_slice(header);
-    raw.extend_from_slice(fetch.text().unwrap_or_default());
+    let raw = header_and_text(header, fetch.text().unwrap_or_default());
     let parsed = MessageParser::default().parse(&raw);
     let (subject, from_addr, to_addrs, message_id, preview) = match &parsed {
         Some(m) => (
@@ -64,10 +62,7 @@ pub(crate) fn row_of(fetch: &Fetch) -> Option<MessageRow> {
             first_address(m.from()),
             all_addresses(m.to()),
             m.message_id().map(str::to_string),
-            m.body_text(0).map(|t| {
-                let words: Vec<&str> = t.split_whitespace().collect();
-                words.join(" ").chars().take(PREVIEW_CHARS).collect::<String>()
-            }),
+            m.body_text(0).map(|t| preview_of(&t)),
         ),
         None => (None, None, None, None, None),
     };
@@ -83,6 +78,43 @@ pub(crate) fn row_of(fetch: &Fetch) -> Option<MessageRow> {
         header: (!header.is_empty()).then(|| String::from_utf8_lossy(header).into_owned()),
         preview,
     })
+}
+
+/// The header and the start of the text as one message for the parser. A
+/// message of headers alone may lack the blank line that ends them
+/// (RFC 5322 allows it); without one the parser drops the last header.
+fn header_and_text(header: &[u8], text: &[u8]) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(header.len() + 4 + text.len());
+    raw.extend_from_slice(header);
+    if !header.is_empty() && !header.ends_with(b"\r\n\r\n") && !header.ends_with(b"\n\n") {
+        if !header.ends_with(b"\n") {
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(text);
+    raw
+}
+
+/// The first [`PREVIEW_CHARS`] characters of `text`, each run of white
+/// space one space; only as much of the text is read as the preview needs.
+fn preview_of(text: &str) -> String {
+    let mut out = String::with_capacity(PREVIEW_CHARS + 8);
+    let mut chars = 0;
+    for word in text.split_whitespace() {
+        if chars >= PREVIEW_CHARS {
+            break;
+        }
+        if chars > 0 {
+            out.push(' ');
+            chars += 1;
+        }
+        for c in word.chars().take(PREVIEW_CHARS.saturating_sub(chars)) {
+            out.push(c);
+            chars += 1;
+        }
+    }
+    out
 }
 
 /// A UID set for a command: ascending `uids` as ranges (`1:5,9,12:14`).
@@ -112,6 +144,32 @@ pub(crate) fn uid_set(uids: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_of_headers_alone_keeps_its_last_header() {
+        for header in
+            [&b"From: x@example.org\r\nSubject: s\r\n"[..], b"From: x@example.org\r\nSubject: s", b"Subject: s\n"]
+        {
+            let raw = header_and_text(header, b"");
+            let parsed = MessageParser::default().parse(&raw).expect("parsed");
+            assert_eq!(parsed.subject(), Some("s"), "{:?}", String::from_utf8_lossy(header));
+        }
+        let whole = header_and_text(b"Subject: s\r\n\r\n", b"body");
+        assert_eq!(whole, b"Subject: s\r\n\r\nbody");
+    }
+
+    #[test]
+    fn a_preview_is_the_text_s_first_words_on_one_line() {
+        assert_eq!(preview_of("  Hello,\r\n\r\n  world\t!  "), "Hello, world !");
+        let long = "wörd ".repeat(100);
+        let p = preview_of(&long);
+        assert_eq!(p.chars().count(), PREVIEW_CHARS);
+        assert_eq!(
+            p,
+            long.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(PREVIEW_CHARS).collect::<String>()
+        );
+        assert_eq!(preview_of(""), "");
+    }
 
     #[test]
     fn uid_sets_are_ranges() {

@@ -56,12 +56,14 @@
 pub mod access_tokens;
 mod addresses;
 mod authenticate;
+mod batch_writer;
 pub mod connect_gate;
 mod folders;
 pub mod framing;
 mod literal_stream;
 mod login_gate;
 mod message;
+mod poll_memory;
 pub mod remote;
 pub mod remote_stream;
 mod session;
@@ -82,6 +84,8 @@ pub use folders::{
     all_folders, all_folders_of, decode_modified_utf7, encode_modified_utf7, special_folders, special_folders_of,
     Folder, Role,
 };
+pub use message::NEW_MAIL_QUERY;
+pub use poll_memory::PollMemory;
 pub use settings::{ImapSettings, LoginBackoff};
 pub use tls::{CaFile, CaFileError, CertificateProblem, TlsSettings};
 pub use transport::ConnectError;
@@ -99,23 +103,6 @@ pub const FLAG_RESCAN: u32 = 500;
 /// Most messages one FETCH of a full flag rescan asks for (servers without
 /// CONDSTORE rescan one folder's flags in full per poll).
 pub const FULL_RESCAN_CHUNK: u32 = 5_000;
-
-/// Whose turn it is for a full flag rescan, per account: kept by the source,
-/// since a warm account's connections last one poll each.
-#[derive(Debug, Default)]
-pub struct RescanCursor(parking_lot::Mutex<std::collections::HashMap<LeaseKey, usize>>);
-
-impl RescanCursor {
-    /// The index (below `folders`) of the folder to rescan in this poll; the
-    /// next call answers the one after it.
-    fn next(&self, account: &LeaseKey, folders: usize) -> usize {
-        let mut turns = self.0.lock();
-        let turn = turns.entry(account.clone()).or_default();
-        let now = *turn % folders.max(1);
-        *turn = now + 1;
-        now
-    }
-}
 
 /// How many IMAP commands of each kind the engine sent (LOGIN aside), for
 /// benchmarks and tests: `SELECT`, `STATUS`, `UID FETCH`, `IDLE`, ...
@@ -145,7 +132,7 @@ pub struct ImapSource {
     storage: Storage,
     settings: ImapSettings,
     commands: Arc<CommandCounts>,
-    rescan: Arc<RescanCursor>,
+    memory: Arc<PollMemory>,
     /// Whether a password that does not decrypt has been logged: once per
     /// process is enough (it is one wrong SECRET_KEY, however many accounts
     /// it affects, and each account's `last_error` says so).
@@ -155,7 +142,7 @@ pub struct ImapSource {
 impl ImapSource {
     /// An engine writing into `storage`.
     pub fn new(storage: Storage, settings: ImapSettings) -> Self {
-        Self { storage, settings, commands: Arc::default(), rescan: Arc::default(), secret_logged: Arc::default() }
+        Self { storage, settings, commands: Arc::default(), memory: Arc::default(), secret_logged: Arc::default() }
     }
 
     /// The commands sent so far by every connection of this source.
@@ -290,7 +277,7 @@ impl MailSource for ImapSource {
                     fence.clone(),
                     self.settings.clone(),
                     self.commands.clone(),
-                    self.rescan.clone(),
+                    self.memory.clone(),
                 )
                 .await
                 .map(|c| Box::new(c) as Box<dyn MailConnection>);

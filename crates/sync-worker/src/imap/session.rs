@@ -9,11 +9,12 @@ use async_imap::types::{Fetch, Mailbox};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 
+use super::batch_writer::BatchWriter;
 use super::folders::{all_folders, Folder};
-use super::message::{flags_of, row_of, uid_set, NEW_MAIL_QUERY};
+use super::message::{flags_of, uid_set, NEW_MAIL_QUERY};
 use super::settings::ImapSettings;
 use super::transport::ImapSession;
-use super::{storage_error, CommandCounts, RescanCursor, BATCH, FLAG_RESCAN, FULL_RESCAN_CHUNK};
+use super::{storage_error, CommandCounts, PollMemory, BATCH, FLAG_RESCAN, FULL_RESCAN_CHUNK};
 use crate::errors::{BoxError, SourceError};
 use crate::source::{Fence, MailConnection, PollReport, Scope};
 use crate::storage::{FolderState, Storage, StorageError};
@@ -112,8 +113,9 @@ pub(super) struct Connection {
     /// selectable folders the server listed in all.
     folders: Option<(Vec<Folder>, usize)>,
     selected: Option<String>,
-    /// Which folder gets the next full flag rescan (servers without CONDSTORE).
-    rescan: Arc<RescanCursor>,
+    /// Which folder gets the next full flag rescan (servers without
+    /// CONDSTORE), and which folders broke the account's last polls.
+    memory: Arc<PollMemory>,
     /// The folder (path) whose flags this poll rescans in full.
     full_rescan: Option<String>,
     /// Counters the LIST-STATUS answer gave, by wire name, for the poll that
@@ -138,7 +140,7 @@ impl Connection {
         fence: Fence,
         settings: ImapSettings,
         commands: Arc<CommandCounts>,
-        rescan: Arc<RescanCursor>,
+        memory: Arc<PollMemory>,
     ) -> Result<Self, SourceError> {
         let mut conn = Self {
             commands,
@@ -149,7 +151,7 @@ impl Connection {
             caps: Caps::default(),
             folders: None,
             selected: None,
-            rescan,
+            memory,
             full_rescan: None,
             listed_status: Default::default(),
         };
@@ -234,6 +236,7 @@ impl Connection {
             let take = |statuses: &mut Vec<(String, Counters)>| {
                 while let Ok(r) = unsolicited.try_recv() {
                     if let UnsolicitedResponse::Status { mailbox, attributes } = r {
+                        let mailbox = super::folders::unescape_quoted(&mailbox).into_owned();
                         statuses.push((mailbox, Counters::of_attributes(&attributes)));
                     }
                 }
@@ -335,9 +338,16 @@ impl Connection {
         }
         let mbox = self.select(name).await?;
         let Some(uidvalidity) = mbox.uid_validity else {
-            return Err(FolderFailure::Refused(
-                self.io(format!("SELECT {name}"), "the server sent no UIDVALIDITY".into()),
-            ));
+            // RFC 3501 requires it. A connection cut during the SELECT looks
+            // the same (async-imap ends the answer at EOF without an error),
+            // so the connection is given up and the poll ends here; this
+            // folder then waits at the end of the next polls.
+            self.session = None;
+            self.selected = None;
+            return Err(FolderFailure::Fatal(self.io(
+                format!("SELECT {name}"),
+                "the answer had no UIDVALIDITY (the connection was cut, or the server is broken)".into(),
+            )));
         };
         let mut state = match stored {
             Some(st) if st.uidvalidity == uidvalidity => st,
@@ -389,7 +399,9 @@ impl Connection {
         Ok(found.into_iter().filter(|u| *u >= from).collect())
     }
 
-    /// New mail above `state.last_uid`, in batches, one commit each.
+    /// New mail above `state.last_uid`, in batches, one commit each; a
+    /// batch is parsed and committed by a [`BatchWriter`] while the next one
+    /// is fetched.
     async fn fetch_new(
         &mut self,
         folder: &Folder,
@@ -400,36 +412,54 @@ impl Connection {
         let from = state.last_uid.saturating_add(1);
         let mut uids = self.uids_from(name, from, uid_next).await?;
         uids.sort_unstable();
-        let mut total = 0;
+        if uids.is_empty() {
+            return Ok(0);
+        }
+        let writer =
+            BatchWriter::spawn(self.storage.clone(), self.fence.clone(), key.to_owned(), state.uidvalidity, from);
+        let mut failure = None;
         for batch in uids.chunks(BATCH) {
             let set = uid_set(batch);
-            let fetched: Vec<Fetch> = imap!(self, format!("UID FETCH new mail in {name}"), |s| async {
+            let fetched = imap!(self, format!("UID FETCH new mail in {name}"), |s| async {
                 let stream = s.uid_fetch(&set, NEW_MAIL_QUERY).await?;
-                stream.try_collect::<Vec<_>>().await
-            })?;
-            let rows: Vec<_> = fetched.iter().filter_map(row_of).filter(|r| r.uid >= from).collect();
+                stream.try_collect::<Vec<Fetch>>().await
+            });
+            let fetched = match fetched {
+                Ok(fetched) => fetched,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
             // `last_uid` only moves past UIDs that were answered: a connection
             // that dies mid-stream can end the answer early without an error.
-            let got: HashSet<u32> = rows.iter().map(|r| r.uid).collect();
+            let got: HashSet<u32> = fetched.iter().filter_map(|f| f.uid).filter(|u| *u >= from).collect();
             let complete = batch.iter().take_while(|u| got.contains(u)).count();
-            let last = if complete == 0 { state.last_uid } else { batch[complete - 1] };
-            let mut tx = self.write().await?;
-            tx.insert_messages(key, state.uidvalidity, &rows).await.map_err(|e| self.store_err(e))?;
-            tx.set_last_uid(key, last).await.map_err(|e| self.store_err(e))?;
-            tx.commit().await.map_err(|e| self.store_err(e))?;
-            state.last_uid = last;
-            total += rows.len() as u64;
+            let last = complete.checked_sub(1).map(|i| batch[i]);
+            if !writer.send(fetched, last).await {
+                break; // the writer failed: `finish` says why
+            }
             if complete < batch.len() {
                 // Expunged since the SEARCH, or a cut connection: the next poll
                 // searches again from `last_uid` (an expunged UID is not found).
                 self.session = None;
-                return Err(FolderFailure::Fatal(self.io(
+                failure = Some(FolderFailure::Fatal(self.io(
                     format!("UID FETCH new mail in {name}"),
-                    format!("the server answered {} of {} messages", rows.len(), batch.len()).into(),
+                    format!("the server answered {} of {} messages", got.len(), batch.len()).into(),
                 )));
+                break;
             }
         }
-        Ok(total)
+        // What was fetched is committed even when a later FETCH failed; a
+        // storage failure (a fence among them) comes first.
+        let written = writer.finish().await.map_err(|e| self.store_err(e))?;
+        if let Some(last) = written.last_uid {
+            state.last_uid = last;
+        }
+        match failure {
+            Some(f) => Err(f),
+            None => Ok(written.messages),
+        }
     }
 
     /// Flag changes of messages stored before this poll (`..= old_last`).
@@ -655,7 +685,8 @@ impl MailConnection for Connection {
         let folders = if scope == Scope::Inbox {
             vec![Folder::new(INBOX, None)]
         } else {
-            let (folders, listed) = self.folders().await.map_err(FolderFailure::into_error)?;
+            let (mut folders, listed) = self.folders().await.map_err(FolderFailure::into_error)?;
+            self.memory.broken_last(&self.fence.account, &mut folders);
             if listed > folders.len() {
                 let limit = folders.len();
                 tracing::warn!(account = %self.fence.account, listed, limit, "more folders than IMAP_MAX_FOLDERS: the rest are not synced");
@@ -666,19 +697,27 @@ impl MailConnection for Connection {
             // One folder per poll has its flags rescanned in full when the
             // server cannot say what changed (no CONDSTORE).
             self.full_rescan = (!self.caps.condstore)
-                .then(|| folders[self.rescan.next(&self.fence.account, folders.len())].path.clone());
+                .then(|| folders[self.memory.next_rescan(&self.fence.account, folders.len())].path.clone());
             folders
         };
         let mut report = PollReport::default();
         for folder in &folders {
             match self.sync_folder(folder).await {
-                Ok(r) => report.new_messages += r.new_messages,
+                Ok(r) => {
+                    report.new_messages += r.new_messages;
+                    self.memory.synced(&self.fence.account, &folder.path);
+                }
                 Err(FolderFailure::Refused(e)) => {
                     // One folder the server refuses never stops the others.
                     tracing::warn!(account = %self.fence.account, folder = %folder.name, error = %crate::errors::error_chain(&e), "folder skipped");
                     refused.push(crate::errors::error_chain(&e));
                 }
                 Err(FolderFailure::Fatal(e)) => {
+                    // The connection broke in this folder (storage failures
+                    // are the database's, not the folder's).
+                    if matches!(e, SourceError::Io { .. }) {
+                        self.memory.broke(&self.fence.account, &folder.path);
+                    }
                     if !matches!(e, SourceError::Fenced { .. }) {
                         // Best effort: a failed write of the error must not hide the error.
                         let _ = self.record(Some(&crate::errors::error_chain(&e))).await;

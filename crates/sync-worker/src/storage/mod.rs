@@ -101,6 +101,15 @@ pub enum StorageError {
         #[source]
         source: sqlx::Error,
     },
+    /// A task writing an account's new mail ended before it could commit
+    /// (the runtime shut down under it): nothing of its batch is stored.
+    #[error("account {account}: the writer of new mail in {folder} stopped before it committed")]
+    WriterStopped {
+        /// The account.
+        account: String,
+        /// The folder it was writing.
+        folder: String,
+    },
     /// Something that must exist does not.
     #[error("{what} {key} does not exist")]
     NotFound {

@@ -29,6 +29,9 @@ struct Shared {
     closed: AtomicBool,
     /// New connections wait for the upstream (no greeting) while this is set.
     hold: AtomicBool,
+    /// A command line containing this text cuts its connection instead of
+    /// reaching the server.
+    cut_on: Mutex<Option<String>>,
 }
 
 /// A recording proxy on a free loopback port in front of `127.0.0.1:<upstream>`.
@@ -88,6 +91,13 @@ impl ImapProxy {
     /// so its first write, is held back). Open connections are not touched.
     pub fn hold_new(&self, on: bool) {
         self.shared.hold.store(on, Ordering::Relaxed);
+    }
+
+    /// While `Some(text)`, a command whose line contains `text` cuts its
+    /// connection instead of reaching the server: a server that breaks the
+    /// connection whenever, say, one folder is selected.
+    pub fn cut_on(&self, text: Option<&str>) {
+        *self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()) = text.map(str::to_owned);
     }
 
     /// Cuts every open connection (both directions), as a network failure would.
@@ -156,6 +166,11 @@ fn relay_commands(client: TcpStream, mut server: TcpStream, connection: u64, sha
         let text = String::from_utf8_lossy(&line).trim_end().to_owned();
         if let Some(command) = parse_command(connection, &text) {
             shared.commands.lock().unwrap_or_else(|p| p.into_inner()).push(command);
+        }
+        let cut = shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|t| text.contains(t));
+        if cut {
+            let _ = (reader.get_ref().shutdown(Shutdown::Both), server.shutdown(Shutdown::Both));
+            return;
         }
         if server.write_all(&line).is_err() {
             break;
