@@ -12,7 +12,9 @@
 //! a batch while the next one is fetched, so the bound is the server:
 //! `server_alone_messages_per_s` is Dovecot's own rate for the same FETCH
 //! commands (batches of 500, `NEW_MAIL_QUERY`'s items) read by a raw client
-//! that parses and stores nothing, on the same mailbox right after the sync.
+//! that parses and stores nothing, on a copy of the mailbox that nobody has
+//! fetched yet (Dovecot builds its cache on the first FETCH: a mailbox
+//! fetched before answers about three times as fast).
 
 use std::time::Instant;
 
@@ -50,7 +52,11 @@ pub async fn run() -> Result<serde_json::Value> {
         println!("{n} messages in {secs:.2} s: {rate:.0} messages/s, peak RSS +{:.1} MiB", peak as f64 / 1024.0);
         figures.push((n, rate, secs, peak));
     }
-    let alone = server_alone(&w, "large", LARGE).await?;
+    // A mailbox of the same messages that nobody has fetched yet: Dovecot
+    // builds its cache on a first FETCH, so the synced one would flatter it.
+    w.dovecot.add_user("alone", "pw")?;
+    w.fill("alone", "INBOX", LARGE, 2)?;
+    let alone = server_alone(&w, "alone", LARGE).await?;
     println!("Dovecot alone, the same FETCHes: {alone:.0} messages/s");
     let (_, small_rate, _, small_peak) = figures[0];
     let (_, rate, secs, peak) = figures[1];

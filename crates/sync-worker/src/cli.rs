@@ -293,6 +293,17 @@ fn read_auth(auth: AuthKind, oauth2: OAuth2Args) -> anyhow::Result<AccountAuth> 
     }
 }
 
+/// A stored time (ms since the epoch) as people read it: UTC, RFC 3339.
+fn shown_time(ms: Option<i64>) -> String {
+    match ms.and_then(|ms| u64::try_from(ms).ok()) {
+        Some(ms) => {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+            humantime::format_rfc3339_seconds(at).to_string()
+        }
+        None => "never".to_owned(),
+    }
+}
+
 /// Logs in with `login` and out again, before anything is written, and
 /// answers the server's address; the error says so with `outcome`
 /// ("nothing saved").
@@ -379,7 +390,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                         a.host,
                         a.port,
                         a.security,
-                        a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()),
+                        shown_time(a.last_sync_at),
                         a.last_error.as_deref().unwrap_or("none")
                     );
                 }
@@ -416,10 +427,11 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 println!("tier: {}", tier.as_deref().unwrap_or("unknown (no shared lease store)"));
                 println!("owner: {}", owner.as_deref().unwrap_or("none"));
                 println!("state: {state}");
-                println!("last sync: {}", a.last_sync_at.map_or_else(|| "never".to_string(), |t| t.to_string()));
+                println!("last sync: {}", shown_time(a.last_sync_at));
                 println!("last error: {}", a.last_error.as_deref().unwrap_or("none"));
                 for f in folders {
-                    println!("  {}: {} messages", f.name, f.messages);
+                    let noun = if f.messages == 1 { "message" } else { "messages" };
+                    println!("  {}: {} {noun}", f.name, f.messages);
                 }
             }
             Ok(())

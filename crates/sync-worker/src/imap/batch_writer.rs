@@ -3,8 +3,9 @@
 //! work and the socket's) overlaps the parse and the commit of batch N,
 //! where one ran after the other before.
 //!
-//! At most one batch waits behind the one being written, so memory stays at
-//! about three batches whatever the folder's size. Each batch is its own
+//! A batch is parsed on one task and committed on another, with at most one
+//! batch waiting before each, so memory stays at a few batches whatever the
+//! folder's size. Each batch is its own
 //! fenced transaction with its `last_uid`, exactly as when it was written
 //! inline: a crash resumes after the last committed batch, and a stale
 //! owner's commit is refused by the fence as before.
@@ -15,7 +16,16 @@ use tokio::task::JoinHandle;
 
 use super::message::row_of;
 use crate::source::Fence;
-use crate::storage::{Storage, StorageError};
+use crate::storage::{MessageRow, Storage, StorageError};
+
+/// Aborts the parse task when the writer ends (an error, or it was aborted).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// One fetched batch and the UID its commit may move `last_uid` to
 /// (`None`: the answer did not begin with the batch's first UID, so
@@ -45,23 +55,34 @@ pub(super) struct BatchWriter {
 impl BatchWriter {
     /// Starts the writer for folder `key` (the stored name) at `uidvalidity`;
     /// rows with a UID below `from` (an `n:*` answer's highest UID) are not
-    /// stored.
+    /// stored. Two tasks: one parses a batch while the other commits the
+    /// batch before it (on Postgres the commit is a round trip and a WAL
+    /// flush, which would otherwise leave the parse idle).
     pub(super) fn spawn(storage: Storage, fence: Fence, key: String, uidvalidity: u32, from: u32) -> Self {
         let (account, folder) = (fence.account.to_string(), key.clone());
-        let (batches, mut queue) = mpsc::channel::<Batch>(1);
-        let task = tokio::spawn(async move {
-            let mut written = Written::default();
-            while let Some(batch) = queue.recv().await {
+        let (batches, mut to_parse) = mpsc::channel::<Batch>(1);
+        let (parsed, mut to_write) = mpsc::channel::<(Vec<MessageRow>, Option<u32>)>(1);
+        let parse = tokio::spawn(async move {
+            while let Some(batch) = to_parse.recv().await {
                 let rows: Vec<_> = batch.fetched.iter().filter_map(row_of).filter(|r| r.uid >= from).collect();
                 drop(batch.fetched);
+                if parsed.send((rows, batch.last)).await.is_err() {
+                    return; // the writer failed: its result says why
+                }
+            }
+        });
+        let task = tokio::spawn(async move {
+            let _parse = AbortOnDrop(parse);
+            let mut written = Written::default();
+            while let Some((rows, last)) = to_write.recv().await {
                 let mut tx = storage.write(&fence).await?;
                 tx.insert_messages(&key, uidvalidity, &rows).await?;
-                if let Some(last) = batch.last {
+                if let Some(last) = last {
                     tx.set_last_uid(&key, last).await?;
                 }
                 tx.commit().await?;
-                if batch.last.is_some() {
-                    written.last_uid = batch.last;
+                if last.is_some() {
+                    written.last_uid = last;
                 }
                 written.messages += rows.len() as u64;
             }

@@ -9,8 +9,7 @@ use crate::storage::MessageRow;
 
 /// What new mail is fetched with: the attributes, the header, and the first
 /// bytes of the text (enough for a preview, bounded whatever the size).
-pub const NEW_MAIL_QUERY: &str =
-    "(UID FLAGS INTERNALDATE RFC822.SIZE ENVELOPE BODY.PEEK[HEADER] BODY.PEEK[TEXT]<0.4096>)";
+pub const NEW_MAIL_QUERY: &str = "(UID FLAGS INTERNALDATE RFC822.SIZE BODY.PEEK[HEADER] BODY.PEEK[TEXT]<0.4096>)";
 
 /// Longest preview kept, in characters.
 const PREVIEW_CHARS: usize = 200;

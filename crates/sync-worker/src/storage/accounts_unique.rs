@@ -26,18 +26,49 @@ const GLOBAL_UNIQUE: &str = "UNIQUE (host, port, username)";
 impl Storage {
     /// Replaces the global uniqueness of 0001 by the per-user index; does
     /// nothing once done.
+    ///
+    /// Every start runs this, beside running workers: it reads the catalog
+    /// first and takes no lock once done (an `ALTER TABLE` or a
+    /// `CREATE INDEX` waits for every open write transaction of the table,
+    /// and every write after it waits behind it).
     pub(super) async fn ensure_per_user_accounts(&self) -> Result<(), StorageError> {
-        match self.kind {
-            DbKind::Postgres => {
-                sqlx::query("ALTER TABLE accounts DROP CONSTRAINT IF EXISTS accounts_host_port_username_key")
-                    .execute(&self.pool)
-                    .await
-                    .map_err(query_err("drop the global account uniqueness"))?;
+        let (global, per_user) = match self.kind {
+            DbKind::Postgres => (
+                "SELECT COUNT(*) FROM pg_constraint WHERE conname = 'accounts_host_port_username_key'",
+                "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'accounts_unique_per_user'",
+            ),
+            DbKind::Sqlite => (
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'accounts' \
+                 AND sql LIKE '%UNIQUE (host, port, username)%'",
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'accounts_unique_per_user'",
+            ),
+        };
+        if self.catalog_count(global).await? > 0 {
+            match self.kind {
+                DbKind::Postgres => {
+                    sqlx::query("ALTER TABLE accounts DROP CONSTRAINT IF EXISTS accounts_host_port_username_key")
+                        .execute(&self.pool)
+                        .await
+                        .map_err(query_err("drop the global account uniqueness"))?;
+                }
+                DbKind::Sqlite => self.rebuild_sqlite_accounts().await?,
             }
-            DbKind::Sqlite => self.rebuild_sqlite_accounts().await?,
         }
-        sqlx::query(PER_USER_INDEX).execute(&self.pool).await.map_err(query_err("make the per-user account index"))?;
+        if self.catalog_count(per_user).await? == 0 {
+            sqlx::query(PER_USER_INDEX)
+                .execute(&self.pool)
+                .await
+                .map_err(query_err("make the per-user account index"))?;
+        }
         Ok(())
+    }
+
+    async fn catalog_count(&self, sql: &'static str) -> Result<i64, StorageError> {
+        sqlx::query(sql)
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(query_err("read the accounts table's constraints"))
     }
 
     async fn rebuild_sqlite_accounts(&self) -> Result<(), StorageError> {

@@ -14,6 +14,9 @@ use crate::source::Fence;
 /// Rows per multi-row INSERT: 13 columns each stays far below SQLite's and
 /// Postgres's parameter limits.
 const INSERT_CHUNK: usize = 100;
+/// The same on Postgres: a whole new-mail batch (6,500 parameters of its
+/// 65,535).
+const INSERT_CHUNK_POSTGRES: usize = 500;
 /// UIDs per `IN (...)` list.
 const DELETE_CHUNK: usize = 500;
 
@@ -284,7 +287,13 @@ impl FencedTx {
         rows: &[MessageRow],
     ) -> Result<(), StorageError> {
         const COLUMNS: usize = 13;
-        for chunk in rows.chunks(INSERT_CHUNK) {
+        // One statement per batch on Postgres (a round trip each); SQLite
+        // runs in process.
+        let chunk_rows = match self.kind {
+            DbKind::Sqlite => INSERT_CHUNK,
+            DbKind::Postgres => INSERT_CHUNK_POSTGRES,
+        };
+        for chunk in rows.chunks(chunk_rows) {
             let mut sql = String::from(
                 "INSERT INTO messages (account_id, folder, uidvalidity, uid, internal_date, size, flags, \
                  message_id, subject, from_addr, to_addrs, header, preview) VALUES ",
