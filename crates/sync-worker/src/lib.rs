@@ -59,7 +59,7 @@ pub mod secret;
 pub mod testing;
 
 pub use config::Config;
-pub use coordinator::runner::{RunnerExit, RunnerHandle, RunnerSettings, RunnerStatus};
+pub use coordinator::runner::{RunnerExit, RunnerHandle, RunnerSettings, RunnerStatus, POLL_STAGGER};
 pub use coordinator::tiers::{TierInputs, TierPolicy};
 pub use coordinator::{
     AccountView, Coordinator, CoordinatorHandle, CoordinatorObserver, CoordinatorStats, Deps, PreparedCoordinator,

@@ -378,6 +378,7 @@ async fn hot_account_sees_new_mail_within_2s(db: TestDb) {
         poll_cold: Duration::from_secs(600),
         idle_reissue: Duration::from_secs(600),
         retry_base: Duration::from_secs(1),
+        poll_stagger: sync_worker::POLL_STAGGER,
     };
     let runner = RunnerHandle::spawn(
         Arc::new(w.source()),
@@ -449,6 +450,7 @@ async fn wrong_password_sets_last_error_without_a_storm(db: TestDb) {
         poll_cold: Duration::from_millis(100),
         idle_reissue: Duration::from_secs(600),
         retry_base: Duration::from_millis(100),
+        poll_stagger: sync_worker::POLL_STAGGER,
     };
     let runner = RunnerHandle::spawn(
         Arc::new(source.clone()),

@@ -200,6 +200,7 @@ async fn uidvalidity_reset_on_a_hot_account_is_seen_within_one_idle_reissue(db: 
         poll_cold: Duration::from_secs(600),
         idle_reissue: reissue,
         retry_base: Duration::from_secs(1),
+        poll_stagger: sync_worker::POLL_STAGGER,
     };
     let runner = RunnerHandle::spawn(
         source,

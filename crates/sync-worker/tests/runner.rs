@@ -15,7 +15,14 @@ use tokio::time::{sleep_until, Instant};
 const S: Duration = Duration::from_secs(1);
 
 fn settings() -> RunnerSettings {
-    RunnerSettings { poll_warm: 60 * S, poll_cold: 600 * S, idle_reissue: 25 * 60 * S, retry_base: S }
+    // No stagger: these tests check the schedule to the second.
+    RunnerSettings {
+        poll_warm: 60 * S,
+        poll_cold: 600 * S,
+        idle_reissue: 25 * 60 * S,
+        retry_base: S,
+        poll_stagger: 0.0,
+    }
 }
 
 fn fence(token: u64) -> Fence {

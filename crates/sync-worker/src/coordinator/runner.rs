@@ -50,7 +50,7 @@ use crate::errors::{error_chain, SourceError};
 use crate::source::{Fence, MailSource, Scope};
 
 /// The runner's timing settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunnerSettings {
     /// Periodic poll interval of warm accounts and secondary poll of hot ones.
     pub poll_warm: Duration,
@@ -60,6 +60,11 @@ pub struct RunnerSettings {
     pub idle_reissue: Duration,
     /// First delay after a failed connect or poll; doubles up to the poll interval.
     pub retry_base: Duration,
+    /// Most of the interval a periodic poll may come early by, drawn afresh
+    /// for each poll (`0.1`: the wait is 0.9 to 1 times the interval), so
+    /// accounts started together do not stay in step; `0.0` polls exactly
+    /// on the interval.
+    pub poll_stagger: f64,
 }
 
 impl From<&Config> for RunnerSettings {
@@ -69,6 +74,7 @@ impl From<&Config> for RunnerSettings {
             poll_cold: c.poll_cold,
             idle_reissue: c.idle_reissue,
             retry_base: Duration::from_secs(1).min(c.poll_warm),
+            poll_stagger: POLL_STAGGER,
         }
     }
 }
@@ -264,10 +270,10 @@ impl RunnerHandle {
     }
 }
 
-/// Most of a tier's interval a periodic poll may come early by: warm
-/// accounts that started in the same second spread over a tenth of
+/// Most of a tier's interval a periodic poll may come early by, in service:
+/// warm accounts that started in the same second spread over a tenth of
 /// `POLL_WARM` after one poll, and never wait longer than the interval.
-const POLL_STAGGER: f64 = 0.1;
+pub const POLL_STAGGER: f64 = 0.1;
 
 async fn run(mut ctx: Ctx) -> RunnerExit {
     let account = ctx.fence.account.clone();
@@ -319,7 +325,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                 match transient_poll(&ctx, scope).await {
                     Ok(()) => {
                         last_periodic = Some(started);
-                        stagger = 1.0 - POLL_STAGGER * fastrand::f64();
+                        stagger = 1.0 - ctx.settings.poll_stagger.clamp(0.0, 1.0) * fastrand::f64();
                         retry = None;
                     }
                     Err(SourceError::LeaseExpired { .. }) => break RunnerExit::LeaseExpired,

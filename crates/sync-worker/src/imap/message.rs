@@ -3,13 +3,28 @@
 //! header and the start of the text.
 
 use async_imap::types::{Fetch, Flag};
-use mail_parser::{Address, MessageParser};
+use std::sync::LazyLock;
+
+use mail_parser::{Address, HeaderName, MessageParser};
 
 use crate::storage::MessageRow;
 
 /// What new mail is fetched with: the attributes, the header, and the first
 /// bytes of the text (enough for a preview, bounded whatever the size).
 pub const NEW_MAIL_QUERY: &str = "(UID FLAGS INTERNALDATE RFC822.SIZE BODY.PEEK[HEADER] BODY.PEEK[TEXT]<0.4096>)";
+
+/// The parser of new mail: only the headers a row keeps and those that
+/// decode the text; the rest (`Received:` above all, a tokenizer of its
+/// own) are skipped, not parsed.
+static PARSER: LazyLock<MessageParser> = LazyLock::new(|| {
+    MessageParser::new()
+        .with_mime_headers()
+        .header_text(HeaderName::Subject)
+        .header_address(HeaderName::From)
+        .header_address(HeaderName::To)
+        .header_id(HeaderName::MessageId)
+        .default_header_ignore()
+});
 
 /// Longest preview kept, in characters.
 const PREVIEW_CHARS: usize = 200;
@@ -54,7 +69,7 @@ pub(crate) fn row_of(fetch: &Fetch) -> Option<MessageRow> {
     let uid = fetch.uid?;
     let header = fetch.header().unwrap_or_default();
     let raw = header_and_text(header, fetch.text().unwrap_or_default());
-    let parsed = MessageParser::default().parse(&raw);
+    let parsed = PARSER.parse(&raw);
     let (subject, from_addr, to_addrs, message_id, preview) = match &parsed {
         Some(m) => (
             m.subject().map(str::to_string),
@@ -144,13 +159,55 @@ pub(crate) fn uid_set(uids: &[u32]) -> String {
 mod tests {
     use super::*;
 
+    /// The fields a row keeps are what the full parser gives.
+    #[test]
+    fn the_lean_parser_keeps_every_field_a_row_needs() {
+        let raw = concat!(
+            "Received: from mx.example.org (mx [192.0.2.1]) by in.example.org; Mon, 2 Dec 2024 10:00:00 +0000\r\n",
+            "From: =?UTF-8?Q?J=C3=BCrgen_M=C3=BCller?= <jm@example.org>\r\n",
+            "To: ann@example.org, \"Bob\" <bob@example.org>\r\n",
+            "Subject: =?UTF-8?B?w5xiZXIgZGllIEFuZ2Vib3Rl?= (2024)\r\n",
+            "Message-ID: <abc.123@example.org>\r\n",
+            "Date: Mon, 2 Dec 2024 10:00:00 +0000\r\n",
+            "MIME-Version: 1.0\r\n",
+            "Content-Type: multipart/alternative; boundary=\"b1\"\r\n",
+            "\r\n",
+            "--b1\r\n",
+            "Content-Type: text/plain; charset=iso-8859-1\r\n",
+            "Content-Transfer-Encoding: quoted-printable\r\n",
+            "\r\n",
+            "Gr=FC=DFe aus M=FCnchen,\r\nbis   bald=\r\n!\r\n",
+            "--b1\r\n",
+            "Content-Type: text/html\r\n",
+            "\r\n",
+            "<p>html</p>\r\n",
+            "--b1--\r\n",
+        )
+        .as_bytes();
+        let fields = |m: &mail_parser::Message<'_>| {
+            (
+                m.subject().map(str::to_owned),
+                first_address(m.from()),
+                all_addresses(m.to()),
+                m.message_id().map(str::to_owned),
+                m.body_text(0).map(|t| preview_of(&t)),
+            )
+        };
+        let lean = fields(&PARSER.parse(raw).expect("lean"));
+        assert_eq!(lean, fields(&MessageParser::default().parse(raw).expect("full")));
+        assert_eq!(lean.0.as_deref(), Some("Über die Angebote (2024)"));
+        assert_eq!(lean.1.as_deref(), Some("Jürgen Müller <jm@example.org>"));
+        assert_eq!(lean.2.as_deref(), Some("ann@example.org, bob@example.org"));
+        assert_eq!(lean.4.as_deref(), Some("Grüße aus München, bis bald!"));
+    }
+
     #[test]
     fn a_message_of_headers_alone_keeps_its_last_header() {
         for header in
             [&b"From: x@example.org\r\nSubject: s\r\n"[..], b"From: x@example.org\r\nSubject: s", b"Subject: s\n"]
         {
             let raw = header_and_text(header, b"");
-            let parsed = MessageParser::default().parse(&raw).expect("parsed");
+            let parsed = PARSER.parse(&raw).expect("parsed");
             assert_eq!(parsed.subject(), Some("s"), "{:?}", String::from_utf8_lossy(header));
         }
         let whole = header_and_text(b"Subject: s\r\n\r\n", b"body");

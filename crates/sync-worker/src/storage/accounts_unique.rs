@@ -55,10 +55,14 @@ impl Storage {
             }
         }
         if self.catalog_count(per_user).await? == 0 {
-            sqlx::query(PER_USER_INDEX)
-                .execute(&self.pool)
-                .await
-                .map_err(query_err("make the per-user account index"))?;
+            let made = sqlx::query(PER_USER_INDEX).execute(&self.pool).await;
+            // Two processes starting at once on a new database both try;
+            // Postgres's IF NOT EXISTS does not hold under that race.
+            if let Err(e) = made {
+                if self.catalog_count(per_user).await? == 0 {
+                    return Err(query_err("make the per-user account index")(e));
+                }
+            }
         }
         Ok(())
     }
