@@ -104,7 +104,7 @@ async fn processes_opening_a_new_database_at_once_all_start() {
             let url = db.url().to_owned();
             tokio::spawn(async move {
                 let key = SecretKey::from_base64(TEST_SECRET_KEY, "SECRET_KEY").unwrap();
-                Storage::open(&url, key).await.map(|s| drop(s))
+                Storage::open(&url, key).await.map(drop)
             })
         })
         .collect();
