@@ -1,31 +1,23 @@
-//! New mail's batches parsed and committed on a task of their own, while the
+//! New mail's batches parsed and committed on tasks of their own, while the
 //! connection fetches the next batch: the FETCH of batch N+1 (the server's
 //! work and the socket's) overlaps the parse and the commit of batch N,
 //! where one ran after the other before.
 //!
 //! A batch is parsed on one task and committed on another, with at most one
 //! batch waiting before each, so memory stays at a few batches whatever the
-//! folder's size. Each batch is its own
-//! fenced transaction with its `last_uid`, exactly as when it was written
-//! inline: a crash resumes after the last committed batch, and a stale
-//! owner's commit is refused by the fence as before.
+//! folder's size. Each batch is its own fenced transaction with its
+//! `last_uid`, exactly as when it was written inline: a crash resumes after
+//! the last committed batch, and a stale owner's commit is refused by the
+//! fence as before.
 
 use async_imap::types::Fetch;
+use leasehold_core::bus::AbortOnDrop;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::message::row_of;
 use crate::source::Fence;
 use crate::storage::{MessageRow, Storage, StorageError};
-
-/// Aborts the parse task when the writer ends (an error, or it was aborted).
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// One fetched batch and the UID its commit may move `last_uid` to
 /// (`None`: the answer did not begin with the batch's first UID, so
@@ -72,6 +64,7 @@ impl BatchWriter {
             }
         });
         let task = tokio::spawn(async move {
+            // The parse task ends with the writer (an error, or an abort).
             let _parse = AbortOnDrop(parse);
             let mut written = Written::default();
             while let Some((rows, last)) = to_write.recv().await {
