@@ -371,8 +371,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                     bail!("the change makes it the same mailbox as account {other}: nothing changed");
                 }
             }
-            storage.update_login(&key, &login).await?;
-            storage.record_server_ip(&id, server_ip).await?;
+            storage.update_login(&key, &login, Some(server_ip)).await?;
             println!("updated {id}");
             Ok(())
         }

@@ -478,7 +478,7 @@ async fn wrong_password_sets_last_error_without_a_storm(db: TestDb) {
     // The login updated (the CLI's `account update`, the API's PATCH): tried at once, and it works.
     let mut login = w.storage.credentials(&w.account).await.expect("credentials");
     login.auth = AccountAuth::Password(PASSWORD.into());
-    w.storage.update_login(&w.account, &login).await.expect("update the login");
+    w.storage.update_login(&w.account, &login, None).await.expect("update the login");
     let mut conn = source.connect(&w.fence(5)).await.unwrap_or_else(|e| panic!("connect after the update: {e:?}"));
     conn.poll(Scope::Inbox).await.expect("poll");
     let failures = w.storage.login_failures(&w.account).await.expect("read");

@@ -205,7 +205,7 @@ async fn a_revoked_refresh_token_fails_once_in_words_and_waits_for_an_update(db:
     // The user authorized again: the account update's new grant logs in at once.
     let mut login = w.storage.credentials(&w.account).await.unwrap();
     login.auth = AccountAuth::OAuth2(grant(&oauth, oauth.grant(USER)));
-    w.storage.update_login(&w.account, &login).await.unwrap();
+    w.storage.update_login(&w.account, &login, None).await.unwrap();
     let mut conn = source.connect(&w.fence(5)).await.unwrap_or_else(|e| panic!("connect after the update: {e:?}"));
     conn.poll(Scope::Inbox).await.expect("poll");
     assert_eq!(w.storage.folder_counts(w.account.as_str()).await.unwrap()[0].messages, 3);

@@ -306,8 +306,7 @@ pub async fn update(
     if same.await?.is_some() {
         return Err(ApiError::Conflict(format!("account {}@{}:{}", login.username, login.host, login.port)));
     }
-    state.storage.update_login(&key, &login).await?;
-    state.storage.record_server_ip(&id, server_ip).await?;
+    state.storage.update_login(&key, &login, Some(server_ip)).await?;
     tracing::info!(account = %id, user = %auth.user, "account login updated");
     let a = owned(&state, &auth, &id).await?;
     Ok(Json(view(&state, a, false).await?))

@@ -2,6 +2,7 @@
 //! and the [`AccountDirectory`] the coordinator asks.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -383,19 +384,28 @@ impl Storage {
 
     /// Changes `id`'s server, security and password (its login was checked
     /// with them), keeping its synced mail, and forgets its refused logins:
-    /// the next attempt may come at once.
-    pub async fn update_login(&self, id: &LeaseKey, login: &Credentials) -> Result<(), StorageError> {
+    /// the next attempt may come at once. `server_ip` is the address that
+    /// took that login (the per-user duplicate check's); `None` keeps the
+    /// stored one.
+    pub async fn update_login(
+        &self,
+        id: &LeaseKey,
+        login: &Credentials,
+        server_ip: Option<IpAddr>,
+    ) -> Result<(), StorageError> {
         let what = || format!("account {}@{}:{}", login.username, login.host, login.port);
         let sealed = login.auth.seal(&self.secret, id.as_str());
         let updated = sqlx::query(
             "UPDATE accounts SET host = $1, port = $2, security = $3, auth = $4, password_enc = $5, \
-             login_failures = 0, login_retry_at = NULL, last_error = NULL WHERE id = $6",
+             login_failures = 0, login_retry_at = NULL, last_error = NULL, server_ip = COALESCE($6, server_ip) \
+             WHERE id = $7",
         )
         .bind(&login.host)
         .bind(i64::from(login.port))
         .bind(login.security.as_str())
         .bind(login.auth.kind())
         .bind(&sealed)
+        .bind(server_ip.map(|ip| ip.to_canonical().to_string()))
         .bind(id.as_str())
         .execute(&self.pool)
         .await

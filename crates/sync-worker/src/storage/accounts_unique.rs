@@ -32,28 +32,23 @@ impl Storage {
     /// `CREATE INDEX` waits for every open write transaction of the table,
     /// and every write after it waits behind it).
     pub(super) async fn ensure_per_user_accounts(&self) -> Result<(), StorageError> {
-        let (global, per_user) = match self.kind {
-            DbKind::Postgres => (
-                "SELECT COUNT(*) FROM pg_constraint WHERE conname = 'accounts_host_port_username_key'",
-                "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'accounts_unique_per_user'",
-            ),
-            DbKind::Sqlite => (
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'accounts' \
-                 AND sql LIKE '%UNIQUE (host, port, username)%'",
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'accounts_unique_per_user'",
-            ),
-        };
-        if self.catalog_count(global).await? > 0 {
-            match self.kind {
-                DbKind::Postgres => {
+        let per_user = match self.kind {
+            DbKind::Postgres => {
+                let global = "SELECT COUNT(*) FROM pg_constraint WHERE conname = 'accounts_host_port_username_key'";
+                if self.catalog_count(global).await? > 0 {
                     sqlx::query("ALTER TABLE accounts DROP CONSTRAINT IF EXISTS accounts_host_port_username_key")
                         .execute(&self.pool)
                         .await
                         .map_err(query_err("drop the global account uniqueness"))?;
                 }
-                DbKind::Sqlite => self.rebuild_sqlite_accounts().await?,
+                "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'accounts_unique_per_user'"
             }
-        }
+            DbKind::Sqlite => {
+                // Reads the stored schema and rebuilds only while it holds the constraint.
+                self.rebuild_sqlite_accounts().await?;
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'accounts_unique_per_user'"
+            }
+        };
         if self.catalog_count(per_user).await? == 0 {
             let made = sqlx::query(PER_USER_INDEX).execute(&self.pool).await;
             // Two processes starting at once on a new database both try;
