@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::Row;
 use sync_worker::both_databases;
-use sync_worker::storage::{AccountAuth, Storage};
+use sync_worker::storage::{AccountAuth, NewAccount, Security, Storage};
 use sync_worker::testing::TestDb;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -756,6 +756,29 @@ async fn accounts_may_not_point_at_private_addresses_in_any_spelling(db: TestDb)
     }
     let (_, list) = s.call("GET", "/v1/accounts", Some(&token), None).await;
     assert_eq!(list, json!([]));
+
+    // An account the operator added (the CLI is trusted) cannot be moved to
+    // a private address through the API either, and a refused move changes
+    // nothing.
+    let email: sync_worker::storage::Email = "alice@example.org".parse().unwrap();
+    let user = s.storage.user_by_email(&email).await.unwrap().expect("alice").id;
+    let new = NewAccount {
+        user,
+        host: "imap.example.org".into(),
+        port: 993,
+        security: Security::Tls,
+        username: "alice".into(),
+        auth: AccountAuth::Password(IMAP_PASSWORD.into()),
+    };
+    let id = s.storage.add_account(&new).await.expect("add the operator's account");
+    for host in ["127.0.0.1", "0x7f000001", "::1", "10.0.0.1", "169.254.169.254"] {
+        let body = json!({"host": host, "port": port, "security": "plain"});
+        let (st, v) = s.call("PATCH", &format!("/v1/accounts/{id}"), Some(&token), Some(body)).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "PATCH to {host}: {v}");
+        assert_eq!(v["error"]["code"], "imap_unusable", "PATCH to {host}: {v}");
+    }
+    let (_, a) = s.call("GET", &format!("/v1/accounts/{id}"), Some(&token), None).await;
+    assert_eq!((a["host"].as_str(), a["port"].as_u64()), (Some("imap.example.org"), Some(993)), "{a}");
 }
 
 async fn closed_silent_and_unknown_hosts_give_one_answer(db: TestDb) {
