@@ -242,7 +242,12 @@ pub async fn run() -> Result<Value> {
     let search = searches(&http, &base, &id, &token, n).await?;
     let attachment = big_attachment(&http, &base, &id, &token, &dovecot, server_pid, n).await?;
 
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/v1/ws?token={token}")).await?;
+    let (mut ws, _) = {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let mut req = format!("ws://127.0.0.1:{port}/v1/ws").into_client_request()?;
+        req.headers_mut().insert("authorization", format!("Bearer {token}").parse()?);
+        tokio_tungstenite::connect_async(req).await?
+    };
     let dovecot = Arc::new(dovecot);
     let mut latencies = Vec::with_capacity(PUSHES);
     for i in 0..PUSHES {

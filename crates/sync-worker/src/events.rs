@@ -86,6 +86,16 @@ pub struct AccountChanged {
     pub account: String,
 }
 
+/// One of the user's sessions ended (logout): its WebSockets close, in
+/// every API process. Carries the hash of the token, never the token.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionEnded {
+    /// The session's user (a UUID).
+    pub user: String,
+    /// The hash of the session's token (what the database stores).
+    pub token_hash: String,
+}
+
 /// Anything a user's WebSockets hear of.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -94,6 +104,8 @@ pub enum SyncEvent {
     Mail(MailEvent),
     /// An account's status changed.
     Account(AccountChanged),
+    /// A session ended.
+    SessionEnded(SessionEnded),
 }
 
 impl SyncEvent {
@@ -102,6 +114,7 @@ impl SyncEvent {
         match self {
             SyncEvent::Mail(e) => &e.user,
             SyncEvent::Account(e) => &e.user,
+            SyncEvent::SessionEnded(e) => &e.user,
         }
     }
 }

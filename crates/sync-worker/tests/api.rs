@@ -6,7 +6,7 @@
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-use futures::SinkExt;
+use futures::{SinkExt, StreamExt};
 use leasehold_core::LeaseKey;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -314,7 +314,7 @@ async fn two_users_are_isolated(db: TestDb) {
 }
 
 async fn every_auth_failure_is_401(db: TestDb) {
-    let s = server(db, |a| a.login_failures_per_email = 3).await;
+    let s = server(db, |a| a.login.free = 2).await;
     let token = s.user("alice@example.org").await;
     let unauthorized = |st: StatusCode, v: &Value, what: &str| {
         assert_eq!(st, StatusCode::UNAUTHORIZED, "{what}: {v}");
@@ -340,15 +340,34 @@ async fn every_auth_failure_is_401(db: TestDb) {
     s.storage.add_session(&old_hash, &user, 1).await.unwrap();
     let (st, v) = s.call("GET", "/v1/accounts", Some(&old), None).await;
     unauthorized(st, &v, "expired token");
-    // The WebSocket refuses them all before upgrading.
-    for url in [
-        format!("ws://{}/v1/ws", s.running().addr()),
-        format!("ws://{}/v1/ws?token=nope", s.running().addr()),
-        format!("ws://{}/v1/ws?token={old}", s.running().addr()),
+    // The WebSocket refuses them all: a bad header or a token in the URL
+    // before upgrading, ...
+    let addr = s.running().addr();
+    for (url, header) in [
+        (format!("ws://{addr}/v1/ws"), Some("Bearer nope".to_string())),
+        (format!("ws://{addr}/v1/ws"), Some(format!("Bearer {old}"))),
+        (format!("ws://{addr}/v1/ws?token=nope"), None),
+        (format!("ws://{addr}/v1/ws?token={token}"), None),
     ] {
-        match tokio_tungstenite::connect_async(&url).await {
-            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401, "{url}"),
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let mut req = url.as_str().into_client_request().unwrap();
+        if let Some(h) = &header {
+            req.headers_mut().insert("authorization", h.parse().unwrap());
+        }
+        match tokio_tungstenite::connect_async(req).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401, "{url} {header:?}"),
             other => panic!("{url}: {:?}", other.map(|_| ())),
+        }
+    }
+    // ... and a first message that is not a good login closes with 4001.
+    for first in
+        [json!({"type": "auth", "token": "nope"}), json!({"type": "auth", "token": old}), json!({"type": "ping"})]
+    {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await.unwrap();
+        ws.send(Message::Text(first.to_string().into())).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+            Ok(Some(Ok(Message::Close(Some(f))))) => assert_eq!(u16::from(f.code), 4001, "{first}: {f:?}"),
+            other => panic!("{first}: {other:?}"),
         }
     }
     // Logout ends the token.
@@ -368,6 +387,17 @@ async fn every_auth_failure_is_401(db: TestDb) {
     let (st, v) =
         s.call("POST", "/v1/login", None, Some(json!({"email": "alice@example.org", "password": USER_PASSWORD}))).await;
     assert_eq!((st, v["error"]["code"].clone()), (StatusCode::TOO_MANY_REQUESTS, json!("rate_limited")), "{v}");
+    // Only that pair of address and client waits: the owner, from another
+    // client address, logs in at once with the right password.
+    let elsewhere = reqwest::Client::builder().local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap()).build();
+    let resp = elsewhere
+        .unwrap()
+        .post(format!("{}/v1/login", s.base))
+        .json(&json!({"email": "alice@example.org", "password": USER_PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.text().await);
 }
 
 /// The message list checks the session, the owner and the folder in its own

@@ -58,8 +58,9 @@ fn api() -> Api {
         settings.listen = "127.0.0.1:0".parse().unwrap();
         settings.imap.connect_timeout = std::time::Duration::from_millis(500);
         // Generated logins must not lock the real one out.
-        settings.login_failures_per_email = u32::MAX;
-        settings.login_failures_per_client = u32::MAX;
+        settings.login.free = u32::MAX;
+        settings.login.per_client = u32::MAX;
+        settings.signups_per_hour = u32::MAX;
         let parts = Parts { storage, backend: wiring::in_process(), config, settings };
         let running = serve::start(parts, None).await.unwrap();
         let base = format!("http://{}", running.addr());

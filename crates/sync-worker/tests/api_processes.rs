@@ -93,8 +93,12 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
                          "username": "alice", "password": "imap-pw"});
     let id =
         post(&http, format!("{base}/v1/accounts"), Some(&token), account).await["id"].as_str().unwrap().to_string();
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/v1/ws?token={token}")).await.unwrap();
+    let (mut ws, _) = {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let mut req = format!("ws://127.0.0.1:{port}/v1/ws").into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        tokio_tungstenite::connect_async(req).await.unwrap()
+    };
 
     // The worker process owns it (through Redis) and syncs it hot.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -185,6 +185,10 @@ pub async fn add(
         return Err(ApiError::field("port", "must be 1 to 65535"));
     }
     required("username", &body.username)?;
+    let limit = state.settings.accounts_per_user;
+    if state.storage.account_ids_of(&auth.user).await?.len() as u64 >= u64::from(limit) {
+        return Err(ApiError::Quota { what: "accounts", limit: limit.into(), setting: "ACCOUNTS_PER_USER" });
+    }
     let Some(login) = auth_of(body.password, body.oauth2, false)? else {
         return Err(ApiError::field("password", "must not be empty"));
     };

@@ -3,8 +3,8 @@
 //! Passwords are hashed with argon2id (the `argon2` crate's defaults: 19 MiB,
 //! 2 passes), on the blocking pool. A session token is 256 random bits
 //! (URL-safe base64) that the client keeps; the database stores only its
-//! SHA-256, with an expiry. Failed logins are counted per e-mail address
-//! and per client address in fixed windows (`limiter`).
+//! SHA-256, with an expiry. Failed logins slow down the pair of e-mail and
+//! client address, and sign-ups are bounded per client address (`limiter`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use super::errors::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::state::ApiState;
+use crate::events::{EventSink as _, SessionEnded, SyncEvent};
 use crate::storage::{now_ms, Email};
 
 /// Shortest password accepted at sign-up.
@@ -116,15 +117,18 @@ pub struct Created {
         (status = 400, description = "A bad e-mail address or password (the message names the field)", body = ErrorBody),
         (status = 403, description = "Sign-up is closed on this server", body = ErrorBody),
         (status = 409, description = "A user with this e-mail address exists", body = ErrorBody),
+        (status = 429, description = "Too many sign-ups from this client address (SIGNUPS_PER_HOUR, `Retry-After`)", body = ErrorBody),
         (status = 500, description = "Internal failure", body = ErrorBody),
     ))]
 pub async fn sign_up(
     State(state): State<ApiState>,
+    ClientAddr(ip): ClientAddr,
     ApiJson(body): ApiJson<Credentials>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     if !state.settings.signup_open {
         return Err(ApiError::SignupClosed);
     }
+    state.signups.attempt(ip)?;
     let email = email_field(&body.email)?;
     let n = body.password.chars().count();
     if !(MIN_PASSWORD_LEN..=MAX_PASSWORD_LEN).contains(&n) {
@@ -147,7 +151,8 @@ pub async fn sign_up(
         (status = 200, description = "A new session; the user is present (their accounts turn hot)", body = LoginAnswer),
         (status = 400, description = "A malformed body (the message names the field)", body = ErrorBody),
         (status = 401, description = "Wrong e-mail address or password", body = ErrorBody),
-        (status = 429, description = "Too many failed logins for this address or client (`Retry-After`)", body = ErrorBody),
+        (status = 429, description = "Failed logins of this address from this client must wait (the wait doubles \
+            with each failure), or this client has failed too often (`Retry-After`)", body = ErrorBody),
         (status = 500, description = "Internal failure", body = ErrorBody),
     ))]
 pub async fn login(
@@ -167,7 +172,7 @@ pub async fn login(
         state.limiter.failed(email.as_str(), ip);
         return Err(ApiError::BadLogin);
     };
-    state.limiter.succeeded(email.as_str());
+    state.limiter.succeeded(email.as_str(), ip);
     let (token, hash) = new_token();
     let expires_at = now_ms() + state.settings.session_ttl.as_millis() as i64;
     state.storage.add_session(&hash, &user, expires_at).await?;
@@ -178,12 +183,15 @@ pub async fn login(
 /// `POST /v1/logout`: ends the session of the token used.
 #[utoipa::path(post, path = "/v1/logout", tag = "users", security(("bearer" = [])),
     responses(
-        (status = 204, description = "The session has ended"),
+        (status = 204, description = "The session has ended, and its WebSockets close (code 4001)"),
         (status = 401, description = "No token, or a wrong or expired one", body = ErrorBody),
         (status = 500, description = "Internal failure", body = ErrorBody),
     ))]
 pub async fn logout(State(state): State<ApiState>, auth: AuthUser) -> Result<StatusCode, ApiError> {
     state.storage.remove_session(&auth.token_hash).await?;
+    // The session's WebSockets close now, in whichever API process holds them.
+    let ended = SessionEnded { user: auth.user.to_string(), token_hash: auth.token_hash };
+    state.bus.publish(vec![SyncEvent::SessionEnded(ended)]);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -206,6 +214,8 @@ pub struct AuthUser {
     pub user: UserId,
     /// The hash of the token used.
     pub token_hash: String,
+    /// When the session expires (ms since the epoch).
+    pub expires_at: i64,
 }
 
 /// The bearer token of `parts`, if it carries one.
@@ -224,7 +234,7 @@ pub fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
 pub async fn authenticate(state: &ApiState, token: &str) -> Result<AuthUser, ApiError> {
     let token_hash = token_hash(token);
     match state.storage.session(&token_hash).await? {
-        Some(s) => Ok(AuthUser { user: s.user, token_hash }),
+        Some(s) => Ok(AuthUser { user: s.user, token_hash, expires_at: s.expires_at }),
         None => Err(ApiError::Unauthorized("the token is wrong or expired: log in again (POST /v1/login)")),
     }
 }

@@ -20,7 +20,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// `unauthorized`, `bad_login`, `rate_limited`, `bad_request`, `not_found`,
     /// `conflict`, `signup_closed`, `imap_login_refused`, `imap_unreachable`, `imap_unusable`,
-    /// `imap_unavailable`, `method_not_allowed`, `not_ready` or `internal`.
+    /// `imap_unavailable`, `method_not_allowed`, `not_ready`, `unsupported_media_type`, `over_limit`, `quota_exceeded`,
+    /// `uri_too_long`, `headers_too_large` or `internal`.
     #[schema(example = "bad_request")]
     pub code: String,
     /// A sentence; for `bad_request` it starts with the field (`port: ...`).
@@ -43,9 +44,11 @@ pub enum ApiError {
     /// Bad e-mail address or password at login.
     #[error("wrong e-mail address or password")]
     BadLogin,
-    /// Too many failed logins.
-    #[error("too many failed logins for this address or client: retry in {retry_after_s} s")]
+    /// Too many failed logins, or sign-ups.
+    #[error("{what}: retry in {retry_after_s} s")]
     RateLimited {
+        /// What was too many, in words.
+        what: &'static str,
         /// Seconds until the next attempt is allowed.
         retry_after_s: u64,
     },
@@ -112,6 +115,34 @@ pub enum ApiError {
         #[source]
         source: axum::extract::ws::rejection::WebSocketUpgradeRejection,
     },
+    /// A body that is not `application/json`.
+    #[error("the body must be JSON, sent as `Content-Type: application/json`; it came as {got}")]
+    NotJson {
+        /// The request's content type, quoted, or `no Content-Type`.
+        got: String,
+    },
+    /// Too many of something per user or per client (the setting is named).
+    #[error("{what}: at most {limit} ({setting}); {remedy}")]
+    OverLimit {
+        /// What there would be too many of.
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+        /// The setting that sets it.
+        setting: &'static str,
+        /// What the caller can do.
+        remedy: &'static str,
+    },
+    /// The user has as many of something as one user may keep.
+    #[error("{what}: at most {limit} per user ({setting}); remove one first")]
+    Quota {
+        /// What there would be too many of.
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+        /// The setting that sets it.
+        setting: &'static str,
+    },
     /// `GET /readyz`: a dependency does not answer.
     #[error("{what} does not answer: {reason}")]
     NotReady {
@@ -157,6 +188,9 @@ impl ApiError {
             ApiError::NotWebSocket { .. } => (StatusCode::BAD_REQUEST, "not_websocket"),
             ApiError::ImapFailed { .. } => (StatusCode::BAD_GATEWAY, "imap_unavailable"),
             ApiError::NotReady { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            ApiError::NotJson { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::OverLimit { .. } => (StatusCode::TOO_MANY_REQUESTS, "over_limit"),
+            ApiError::Quota { .. } => (StatusCode::FORBIDDEN, "quota_exceeded"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -186,7 +220,7 @@ impl IntoResponse for ApiError {
         }
         let body = ErrorBody::new(code, self.to_string());
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after_s } = self {
+        if let ApiError::RateLimited { retry_after_s, .. } = self {
             if let Ok(v) = axum::http::HeaderValue::from_str(&retry_after_s.to_string()) {
                 response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
             }

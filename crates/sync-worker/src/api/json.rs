@@ -30,10 +30,24 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// `application/json`, with parameters (`; charset=utf-8`) or without.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A cross-site form can POST text/plain without asking first (no
+        // CORS preflight); only JSON is taken.
+        let content_type = req.headers().get(axum::http::header::CONTENT_TYPE);
+        if !content_type.and_then(|v| v.to_str().ok()).is_some_and(is_json) {
+            let got = content_type
+                .map_or("no Content-Type".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v.as_bytes())));
+            return Err(ApiError::NotJson { got });
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError::field("body", e.body_text()))?;
         parse(&bytes).map(ApiJson)
     }
@@ -68,6 +82,22 @@ mod tests {
         assert_eq!(field_of(r#"{"email":"#), "body");
         assert_eq!(field_of("[]"), "body");
         assert_eq!(field_of(""), "body");
+    }
+
+    #[test]
+    fn only_json_content_types_are_json() {
+        for yes in ["application/json", "Application/JSON", "application/json; charset=utf-8"] {
+            assert!(is_json(yes), "{yes}");
+        }
+        for no in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "",
+            "application/jsonx",
+        ] {
+            assert!(!is_json(no), "{no}");
+        }
     }
 
     proptest::proptest! {

@@ -1,6 +1,20 @@
-//! Failed-login bounds: at most so many failed logins per e-mail address
-//! and per client address in each fixed window, so a password cannot be
-//! guessed at the API's speed.
+//! Bounds on guessing and on sign-up, per client address.
+//!
+//! **Failed logins** slow down the pair of e-mail address and client
+//! address that failed: after [`LoginBounds::free`] failures in a row, each
+//! next attempt from that pair waits a delay that doubles with every further
+//! failure, up to [`LoginBounds::max_delay`]. A pair is never locked out:
+//! once the delay has passed it may try again. The right password from
+//! another client address is never slowed by someone else's failures (a
+//! lockout keyed by e-mail alone would let anyone lock any user out).
+//! Besides, one client address may fail at most [`LoginBounds::per_client`]
+//! times in each [`LoginBounds::window`], whichever addresses it tries.
+//!
+//! **Sign-ups** are bounded per client address and window
+//! ([`SignupLimiter`]).
+//!
+//! Both are kept in this process's memory: behind several API processes, a
+//! client that is spread over them gets each process's bound.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -10,54 +24,153 @@ use parking_lot::Mutex;
 
 use super::errors::ApiError;
 
-/// Failed-login counting: at most `per_email` failures per address and
-/// `per_client` per client IP within each `window`.
+/// Entries kept before old ones are swept (bounds the maps' memory).
+const SWEEP_ABOVE: usize = 10_000;
+
+/// The failed-login bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoginBounds {
+    /// Failures of one (e-mail, client) pair in a row before any delay.
+    pub free: u32,
+    /// The first delay; each further failure doubles it.
+    pub base_delay: Duration,
+    /// The longest delay.
+    pub max_delay: Duration,
+    /// Failures allowed from one client address per window, over all e-mail addresses.
+    pub per_client: u32,
+    /// The window of `per_client`.
+    pub window: Duration,
+}
+
+impl Default for LoginBounds {
+    fn default() -> Self {
+        Self {
+            free: 3,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+            per_client: 100,
+            window: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One (e-mail, client) pair's failures in a row.
+#[derive(Debug, Clone, Copy)]
+struct PairState {
+    failures: u32,
+    /// No attempt before this.
+    not_before: Instant,
+}
+
+/// Failed-login counting ([module docs](self)).
 #[derive(Debug)]
 pub struct LoginLimiter {
-    per_email: u32,
-    per_client: u32,
-    window: Duration,
-    failures: Mutex<HashMap<String, (Instant, u32)>>,
+    bounds: LoginBounds,
+    pairs: Mutex<HashMap<(String, Option<IpAddr>), PairState>>,
+    clients: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+const FAILED_LOGINS: &str = "too many failed logins of this address from this client";
+const CLIENT_FAILURES: &str = "too many failed logins from this client";
+const SIGNUPS: &str = "too many sign-ups from this client";
+
+/// 429 with the seconds to wait, at least 1.
+fn wait(what: &'static str, until: Instant, now: Instant) -> ApiError {
+    let secs = until.saturating_duration_since(now).as_secs_f64().ceil() as u64;
+    ApiError::RateLimited { what, retry_after_s: secs.max(1) }
 }
 
 impl LoginLimiter {
     /// A limiter with these bounds.
-    pub fn new(per_email: u32, per_client: u32, window: Duration) -> Self {
-        Self { per_email, per_client, window, failures: Mutex::new(HashMap::new()) }
+    pub fn new(bounds: LoginBounds) -> Self {
+        Self { bounds, pairs: Mutex::new(HashMap::new()), clients: Mutex::new(HashMap::new()) }
     }
 
-    fn keys(email: &str, client: Option<IpAddr>) -> [Option<String>; 2] {
-        [Some(format!("email:{email}")), client.map(|ip| format!("ip:{ip}"))]
-    }
-
-    /// `Err` with the seconds to wait when either bound is reached.
+    /// `Err` (429, with the wait) while the pair must wait, or the client
+    /// has used its failures of the window.
     pub fn check(&self, email: &str, client: Option<IpAddr>) -> Result<(), ApiError> {
         let now = Instant::now();
-        let mut map = self.failures.lock();
-        map.retain(|_, (start, _)| now.duration_since(*start) < self.window);
-        for (key, limit) in Self::keys(email, client).into_iter().zip([self.per_email, self.per_client]) {
-            if let Some((start, n)) = key.and_then(|k| map.get(&k).copied()) {
-                if n >= limit {
-                    let wait = self.window.saturating_sub(now.duration_since(start));
-                    return Err(ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) });
+        if let Some(p) = self.pairs.lock().get(&(email.to_string(), client)) {
+            if p.not_before > now {
+                return Err(wait(FAILED_LOGINS, p.not_before, now));
+            }
+        }
+        if let Some(ip) = client {
+            if let Some(&(start, n)) = self.clients.lock().get(&ip) {
+                if n >= self.bounds.per_client && now.duration_since(start) < self.bounds.window {
+                    return Err(wait(CLIENT_FAILURES, start + self.bounds.window, now));
                 }
             }
         }
         Ok(())
     }
 
-    /// Counts one failure.
+    /// Counts one failure of the pair (and of the client).
     pub fn failed(&self, email: &str, client: Option<IpAddr>) {
         let now = Instant::now();
-        let mut map = self.failures.lock();
-        for key in Self::keys(email, client).into_iter().flatten() {
-            map.entry(key).or_insert((now, 0)).1 += 1;
+        let b = self.bounds;
+        {
+            let mut pairs = self.pairs.lock();
+            if pairs.len() > SWEEP_ABOVE {
+                // A pair whose delay ended long ago starts afresh anyway.
+                pairs.retain(|_, p| now.saturating_duration_since(p.not_before) < b.max_delay.max(b.window));
+            }
+            let p = pairs.entry((email.to_string(), client)).or_insert(PairState { failures: 0, not_before: now });
+            p.failures = p.failures.saturating_add(1);
+            if p.failures > b.free {
+                let doublings = (p.failures - b.free - 1).min(20);
+                p.not_before = now + b.base_delay.saturating_mul(1 << doublings).min(b.max_delay);
+            }
+        }
+        if let Some(ip) = client {
+            let mut clients = self.clients.lock();
+            if clients.len() > SWEEP_ABOVE {
+                clients.retain(|_, (start, _)| now.duration_since(*start) < b.window);
+            }
+            let entry = clients.entry(ip).or_insert((now, 0));
+            if now.duration_since(entry.0) >= b.window {
+                *entry = (now, 0);
+            }
+            entry.1 += 1;
         }
     }
 
-    /// Forgets the address's failures after a good login.
-    pub fn succeeded(&self, email: &str) {
-        self.failures.lock().remove(&format!("email:{email}"));
+    /// Forgets the pair's failures after a good login.
+    pub fn succeeded(&self, email: &str, client: Option<IpAddr>) {
+        self.pairs.lock().remove(&(email.to_string(), client));
+    }
+}
+
+/// Sign-ups per client address in fixed windows.
+#[derive(Debug)]
+pub struct SignupLimiter {
+    per_client: u32,
+    window: Duration,
+    clients: Mutex<HashMap<Option<IpAddr>, (Instant, u32)>>,
+}
+
+impl SignupLimiter {
+    /// At most `per_client` sign-ups per client address per `window`.
+    pub fn new(per_client: u32, window: Duration) -> Self {
+        Self { per_client, window, clients: Mutex::new(HashMap::new()) }
+    }
+
+    /// Counts one sign-up attempt of `client`; `Err` (429) over the bound.
+    pub fn attempt(&self, client: Option<IpAddr>) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let mut clients = self.clients.lock();
+        if clients.len() > SWEEP_ABOVE {
+            clients.retain(|_, (start, _)| now.duration_since(*start) < self.window);
+        }
+        let entry = clients.entry(client).or_insert((now, 0));
+        if now.duration_since(entry.0) >= self.window {
+            *entry = (now, 0);
+        }
+        if entry.1 >= self.per_client {
+            return Err(wait(SIGNUPS, entry.0 + self.window, now));
+        }
+        entry.1 += 1;
+        Ok(())
     }
 }
 
@@ -65,19 +178,72 @@ impl LoginLimiter {
 mod tests {
     use super::*;
 
+    fn bounds() -> LoginBounds {
+        LoginBounds {
+            free: 2,
+            base_delay: Duration::from_secs(10),
+            max_delay: Duration::from_secs(40),
+            per_client: 5,
+            window: Duration::from_secs(60),
+        }
+    }
+
+    fn retry_after(r: Result<(), ApiError>) -> Option<u64> {
+        match r {
+            Ok(()) => None,
+            Err(ApiError::RateLimited { retry_after_s, .. }) => Some(retry_after_s),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
     #[test]
-    fn the_limiter_stops_an_address_and_a_client_after_their_bounds() {
-        let l = LoginLimiter::new(2, 3, Duration::from_secs(60));
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    fn a_pair_waits_longer_after_each_failure_past_the_free_ones() {
+        let l = LoginLimiter::new(LoginBounds { per_client: 100, ..bounds() });
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
         l.failed("a@b", Some(ip));
-        assert!(l.check("a@b", Some(ip)).is_ok());
         l.failed("a@b", Some(ip));
-        assert!(matches!(l.check("a@b", Some(ip)), Err(ApiError::RateLimited { .. })));
-        assert!(l.check("c@d", Some(ip)).is_ok());
-        l.failed("c@d", Some(ip));
-        assert!(matches!(l.check("e@f", Some(ip)), Err(ApiError::RateLimited { .. })), "the client's bound");
-        assert!(l.check("e@f", None).is_ok());
-        l.succeeded("a@b");
-        assert!(l.check("a@b", None).is_ok());
+        assert_eq!(retry_after(l.check("a@b", Some(ip))), None, "two free failures");
+        l.failed("a@b", Some(ip));
+        assert_eq!(retry_after(l.check("a@b", Some(ip))), Some(10));
+        l.failed("a@b", Some(ip));
+        assert_eq!(retry_after(l.check("a@b", Some(ip))), Some(20));
+        l.failed("a@b", Some(ip));
+        assert_eq!(retry_after(l.check("a@b", Some(ip))), Some(40), "capped");
+        l.succeeded("a@b", Some(ip));
+        assert_eq!(retry_after(l.check("a@b", Some(ip))), None);
+    }
+
+    #[test]
+    fn another_client_is_never_slowed_by_a_pairs_failures() {
+        let l = LoginLimiter::new(bounds());
+        let attacker: IpAddr = "192.0.2.1".parse().unwrap();
+        let owner: IpAddr = "198.51.100.7".parse().unwrap();
+        for _ in 0..5 {
+            l.failed("a@b", Some(attacker));
+        }
+        assert!(retry_after(l.check("a@b", Some(attacker))).is_some());
+        assert_eq!(retry_after(l.check("a@b", Some(owner))), None, "the owner's address");
+        assert_eq!(retry_after(l.check("a@b", None)), None);
+    }
+
+    #[test]
+    fn a_client_is_bounded_over_all_addresses() {
+        let l = LoginLimiter::new(bounds());
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        for i in 0..5 {
+            l.failed(&format!("user{i}@b"), Some(ip));
+        }
+        assert_eq!(retry_after(l.check("fresh@b", Some(ip))), Some(60));
+        assert_eq!(retry_after(l.check("fresh@b", Some("192.0.2.2".parse().unwrap()))), None);
+    }
+
+    #[test]
+    fn sign_ups_are_bounded_per_client() {
+        let l = SignupLimiter::new(2, Duration::from_secs(60));
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        assert!(l.attempt(Some(ip)).is_ok());
+        assert!(l.attempt(Some(ip)).is_ok());
+        assert_eq!(retry_after(l.attempt(Some(ip))), Some(60));
+        assert!(l.attempt(Some("192.0.2.2".parse().unwrap())).is_ok());
     }
 }

@@ -30,7 +30,10 @@
 //! Settings from the environment: `LISTEN` (default `127.0.0.1:8080`),
 //! `SIGNUP` (`open`, the default, or `closed`), `BODY_CACHE_MB` (whole
 //! messages cached per account, default 25), `SESSION_TTL` (default
-//! `24h`); presence lasts `TIER_SESSION_GRACE_MIN`.
+//! `24h`), `HTTP_HEADER_TIMEOUT` (default `10s`), `SIGNUPS_PER_HOUR`
+//! (default 20), `ACCOUNTS_PER_USER` (default 50), `WS_PER_USER` (default
+//! 16); presence lasts `TIER_SESSION_GRACE_MIN`. The bounds on requests are
+//! in [`limits`], [`limiter`] and [`ws`]; the accept loop in `server`.
 
 pub mod accounts;
 pub mod actions;
@@ -40,20 +43,23 @@ pub mod errors;
 pub mod health;
 pub mod json;
 pub mod limiter;
+pub mod limits;
 pub mod messages;
 pub mod mime;
 mod search;
+mod server;
 mod state;
 mod transfer;
 pub mod webhooks;
 pub mod ws;
 
-use std::net::SocketAddr;
 use std::sync::OnceLock;
 
+use axum::http::header::CONTENT_SECURITY_POLICY;
 use axum::response::Html;
 use axum::{Json, Router};
 use errors::ErrorBody;
+pub use server::serve;
 pub use state::{ApiSettings, ApiState, DEFAULT_LISTEN};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -61,11 +67,36 @@ use utoipa_axum::routes;
 /// The console page.
 pub const CONSOLE_HTML: &str = include_str!("console.html");
 
-/// `GET /`: the web console.
+/// `GET /`: the web console, with a Content-Security-Policy that lets only
+/// its own inline script and style run, talk only to this origin, and never
+/// be framed.
 #[utoipa::path(get, path = "/", tag = "console",
     responses((status = 200, description = "The web console (one HTML page)", content_type = "text/html", body = String)))]
-async fn console() -> Html<&'static str> {
-    Html(CONSOLE_HTML)
+async fn console() -> ([(axum::http::HeaderName, &'static str); 1], Html<&'static str>) {
+    ([(CONTENT_SECURITY_POLICY, console_csp())], Html(CONSOLE_HTML))
+}
+
+/// The console's CSP: its one `<script>` and one `<style>` by their SHA-256.
+fn console_csp() -> &'static str {
+    static CSP: OnceLock<String> = OnceLock::new();
+    CSP.get_or_init(|| {
+        format!(
+            "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; img-src 'self' data:; \
+             base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            inline_hash(CONSOLE_HTML, "<script>", "</script>"),
+            inline_hash(CONSOLE_HTML, "<style>", "</style>"),
+        )
+    })
+}
+
+/// `sha256-…` of the text between `open` and `close` in `html`.
+fn inline_hash(html: &str, open: &str, close: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let start = html.find(open).map_or(0, |i| i + open.len());
+    let end = html[start..].find(close).map_or(html.len(), |i| start + i);
+    let digest = sha2::Sha256::digest(html[start..end].as_bytes());
+    format!("sha256-{}", base64::engine::general_purpose::STANDARD.encode(digest))
 }
 
 /// The document's frame: title, the bearer scheme, the error shape.
@@ -142,17 +173,7 @@ pub fn router(state: ApiState) -> Router {
     router
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
+        .layer(axum::middleware::from_fn(limits::bound_heads))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
-}
-
-/// Serves the API on `listener` until `shutdown` completes.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: ApiState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
 }

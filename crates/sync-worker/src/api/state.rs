@@ -1,5 +1,6 @@
 //! What every handler shares: the API's settings (`LISTEN`, `SIGNUP`,
-//! `SESSION_TTL`, `BODY_CACHE_MB`, presence and the failed-login bounds) and its state (the
+//! `SESSION_TTL`, `BODY_CACHE_MB`, `HTTP_HEADER_TIMEOUT`, `SIGNUPS_PER_HOUR`,
+//! `ACCOUNTS_PER_USER`, `WS_PER_USER`, presence and the failed-login bounds) and its state (the
 //! storage, the lease store, the bus), and the presence refresh a login or
 //! a WebSocket ping makes.
 
@@ -11,7 +12,8 @@ use leasehold_core::duration::{parse_duration, PlainUnit};
 use leasehold_core::{LeaseKey, LeaseStore, UserId};
 
 use super::errors::{imap_failure, ApiError};
-use super::limiter::LoginLimiter;
+use super::limiter::{LoginBounds, LoginLimiter, SignupLimiter};
+use super::ws::SocketCounts;
 use crate::config::Config;
 use crate::errors::ConfigError;
 use crate::events::EventBus;
@@ -35,12 +37,12 @@ pub struct ApiSettings {
     pub presence_grace: Duration,
     /// The IMAP timeouts and address rules of the login check.
     pub imap: ImapSettings,
-    /// Failed logins allowed per e-mail address per [`ApiSettings::login_window`].
-    pub login_failures_per_email: u32,
-    /// Failed logins allowed per client address per [`ApiSettings::login_window`].
-    pub login_failures_per_client: u32,
-    /// The window of the failed-login bounds.
-    pub login_window: Duration,
+    /// The failed-login slowdown ([`LoginBounds`]).
+    pub login: LoginBounds,
+    /// `SIGNUPS_PER_HOUR`: sign-ups per client address per hour.
+    pub signups_per_hour: u32,
+    /// `ACCOUNTS_PER_USER`: accounts one user may add through the API.
+    pub accounts_per_user: u32,
     /// `BODY_CACHE_MB`: the bytes of whole messages read from IMAP kept in
     /// SQL per account (0: none).
     pub body_cache_bytes: u64,
@@ -49,6 +51,11 @@ pub struct ApiSettings {
     /// message and take the part from it, as mail-parser reads broken MIME
     /// exactly only on a whole message ([`DEFAULT_STREAM_FROM`]).
     pub stream_from_bytes: u64,
+    /// `HTTP_HEADER_TIMEOUT`: how long a connection may take to send a
+    /// request head, and may sit idle between requests.
+    pub header_timeout: Duration,
+    /// `WS_PER_USER`: open WebSockets per user in one API process.
+    pub ws_per_user: usize,
 }
 
 /// The default [`ApiSettings::stream_from_bytes`]: 1 MiB, a whole message
@@ -69,11 +76,13 @@ impl ApiSettings {
             // Anyone who signs up adds accounts here: only public
             // addresses, unless the operator says otherwise.
             imap: ImapSettings { allow_private: config.imap_allow_private, ..ImapSettings::from(config) },
-            login_failures_per_email: 10,
-            login_failures_per_client: 100,
-            login_window: Duration::from_secs(300),
+            login: LoginBounds::default(),
+            signups_per_hour: 20,
+            accounts_per_user: 50,
             body_cache_bytes: DEFAULT_BODY_CACHE_MB << 20,
             stream_from_bytes: DEFAULT_STREAM_FROM,
+            header_timeout: Duration::from_secs(10),
+            ws_per_user: 16,
         }
     }
 
@@ -110,6 +119,36 @@ impl ApiSettings {
                 ConfigError::Invalid { var: "SESSION_TTL", value: v, expected: "a duration such as 24h".into() },
             )?;
         }
+        if let Some(v) = var("SIGNUPS_PER_HOUR") {
+            s.signups_per_hour = v.trim().parse().ok().filter(|n| *n >= 1).ok_or(ConfigError::Invalid {
+                var: "SIGNUPS_PER_HOUR",
+                value: v.clone(),
+                expected: "sign-ups per client address per hour, 1 or more".into(),
+            })?;
+        }
+        if let Some(v) = var("ACCOUNTS_PER_USER") {
+            s.accounts_per_user = v.trim().parse().ok().filter(|n| *n >= 1).ok_or(ConfigError::Invalid {
+                var: "ACCOUNTS_PER_USER",
+                value: v.clone(),
+                expected: "accounts per user, 1 or more".into(),
+            })?;
+        }
+        if let Some(v) = var("WS_PER_USER") {
+            s.ws_per_user = v.trim().parse().ok().filter(|n| (1..=10_000).contains(n)).ok_or(ConfigError::Invalid {
+                var: "WS_PER_USER",
+                value: v.clone(),
+                expected: "open WebSockets per user, 1 to 10000".into(),
+            })?;
+        }
+        if let Some(v) = var("HTTP_HEADER_TIMEOUT") {
+            s.header_timeout = parse_duration(&v, PlainUnit::Seconds).ok().filter(|d| d.as_millis() > 0).ok_or(
+                ConfigError::Invalid {
+                    var: "HTTP_HEADER_TIMEOUT",
+                    value: v,
+                    expected: "a duration such as 10s".into(),
+                },
+            )?;
+        }
         Ok(s)
     }
 
@@ -132,6 +171,10 @@ pub struct ApiState {
     pub settings: Arc<ApiSettings>,
     /// Failed-login bounds.
     pub limiter: Arc<LoginLimiter>,
+    /// Sign-up bounds.
+    pub signups: Arc<SignupLimiter>,
+    /// Open WebSockets per user.
+    pub sockets: Arc<SocketCounts>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -146,12 +189,10 @@ impl std::fmt::Debug for ApiState {
 impl ApiState {
     /// The state of an API on these parts.
     pub fn new(storage: Storage, store: Arc<dyn LeaseStore>, bus: EventBus, settings: ApiSettings) -> Self {
-        let limiter = LoginLimiter::new(
-            settings.login_failures_per_email,
-            settings.login_failures_per_client,
-            settings.login_window,
-        );
-        Self { storage, store, bus, settings: Arc::new(settings), limiter: Arc::new(limiter) }
+        let limiter = LoginLimiter::new(settings.login);
+        let signups = Arc::new(SignupLimiter::new(settings.signups_per_hour, Duration::from_secs(3600)));
+        let sockets = Arc::new(SocketCounts::default());
+        Self { storage, store, bus, settings: Arc::new(settings), limiter: Arc::new(limiter), signups, sockets }
     }
 
     /// A transient IMAP connection of account `id`'s, logged in with its

@@ -74,6 +74,15 @@ pub enum StorageError {
         /// The URL (password removed).
         url: String,
     },
+    /// The SQLite file could not be opened or made.
+    #[error("could not open the SQLite database {path}: check that its directory exists and is writable")]
+    OpenFile {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database could not be opened or reached.
     #[error("could not open the database {url}: check DATABASE_URL and that the server is up")]
     Open {
@@ -229,6 +238,9 @@ impl Storage {
         };
         if kind == DbKind::Sqlite {
             sqlite_without_memory_statistics();
+            if let Some(path) = sqlite_path(url) {
+                private_file(path)?;
+            }
         }
         let options =
             AnyConnectOptions::from_str(url).map_err(|source| StorageError::Open { url: shown.clone(), source })?;
@@ -246,6 +258,10 @@ impl Storage {
                         }
                     }
                     if kind == DbKind::Sqlite {
+                        // Readers (the API) do not wait for the writer (the
+                        // engine), nor it for them. sqlx 0.9 leaves the
+                        // journal mode alone unless asked; it is kept in the file.
+                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
                         // Pages read through a shared mapping, not a pread
                         // into each connection's own 2 MB cache: a list page
                         // touches more than that (perf: a tenth of its time).
@@ -292,7 +308,76 @@ impl Storage {
     }
 }
 
+/// The file of a `sqlite://PATH[?...]` URL; `None` for an in-memory one.
+fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && path != ":memory:" && !rest.contains("mode=memory")).then_some(path)
+}
+
+/// Makes `path` if it is missing, readable and writable by this user only:
+/// SQLite gives its WAL and shared-memory files the database file's mode,
+/// so the mail and the encrypted passwords are never readable by others.
+/// A URL without `?mode=rwc` then opens the new file too.
+fn private_file(path: &str) -> Result<(), StorageError> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let made = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    match made {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if let Ok(meta) = std::fs::metadata(path) {
+                if meta.permissions().mode() & 0o077 != 0 {
+                    tracing::warn!(
+                        path,
+                        mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                        "the SQLite database is readable by other users: chmod 600 it (and its -wal and -shm files)"
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(source) => Err(StorageError::OpenFile { path: path.to_string(), source }),
+    }
+}
+
 /// Milliseconds since the epoch, now.
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod sqlite_file_tests {
+    use super::*;
+
+    #[test]
+    fn the_file_of_a_sqlite_url() {
+        assert_eq!(sqlite_path("sqlite://data/x.db?mode=rwc"), Some("data/x.db"));
+        assert_eq!(sqlite_path("sqlite:///abs/x.db"), Some("/abs/x.db"));
+        assert_eq!(sqlite_path("sqlite:x.db"), Some("x.db"));
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(sqlite_path("sqlite://x.db?mode=memory"), None);
+        assert_eq!(sqlite_path("postgres://h/db"), None);
+    }
+
+    #[tokio::test]
+    async fn a_new_database_and_its_wal_are_private_and_open_without_mode_rwc() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let url = format!("sqlite://{}", path.display());
+        let storage = Storage::open(&url, crate::secret::SecretKey::generate()).await.expect("open without ?mode=rwc");
+        let email: Email = "a@example.org".parse().unwrap();
+        storage.add_user(&email).await.unwrap();
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(storage.pool()).await.unwrap();
+        assert_eq!(journal, "wal");
+        for name in ["new.db", "new.db-wal", "new.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{name}: {mode:o}");
+        }
+        storage.close().await;
+        let missing = format!("sqlite://{}/no/such/dir/x.db", dir.path().display());
+        let err = Storage::open(&missing, crate::secret::SecretKey::generate()).await.unwrap_err();
+        let text = crate::errors::error_chain(&err);
+        assert!(text.contains("directory exists") && !text.contains("server is up"), "{text}");
+    }
 }

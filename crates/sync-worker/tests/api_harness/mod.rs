@@ -180,9 +180,14 @@ impl Server {
         }
     }
 
+    /// A WebSocket logged in as a browser does: the token as its first message.
     pub async fn ws(&self, token: &str) -> Ws {
-        let url = format!("ws://{}/v1/ws?token={token}", self.running().addr());
+        let url = format!("ws://{}/v1/ws", self.running().addr());
         let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("websocket");
+        use futures::SinkExt as _;
+        ws.send(Message::Text(json!({"type": "auth", "token": token}).to_string().into()))
+            .await
+            .expect("send the login");
         let first = next_json(&mut ws, Duration::from_secs(5)).await.expect("ready");
         assert_eq!(first["type"], "ready");
         ws
