@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use leasehold_core::{LeaseKey, LeaseStore, WorkerId};
 
-use crate::api::ApiSettings;
+use crate::api::{ApiSettings, ApiState};
 use crate::app::serve::{self, Parts};
 use crate::app::{open_storage, open_worker_storage, start_worker, wiring};
 use crate::config::Config;
@@ -175,10 +175,15 @@ enum AccountCommand {
 /// Parses the command line and runs it.
 pub async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("invalid --log / RUST_LOG filter")?)
-        .with_writer(std::io::stderr)
-        .init();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(crate::logging::filter(&cli.log).context("invalid --log / RUST_LOG filter")?)
+        .with_writer(std::io::stderr);
+    // LOG_FORMAT=json: one JSON object a line, for a log collector.
+    match std::env::var("LOG_FORMAT").unwrap_or_default().trim() {
+        "" | "text" => logs.init(),
+        "json" => logs.json().init(),
+        other => anyhow::bail!("LOG_FORMAT={other:?} is invalid: expected `text` (the default) or `json`"),
+    }
     let config = Config::from_env().context("invalid configuration")?;
     match cli.command.unwrap_or(Command::Worker) {
         Command::Worker => worker(worker_id(cli.worker_id.as_deref(), &config)?, config).await,
@@ -207,6 +212,20 @@ async fn worker(worker: WorkerId, config: Config) -> anyhow::Result<()> {
     let storage = open_worker_storage(&worker, &config).await?;
     let backend = wiring::connect(&config).await.context("could not connect the backend")?;
     let mut running = start_worker(worker, &storage, &backend, &config).await.context("could not start the worker")?;
+    if let Some(addr) = metrics_listen()? {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("could not listen on METRICS_LISTEN={addr}"))?;
+        let state =
+            ApiState::new(storage.clone(), backend.store().clone(), backend.bus().clone(), ApiSettings::new(&config))
+                .with_worker(running.coordinator().observer());
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        tokio::spawn(async move {
+            if let Err(e) = crate::api::serve_ops(listener, state, std::future::pending()).await {
+                tracing::error!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     if let Some(ended) = until_signal(running.finished()).await? {
         return ended.context("the coordinator ended unexpectedly");
     }
@@ -214,6 +233,17 @@ async fn worker(worker: WorkerId, config: Config) -> anyhow::Result<()> {
     running.shutdown().await.context("shutdown failed")?;
     storage.close().await;
     Ok(())
+}
+
+/// `METRICS_LISTEN`: where `worker` serves `/metrics`, `/healthz` and
+/// `/readyz` (absent: nowhere).
+fn metrics_listen() -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match std::env::var("METRICS_LISTEN").ok().filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            anyhow::anyhow!("METRICS_LISTEN={v:?} is invalid: expected an address and port such as 0.0.0.0:9090")
+        }),
+    }
 }
 
 /// `serve` (with a worker) and `api` (without).

@@ -47,6 +47,8 @@ pub mod webhooks;
 pub mod deadline;
 pub mod directory;
 pub mod events;
+pub mod logging;
+pub mod metrics;
 pub mod source;
 
 // The leaves.

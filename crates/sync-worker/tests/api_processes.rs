@@ -148,3 +148,70 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
         }
     }
 }
+
+/// `sync-worker worker` with `METRICS_LISTEN` serves `/metrics`, `/healthz`
+/// and `/readyz` (nothing else), and `LOG_FORMAT=json` writes one JSON
+/// object per log line; bad values of either stop the start with words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_process_serves_metrics_and_writes_json_logs() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().expect("a free port");
+    let mut c = sync_worker::testing::sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir.path());
+    c.arg("worker")
+        .env("METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut worker = Proc(c.spawn().expect("spawn sync-worker worker"), "worker");
+    let stderr = worker.0.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        // Read to the end: a closed pipe would fail the worker's next log write.
+        std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<String>>()
+    });
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        if let Ok(r) = http.get(format!("{base}/metrics")).send().await {
+            break r.text().await.unwrap();
+        }
+        if let Some(status) = worker.0.try_wait().unwrap() {
+            panic!("sync-worker worker exited: {status}");
+        }
+        assert!(Instant::now() < deadline, "METRICS_LISTEN never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let parsed = prometheus_parse::Scrape::parse(page.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
+    let hot = parsed
+        .samples
+        .iter()
+        .find(|s| s.metric == "sync_worker_accounts" && s.labels.get("tier") == Some("hot"))
+        .unwrap_or_else(|| panic!("no accounts gauge: {page}"));
+    assert!(matches!(hot.value, prometheus_parse::Value::Gauge(v) if v == 0.0), "{page}");
+    for (path, status) in [("/healthz", 200), ("/readyz", 200), ("/v1/accounts", 404), ("/", 404)] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{path}");
+    }
+    drop(worker);
+    let lines = lines.join().unwrap();
+    assert!(!lines.is_empty(), "no log lines");
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+
+    for (var, value, words) in [
+        ("LOG_FORMAT", "xml", "LOG_FORMAT=\"xml\" is invalid"),
+        ("METRICS_LISTEN", "port 9090", "METRICS_LISTEN=\"port 9090\" is invalid"),
+    ] {
+        let out = sync_worker::testing::sync_worker_command(env!("CARGO_BIN_EXE_sync-worker"), dir.path())
+            .arg("worker")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && text.contains(words), "{var}={value}: {text}");
+    }
+}

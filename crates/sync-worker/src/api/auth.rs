@@ -161,7 +161,10 @@ pub async fn login(
     ApiJson(body): ApiJson<Credentials>,
 ) -> Result<Json<LoginAnswer>, ApiError> {
     let email = email_field(&body.email)?;
-    state.limiter.check(email.as_str(), ip)?;
+    if let Err(e) = state.limiter.check(email.as_str(), ip) {
+        metrics::counter!("sync_worker_api_logins_total", "outcome" => "limited").increment(1);
+        return Err(e);
+    }
     let found = state.storage.password_hash(&email).await?;
     let (user, hash) = match found {
         Some((user, hash)) => (Some(user), hash),
@@ -170,9 +173,11 @@ pub async fn login(
     let ok = verify_password(body.password, hash).await?;
     let Some(user) = user.filter(|_| ok) else {
         state.limiter.failed(email.as_str(), ip);
+        metrics::counter!("sync_worker_api_logins_total", "outcome" => "failed").increment(1);
         return Err(ApiError::BadLogin);
     };
     state.limiter.succeeded(email.as_str(), ip);
+    metrics::counter!("sync_worker_api_logins_total", "outcome" => "ok").increment(1);
     let (token, hash) = new_token();
     let expires_at = now_ms() + state.settings.session_ttl.as_millis() as i64;
     state.storage.add_session(&hash, &user, expires_at).await?;

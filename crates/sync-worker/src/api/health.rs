@@ -50,6 +50,16 @@ pub async fn readyz(State(state): State<ApiState>) -> Result<Json<Probe>, ApiErr
     Ok(ok())
 }
 
+/// `GET /metrics`: this process's metrics in Prometheus text format (see
+/// [`crate::metrics`]), with the owned-account gauges of its worker, if it
+/// runs one.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format (version 0.0.4)", content_type = "text/plain", body = String)))]
+pub async fn metrics(State(state): State<ApiState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let page = crate::metrics::render(state.worker.as_ref(), Some(state.sockets.total()));
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], page)
+}
+
 /// Runs `check` within [`PROBE_TIMEOUT`]; a failure or a timeout is `not_ready` naming `what`.
 async fn probe(
     what: &'static str,

@@ -22,6 +22,7 @@
 //! | `GET /v1/ws` | presence and live mail events ([`ws`]) |
 //! | `GET /` | the console |
 //! | `GET /healthz`, `GET /readyz` | the process is up; the database and the lease store answer ([`health`]) |
+//! | `GET /metrics` | Prometheus text format ([`crate::metrics`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document, generated from the handlers ([`openapi`]) |
 //!
 //! The handlers share an [`ApiState`] and read their settings from
@@ -59,7 +60,7 @@ use axum::http::header::CONTENT_SECURITY_POLICY;
 use axum::response::Html;
 use axum::{Json, Router};
 use errors::ErrorBody;
-pub use server::serve;
+pub use server::{serve, serve_ops};
 pub use state::{ApiSettings, ApiState, DEFAULT_LISTEN};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -95,7 +96,7 @@ fn inline_hash(html: &str, open: &str, close: &str) -> String {
     use sha2::Digest as _;
     let start = html.find(open).map_or(0, |i| i + open.len());
     let end = html[start..].find(close).map_or(html.len(), |i| start + i);
-    let digest = sha2::Sha256::digest(html[start..end].as_bytes());
+    let digest = sha2::Sha256::digest(&html.as_bytes()[start..end]);
     format!("sha256-{}", base64::engine::general_purpose::STANDARD.encode(digest))
 }
 
@@ -135,6 +136,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(openapi_json))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
         .routes(routes!(auth::sign_up))
         .routes(routes!(auth::login))
         .routes(routes!(auth::logout))
@@ -165,6 +167,17 @@ pub fn openapi() -> &'static utoipa::openapi::OpenApi {
     responses((status = 200, description = "The OpenAPI document of this API", body = Object)))]
 async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
     Json(openapi())
+}
+
+/// The operations routes alone (`/healthz`, `/readyz`, `/metrics`): what
+/// `sync-worker worker` serves on `METRICS_LISTEN`.
+pub fn ops_router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(health::healthz))
+        .route("/readyz", axum::routing::get(health::readyz))
+        .route("/metrics", axum::routing::get(health::metrics))
+        .fallback(errors::not_found)
+        .with_state(state)
 }
 
 /// Every route.

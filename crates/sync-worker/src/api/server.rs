@@ -37,7 +37,26 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let header_timeout = state.settings.header_timeout;
-    let app = router(state);
+    serve_app(listener, router(state), header_timeout, shutdown).await
+}
+
+/// Serves the operations routes alone ([`super::ops_router`]: health and
+/// metrics) on `listener`, as `sync-worker worker` does on `METRICS_LISTEN`.
+pub async fn serve_ops(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let header_timeout = state.settings.header_timeout;
+    serve_app(listener, super::ops_router(state), header_timeout, shutdown).await
+}
+
+async fn serve_app(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    header_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()

@@ -15,6 +15,7 @@ use super::errors::{imap_failure, ApiError};
 use super::limiter::{LoginBounds, LoginLimiter, SignupLimiter};
 use super::ws::SocketCounts;
 use crate::config::Config;
+use crate::coordinator::CoordinatorObserver;
 use crate::errors::ConfigError;
 use crate::events::EventBus;
 use crate::imap::remote::Remote;
@@ -175,6 +176,8 @@ pub struct ApiState {
     pub signups: Arc<SignupLimiter>,
     /// Open WebSockets per user.
     pub sockets: Arc<SocketCounts>,
+    /// The worker this process runs, whose accounts `/metrics` shows.
+    pub worker: Option<CoordinatorObserver>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -189,10 +192,28 @@ impl std::fmt::Debug for ApiState {
 impl ApiState {
     /// The state of an API on these parts.
     pub fn new(storage: Storage, store: Arc<dyn LeaseStore>, bus: EventBus, settings: ApiSettings) -> Self {
+        // Counted from the first request on (a recorder installed at the
+        // first scrape would have missed everything before it).
+        crate::metrics::handle();
         let limiter = LoginLimiter::new(settings.login);
         let signups = Arc::new(SignupLimiter::new(settings.signups_per_hour, Duration::from_secs(3600)));
         let sockets = Arc::new(SocketCounts::default());
-        Self { storage, store, bus, settings: Arc::new(settings), limiter: Arc::new(limiter), signups, sockets }
+        Self {
+            storage,
+            store,
+            bus,
+            settings: Arc::new(settings),
+            limiter: Arc::new(limiter),
+            signups,
+            sockets,
+            worker: None,
+        }
+    }
+
+    /// This state, with the worker that runs in the same process (`serve`).
+    pub fn with_worker(mut self, worker: CoordinatorObserver) -> Self {
+        self.worker = Some(worker);
+        self
     }
 
     /// A transient IMAP connection of account `id`'s, logged in with its

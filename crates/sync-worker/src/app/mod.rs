@@ -80,6 +80,8 @@ pub async fn start_worker(
     backend: &Backend,
     config: &Config,
 ) -> Result<Worker, SyncError> {
+    // Counted from the start, whether or not anything serves /metrics yet.
+    crate::metrics::handle();
     let storage = storage.clone().with_events(Arc::new(backend.bus().clone()));
     if backend.is_in_process() {
         // The in-memory lease store restarts its fencing tokens at 1 with the

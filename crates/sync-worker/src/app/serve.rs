@@ -83,8 +83,11 @@ pub async fn start(parts: Parts, worker: Option<WorkerId>) -> Result<Running, St
             None
         }
     };
-    let state =
+    let mut state =
         ApiState::new(parts.storage, parts.backend.store().clone(), parts.backend.bus().clone(), parts.settings);
+    if let Some(w) = &worker {
+        state = state.with_worker(w.coordinator().observer());
+    }
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(crate::api::serve(listener, state, async move {
         let _ = stopped.await;

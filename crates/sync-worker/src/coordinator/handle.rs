@@ -95,21 +95,7 @@ impl CoordinatorHandle {
 
     /// Every owned account with its token, tier, user and runner status, sorted.
     pub fn owned(&self) -> Vec<AccountView> {
-        let mut views: Vec<AccountView> = self
-            .shared
-            .owned
-            .lock()
-            .iter()
-            .map(|(k, e)| AccountView {
-                account: k.clone(),
-                token: e.token,
-                tier: e.tier,
-                user: e.user.clone(),
-                status: e.status.lock().clone(),
-            })
-            .collect();
-        views.sort_by(|a, b| a.account.cmp(&b.account));
-        views
+        owned_views(&self.shared)
     }
 
     /// Whether it owns `account`.
@@ -206,4 +192,26 @@ impl CoordinatorObserver {
     pub fn stats(&self) -> CoordinatorStats {
         *self.shared.stats.lock()
     }
+
+    /// Every owned account with its token, tier, user and runner status, sorted.
+    pub fn owned(&self) -> Vec<AccountView> {
+        owned_views(&self.shared)
+    }
+}
+
+fn owned_views(shared: &Shared) -> Vec<AccountView> {
+    let mut views: Vec<AccountView> = shared
+        .owned
+        .lock()
+        .iter()
+        .map(|(k, e)| AccountView {
+            account: k.clone(),
+            token: e.token,
+            tier: e.tier,
+            user: e.user.clone(),
+            status: e.status.lock().clone(),
+        })
+        .collect();
+    views.sort_by(|a, b| a.account.cmp(&b.account));
+    views
 }

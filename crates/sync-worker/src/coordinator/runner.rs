@@ -322,7 +322,9 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
                 }
                 let started = Instant::now();
                 let scope = if tier == Tier::Hot { Scope::Special } else { Scope::All };
-                match transient_poll(&ctx, scope).await {
+                let polled = transient_poll(&ctx, scope).await;
+                crate::metrics::poll_done(tier, started.elapsed(), polled.is_ok());
+                match polled {
                     Ok(()) => {
                         last_periodic = Some(started);
                         stagger = 1.0 - ctx.settings.poll_stagger.clamp(0.0, 1.0) * fastrand::f64();

@@ -184,6 +184,8 @@ pub struct Bounded<S> {
     held: Vec<u8>,
     ready: usize,
     failed: Option<FramingError>,
+    /// Counted in `sync_worker_imap_connections_open` while it lives.
+    _open: crate::metrics::OpenConnection,
 }
 
 /// The tail kept to spot a literal announcement: `{` 20 digits `+}` CR LF
@@ -206,6 +208,7 @@ impl<S> Bounded<S> {
             held: Vec::new(),
             ready: 0,
             failed: None,
+            _open: crate::metrics::OpenConnection::new(),
         }
     }
 

@@ -63,6 +63,7 @@ pub(super) async fn refused(
     answer: String,
     refusal: Refusal,
 ) -> Result<SourceError, SourceError> {
+    metrics::counter!("sync_worker_imap_login_refusals_total").increment(1);
     let refusals = seen.count.saturating_add(1);
     let next_attempt_ms = match refusal {
         Refusal::Retry => backoff.wait_after(refusals).map(|wait| now_ms().saturating_add(wait.as_millis() as i64)),

@@ -500,6 +500,10 @@ impl FencedTx {
             return Err(expired);
         }
         self.tx.commit().await.map_err(query_err(format!("commit a write of {a}")))?;
+        let stored = self.pending.iter().filter(|(kind, ..)| *kind == MailEventKind::New).count();
+        if stored > 0 {
+            metrics::counter!("sync_worker_messages_synced_total").increment(stored as u64);
+        }
         if let Some((sink, user)) = announce {
             let mut events: Vec<SyncEvent> = self
                 .pending

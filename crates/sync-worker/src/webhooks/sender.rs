@@ -156,6 +156,13 @@ impl Sender {
 
     /// POSTs `job`'s body, signed; a 2xx answer delivers it.
     pub async fn send(&self, job: &DeliveryJob) -> AttemptOutcome {
+        let outcome = self.attempt(job).await;
+        let name = if matches!(outcome, AttemptOutcome::Delivered { .. }) { "delivered" } else { "failed" };
+        metrics::counter!("sync_worker_webhook_deliveries_total", "outcome" => name).increment(1);
+        outcome
+    }
+
+    async fn attempt(&self, job: &DeliveryJob) -> AttemptOutcome {
         let url = match parse_url(&job.url, self.allow_private) {
             Ok(url) => url,
             Err(e) => return AttemptOutcome::Failed { status: None, error: format!("the URL {}", e) },
