@@ -75,6 +75,10 @@ pub struct MailEvent {
     pub uidvalidity: u32,
     /// The message's UID.
     pub uid: u32,
+    /// When the write that made it was committed (ms since the epoch; 0
+    /// from a publisher that did not say): what push latency is measured from.
+    #[serde(default)]
+    pub committed_at_ms: i64,
 }
 
 /// One account's tier, owner, last sync time or last error changed.
@@ -202,6 +206,7 @@ mod tests {
             folder: "INBOX".into(),
             uidvalidity: 1,
             uid,
+            committed_at_ms: 0,
         })
     }
 

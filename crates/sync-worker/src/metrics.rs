@@ -17,6 +17,7 @@
 //! | `sync_worker_imap_login_refusals_total` | counter | IMAP logins the servers refused |
 //! | `sync_worker_api_logins_total{outcome}` | counter | API logins, `ok`, `failed` or `limited` |
 //! | `sync_worker_websockets_open` | gauge | the API's open WebSockets |
+//! | `sync_worker_push_seconds` | histogram | from a mail write's commit to its event sent on a WebSocket |
 //! | `sync_worker_webhook_deliveries_total{outcome}` | counter | webhook POSTs, `delivered` or `failed` |
 
 use std::sync::OnceLock;
@@ -27,6 +28,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::coordinator::CoordinatorObserver;
 
+/// Push latencies' histogram buckets, in seconds.
+const PUSH_BUCKETS: [f64; 9] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 /// Poll durations' histogram buckets, in seconds.
 const POLL_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
 
@@ -37,6 +40,7 @@ pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full("sync_worker_poll_seconds".into()), &POLL_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full("sync_worker_push_seconds".into()), &PUSH_BUCKETS))
             .map(PrometheusBuilder::build_recorder);
         match recorder {
             Ok(recorder) => {
@@ -49,8 +53,8 @@ pub fn handle() -> &'static PrometheusHandle {
                 describe();
                 handle
             }
-            // Only an empty bucket list fails, and ours is fixed.
-            Err(e) => unreachable!("the poll buckets are fixed and non-empty: {e}"),
+            // Only an empty bucket list fails, and ours are fixed.
+            Err(e) => unreachable!("the histogram buckets are fixed and non-empty: {e}"),
         }
     })
 }
@@ -67,6 +71,7 @@ fn describe() {
     describe_counter!("sync_worker_imap_login_refusals_total", "IMAP logins refused by the servers");
     describe_counter!("sync_worker_api_logins_total", "API logins by outcome: ok, failed, limited");
     describe_gauge!("sync_worker_websockets_open", "Open WebSockets of the API");
+    describe_histogram!("sync_worker_push_seconds", Unit::Seconds, "From a mail write's commit to its WebSocket event");
     describe_counter!("sync_worker_webhook_deliveries_total", "Webhook POSTs by outcome: delivered, failed");
 }
 

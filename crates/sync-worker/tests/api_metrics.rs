@@ -90,6 +90,10 @@ async fn metrics_parse_and_move_as_mail_arrives() {
     let moved =
         get(&after, "sync_worker_messages_synced_total{}") - get(&before, "sync_worker_messages_synced_total{}");
     assert!(moved >= 3.0, "messages_synced_total moved by {moved}");
+    // ... and each reached the open socket: three more push latencies.
+    let pushed_before = before.get("sync_worker_push_seconds{}").copied().unwrap_or(0.0);
+    let pushed = get(&after, "sync_worker_push_seconds{}") - pushed_before;
+    assert!(pushed >= 3.0, "push_seconds counted {pushed} more");
     drop(ws);
     let deadline = Instant::now() + Duration::from_secs(5);
     while get(&scrape(&s).await, "sync_worker_websockets_open{}") != 0.0 {

@@ -271,6 +271,12 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
                 }
                 if let Some(text) = render(&state, &event).await {
                     socket.send(Message::Text(text.into())).await?;
+                    if let SyncEvent::Mail(m) = &event {
+                        if m.committed_at_ms > 0 {
+                            let ms = now_ms().saturating_sub(m.committed_at_ms).max(0);
+                            metrics::histogram!("sync_worker_push_seconds").record(ms as f64 / 1000.0);
+                        }
+                    }
                 }
             }
         }

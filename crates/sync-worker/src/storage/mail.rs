@@ -505,6 +505,7 @@ impl FencedTx {
             metrics::counter!("sync_worker_messages_synced_total").increment(stored as u64);
         }
         if let Some((sink, user)) = announce {
+            let committed_at_ms = now_ms();
             let mut events: Vec<SyncEvent> = self
                 .pending
                 .into_iter()
@@ -516,6 +517,7 @@ impl FencedTx {
                         folder,
                         uidvalidity,
                         uid,
+                        committed_at_ms,
                     })
                 })
                 .collect();
