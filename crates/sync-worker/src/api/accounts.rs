@@ -120,6 +120,29 @@ pub struct AccountView {
     /// Its folders with their message counts (only for one account).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folders: Option<Vec<FolderInfo>>,
+    /// While stored mail is behind what the server said its folders hold
+    /// (a first sync, or a big arrival): how far it has come (only for one
+    /// account, with `folders`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_progress: Option<SyncProgress>,
+}
+
+/// Messages stored of those the server holds, over every folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct SyncProgress {
+    /// Messages stored.
+    pub synced: i64,
+    /// Messages the server said its folders hold when they were last selected.
+    pub total: i64,
+}
+
+impl SyncProgress {
+    /// The progress over `folders`; `None` when nothing is behind.
+    pub fn of(folders: &[FolderInfo]) -> Option<Self> {
+        let known = folders.iter().filter_map(|f| f.on_server.map(|n| (f.messages.min(n), n)));
+        let (synced, total) = known.fold((0, 0), |(s, t), (m, n)| (s + m, t + n));
+        (synced < total).then_some(Self { synced, total })
+    }
 }
 
 /// A page of a message list.
@@ -336,6 +359,7 @@ pub async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Re
         }
     }
     let folders = if with_folders { Some(state.storage.folders(&a.id).await?) } else { None };
+    let sync_progress = folders.as_deref().and_then(SyncProgress::of);
     Ok(AccountView {
         id: a.id,
         host: a.host,
@@ -347,6 +371,7 @@ pub async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Re
         last_sync_at: a.last_sync_at,
         last_error: a.last_error,
         folders,
+        sync_progress,
     })
 }
 
@@ -644,5 +669,24 @@ mod tests {
         fn any_query_parses_or_names_a_field(k in ".{0,12}", v in ".{0,24}") {
             let _ = ListQuery::parse(&[(k, v)]);
         }
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    fn folder(messages: i64, on_server: Option<i64>) -> FolderInfo {
+        FolderInfo { name: "F".into(), role: None, uidvalidity: Some(1), messages, on_server }
+    }
+
+    #[test]
+    fn progress_shows_only_while_stored_mail_is_behind_the_server() {
+        assert_eq!(SyncProgress::of(&[]), None);
+        assert_eq!(SyncProgress::of(&[folder(5, Some(5)), folder(0, None)]), None);
+        let behind = [folder(1200, Some(3000)), folder(10, Some(10)), folder(0, None)];
+        assert_eq!(SyncProgress::of(&behind), Some(SyncProgress { synced: 1210, total: 3010 }));
+        // More stored than the server said at its SELECT (new mail since): not behind.
+        assert_eq!(SyncProgress::of(&[folder(7, Some(5))]), None);
     }
 }

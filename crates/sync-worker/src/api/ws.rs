@@ -9,8 +9,13 @@
 //! **Events.** Connecting and every ping (a WebSocket ping, or the text
 //! `{"type":"ping"}` that browsers can send) refresh the user's presence
 //! and publish `user.active`, which promotes the user's accounts to hot.
-//! The server first sends `{"type":"ready"}` (from then on no event is
-//! missed), then one JSON text per event of the user's accounts:
+//! The server first sends `{"type":"ready"}`, then one JSON text per event
+//! of the user's accounts. Each message carries `seq`, its place on this
+//! socket (1 for `ready`). An event lost on the way (the bus is at most
+//! once) is never a silent gap: the next message after it is
+//! `{"type":"resync"}`, and the client fetches what it shows again (as it
+//! does after `ready`, when it may have missed what came while it was away).
+//! The events:
 //! `{"type":"message.new","account","folder","id","uid","message":{...}}`
 //! (`message.updated` alike, `message.deleted` without `message`), and
 //! `{"type":"account.status","account","id","tier","owner","last_sync_at","last_error","folders",...}`
@@ -42,8 +47,9 @@ use parking_lot::Mutex;
 use super::auth::{authenticate, bearer, AuthUser};
 use super::errors::{ApiError, ErrorBody};
 use super::state::ApiState;
-use crate::events::{AccountChanged, MailEvent, MailEventKind, SyncEvent};
+use crate::events::{AccountChanged, MailEvent, MailEventKind, Received, SyncEvent};
 use crate::storage::{now_ms, MessageKey};
+use serde_json::json;
 
 /// Close code for a session that ended (or a first message that was not a
 /// good login).
@@ -230,7 +236,9 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
     if let Err(e) = state.present(&auth.user).await {
         tracing::warn!(error = %e, user = %auth.user, "could not refresh presence on connect");
     }
-    socket.send(Message::Text(r#"{"type":"ready"}"#.into())).await?;
+    // Every message says its place on this socket, from 1 (`ready`).
+    let mut seq: u64 = 1;
+    socket.send(Message::Text(json!({"type": "ready", "seq": seq}).to_string().into())).await?;
     let left = Duration::from_millis(auth.expires_at.saturating_sub(now_ms()).max(0) as u64);
     let expiry = tokio::time::sleep(left);
     tokio::pin!(expiry);
@@ -261,16 +269,23 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
                     socket.send(Message::Text(r#"{"type":"pong"}"#.into())).await?;
                 }
             }
-            event = events.recv() => {
-                let Some(event) = event else { return Ok(()) };
+            received = events.recv() => {
+                let Some(Received { event, after_gap }) = received else { return Ok(()) };
+                if after_gap {
+                    // Events were lost on the way: the client fetches again.
+                    seq += 1;
+                    socket.send(Message::Text(json!({"type": "resync", "seq": seq}).to_string().into())).await?;
+                }
                 if let SyncEvent::SessionEnded(ended) = &event {
                     if ended.token_hash == auth.token_hash {
                         return socket.send(session_ended("logged out")).await;
                     }
                     continue;
                 }
-                if let Some(text) = render(&state, &event).await {
-                    socket.send(Message::Text(text.into())).await?;
+                if let Some(mut v) = render(&state, &event).await {
+                    seq += 1;
+                    v["seq"] = seq.into();
+                    socket.send(Message::Text(v.to_string().into())).await?;
                     if let SyncEvent::Mail(m) = &event {
                         if m.committed_at_ms > 0 {
                             let ms = now_ms().saturating_sub(m.committed_at_ms).max(0);
@@ -300,9 +315,9 @@ fn is_ping(text: &str) -> bool {
         == Some(serde_json::Value::String("ping".into()))
 }
 
-/// The JSON text of `event`; `None` when there is nothing to say (the
+/// The JSON of `event`; `None` when there is nothing to say (the
 /// account is gone).
-pub async fn render(state: &ApiState, event: &SyncEvent) -> Option<String> {
+pub async fn render(state: &ApiState, event: &SyncEvent) -> Option<serde_json::Value> {
     match event {
         SyncEvent::Mail(e) => Some(render_mail(state, e).await),
         SyncEvent::Account(e) => render_status(state, e).await,
@@ -313,7 +328,7 @@ pub async fn render(state: &ApiState, event: &SyncEvent) -> Option<String> {
 
 /// `{"type":"account.status", ...}` with the fields of `GET /v1/accounts/{id}`,
 /// as the account is now.
-async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<String> {
+async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<serde_json::Value> {
     let summary = match state.storage.account(&event.account).await {
         Ok(Some(a)) => a,
         Ok(None) => return None,
@@ -328,7 +343,7 @@ async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<Strin
             v["type"] = serde_json::Value::from("account.status");
             // Every event names its account as `account`.
             v["account"] = serde_json::Value::from(event.account.as_str());
-            Some(v.to_string())
+            Some(v)
         }
         Err(e) => {
             tracing::warn!(error = %e, account = event.account, "could not read an account's status");
@@ -337,8 +352,8 @@ async fn render_status(state: &ApiState, event: &AccountChanged) -> Option<Strin
     }
 }
 
-/// The JSON text of `event`, with the message as listed for new and updated ones.
-async fn render_mail(state: &ApiState, event: &MailEvent) -> String {
+/// The JSON of `event`, with the message as listed for new and updated ones.
+async fn render_mail(state: &ApiState, event: &MailEvent) -> serde_json::Value {
     let key = MessageKey { folder: event.folder.clone(), uidvalidity: event.uidvalidity, uid: event.uid };
     let mut v = serde_json::json!({
         "type": event.kind.as_str(),
@@ -354,5 +369,5 @@ async fn render_mail(state: &ApiState, event: &MailEvent) -> String {
             Err(e) => tracing::warn!(error = %crate::errors::error_chain(&e), "could not read an event's message"),
         }
     }
-    v.to_string()
+    v
 }

@@ -355,6 +355,8 @@ impl Connection {
                 let mut tx = self.write().await?;
                 tx.ensure_folder(key, folder.role.map(|r| r.as_str())).await.map_err(|e| self.store_err(e))?;
                 tx.reset_folder(key, uidvalidity).await.map_err(|e| self.store_err(e))?;
+                // Known from the start, so a first sync shows how far it has come.
+                tx.set_server_messages(key, mbox.exists).await.map_err(|e| self.store_err(e))?;
                 tx.commit().await.map_err(|e| self.store_err(e))?;
                 if let Some(p) = previous {
                     tracing::info!(%account, folder = name, old = p.uidvalidity, new = uidvalidity, "UIDVALIDITY changed: folder resynced from scratch");
@@ -373,6 +375,7 @@ impl Connection {
         let uidnext = mbox.uid_next.map(|n| n.max(state.last_uid.saturating_add(1)));
         let mut tx = self.write().await?;
         tx.set_marks(key, uidnext, mbox.highest_modseq).await.map_err(|e| self.store_err(e))?;
+        tx.set_server_messages(key, mbox.exists).await.map_err(|e| self.store_err(e))?;
         tx.commit().await.map_err(|e| self.store_err(e))?;
         Ok(FolderReport { new_messages })
     }

@@ -437,6 +437,18 @@ impl FencedTx {
         Ok(())
     }
 
+    /// Records how many messages the server says `folder` holds (its EXISTS).
+    pub async fn set_server_messages(&mut self, folder: &str, exists: u32) -> Result<(), StorageError> {
+        sqlx::query("UPDATE folders SET server_messages = $1 WHERE account_id = $2 AND name = $3")
+            .bind(i64::from(exists))
+            .bind(&self.account)
+            .bind(folder)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(query_err(format!("record the size of {}/{folder}", self.account)))?;
+        Ok(())
+    }
+
     /// Records the end of a poll: its time when `error` is `None`, else the error.
     /// A good poll always changes the status (its time); an error only when
     /// it differs from the one recorded.

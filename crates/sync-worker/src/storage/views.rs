@@ -26,6 +26,9 @@ pub struct FolderInfo {
     pub uidvalidity: Option<u32>,
     /// Messages stored for it.
     pub messages: i64,
+    /// Messages the server said it holds when it was last selected (`None`
+    /// before that).
+    pub on_server: Option<i64>,
 }
 
 /// Which message: folder, UIDVALIDITY and UID.
@@ -194,9 +197,9 @@ impl Storage {
     /// The folders of `account` with their message counts, by name.
     pub async fn folders(&self, account: &str) -> Result<Vec<FolderInfo>, StorageError> {
         let rows = sqlx::query(
-            "SELECT f.name, f.role, f.uidvalidity, COUNT(m.uid) FROM folders f \
+            "SELECT f.name, f.role, f.uidvalidity, COUNT(m.uid), f.server_messages FROM folders f \
              LEFT JOIN messages m ON m.account_id = f.account_id AND m.folder = f.name AND m.uidvalidity = f.uidvalidity \
-             WHERE f.account_id = $1 GROUP BY f.name, f.role, f.uidvalidity ORDER BY f.name",
+             WHERE f.account_id = $1 GROUP BY f.name, f.role, f.uidvalidity, f.server_messages ORDER BY f.name",
         )
         .bind(account)
         .fetch_all(&self.pool)
@@ -212,6 +215,7 @@ impl Storage {
                         .map(|v| u32::try_from(v).map_err(|_| corrupt(account, "uidvalidity", v)))
                         .transpose()?,
                     messages: r.try_get(3).map_err(query_err("read message count"))?,
+                    on_server: r.try_get(4).map_err(query_err("read the server's message count"))?,
                 })
             })
             .collect()
