@@ -19,6 +19,10 @@
 //!   soak (two worker processes, 20 accounts, 20 random pauses, kills and
 //!   empty Redis restarts while mail changes) for 5 minutes; `test` runs
 //!   the same soak for 45 s.
+//! * `cargo xtask demo` installs Dovecot when it is missing, then runs
+//!   sync-worker's first-run demo (`crates/sync-worker/examples/demo.rs`): a
+//!   private Dovecot with a demo mailbox and `serve` with a login that
+//!   already has its account; it prints the URL and the login.
 //! * `cargo xtask imports [--root DIR]` lists the import circles of more than
 //!   two files in hopper's and sync-worker's `src/` (of this workspace, or of
 //!   the workspace at DIR), and fails when there is one (see [`imports`]).
@@ -75,6 +79,9 @@ enum Cmd {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// sync-worker's first-run demo: a private Dovecot with demo mail (a new message every 20 s) and
+    /// `sync-worker serve` with a demo login that has the account; prints the URL and the login.
+    Demo,
     /// List the import circles of more than two files in hopper's and sync-worker's src/.
     Imports {
         /// The workspace whose apps to read (default: this one).
@@ -92,6 +99,7 @@ fn main() -> Result<()> {
         Cmd::Setup => setup(&root),
         Cmd::Examples => run_library_examples(&root),
         Cmd::Soak { secs, faults, seed } => soak(&root, secs, faults, seed),
+        Cmd::Demo => demo(&root),
         Cmd::Imports { root: other } => print_import_circles(other.as_deref().unwrap_or(&root)),
     }
 }
@@ -114,6 +122,18 @@ fn soak(root: &Path, secs: u64, faults: Option<u64>, seed: Option<u64>) -> Resul
     }
     run("soak", cmd)
 }
+
+/// Installs Dovecot when it is missing (nothing else the tests need), then
+/// runs the demo example.
+fn demo(root: &Path) -> Result<()> {
+    install_packages(DEMO_PACKAGES)?;
+    let mut cmd = cargo();
+    cmd.current_dir(root).args(["run", "-q", "-p", "sync-worker", "--features", "test-support", "--example", "demo"]);
+    run("demo", cmd)
+}
+
+/// What the demo needs of [`SYSTEM_PACKAGES`]: Dovecot.
+const DEMO_PACKAGES: &[(&str, &str)] = &[("/usr/lib/dovecot/imap", "dovecot-imapd"), ("doveadm", "dovecot-core")];
 
 /// Prints each app's import circles; fails when any app has one.
 fn print_import_circles(root: &Path) -> Result<()> {
@@ -199,7 +219,11 @@ fn setup(root: &Path) -> Result<()> {
 }
 
 fn install_system_packages() -> Result<()> {
-    let missing: Vec<&str> = SYSTEM_PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
+    install_packages(SYSTEM_PACKAGES)
+}
+
+fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
     }

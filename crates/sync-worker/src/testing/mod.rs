@@ -23,6 +23,7 @@
 //!   logins against a Dovecot that validates tokens with it.
 //! * [`mail_gen`]: deterministic, realistic RFC 5322 messages.
 //! * [`sync_worker_command`]: the binary under test, in a clean environment.
+//! * [`demo`]: the first-run demo (`cargo xtask demo`).
 //!
 //! The servers' API is blocking (each call is a short command or a few IMAP round
 //! trips): async tests call it directly, or through `spawn_blocking` when
@@ -35,6 +36,7 @@
 
 mod binary;
 mod db;
+pub mod demo;
 mod dovecot;
 mod fence_audit;
 mod imap;
