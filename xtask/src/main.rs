@@ -62,7 +62,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist and junitparser (target/test-venv).
+    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist, junitparser and schemathesis (target/test-venv).
     Setup,
     /// Run the library examples (examples/library) on mem:// and on a private redis-server.
     Examples,
@@ -246,8 +246,9 @@ fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
 pub const TEST_VENV: &str = "target/test-venv";
 
 /// The PyPI packages of the tests' venv: pytest; pytest-xdist (hopper's
-/// agents turn its `-n` off); junitparser (a second reader of hopper's JUnit).
-const TEST_VENV_PACKAGES: [&str; 3] = ["pytest", "pytest-xdist", "junitparser"];
+/// agents turn its `-n` off); junitparser (a second reader of hopper's JUnit);
+/// schemathesis (sync-worker's API against its OpenAPI document).
+const TEST_VENV_PACKAGES: [&str; 4] = ["pytest", "pytest-xdist", "junitparser", "schemathesis"];
 
 /// hopper's pytest tests run a real pytest from a private venv, so they never
 /// depend on (or change) the system's Python packages.
@@ -257,7 +258,7 @@ fn install_pytest(root: &Path) -> Result<()> {
     // Every package imports (xdist is pytest-xdist's module).
     let works = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import pytest, xdist, junitparser"])
+            .args(["-c", "import pytest, xdist, junitparser, schemathesis"])
             .output()
             .is_ok_and(|o| o.status.success())
     };
@@ -275,10 +276,10 @@ fn install_pytest(root: &Path) -> Result<()> {
     eprintln!("xtask: installing {} into {}", TEST_VENV_PACKAGES.join(", "), venv.display());
     let mut install = Command::new(&python);
     install.args(["-m", "pip", "install", "--quiet"]).args(TEST_VENV_PACKAGES);
-    run("pip install pytest pytest-xdist junitparser", install)?;
+    run("pip install the tests' Python packages", install)?;
     if !works(&python) {
         bail!(
-            "pip installed {} but `{} -c 'import pytest, xdist, junitparser'` still fails",
+            "pip installed {} but `{} -c 'import pytest, xdist, junitparser, schemathesis'` still fails",
             TEST_VENV_PACKAGES.join(", "),
             python.display()
         );

@@ -97,7 +97,7 @@ async fn slow_and_silent_connections_are_cut_after_the_header_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_heads_and_non_json_bodies_get_the_error_body() {
     let s = server(db("heads"), |_| {}).await;
-    let long = format!("{}/healthz?{}", s.base, "a".repeat(9 * 1024));
+    let long = format!("{}/healthz?{}", s.base, "a".repeat(33 * 1024));
     let resp = s.http.get(&long).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::URI_TOO_LONG);
     let v: Value = resp.json().await.unwrap();

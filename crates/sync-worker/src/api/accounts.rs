@@ -29,13 +29,17 @@ pub const MAX_LIMIT: u32 = 500;
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddAccount {
-    /// The IMAP server's host name.
+    /// The IMAP server's host name or address, without spaces.
+    #[schema(min_length = 1, max_length = 253, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]+\s*$")]
     pub host: String,
     /// Its port.
+    #[serde(deserialize_with = "super::json::port")]
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: u16,
     /// `tls`, `starttls` or `plain`.
     pub security: Security,
     /// The IMAP login.
+    #[schema(min_length = 1, max_length = 1024, pattern = r"\S")]
     pub username: String,
     /// The IMAP password (stored encrypted); give it or `oauth2`.
     #[schema(min_length = 1, max_length = 1024)]
@@ -279,9 +283,12 @@ async fn check_login(state: &ApiState, creds: &Credentials) -> Result<std::net::
 #[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateAccount {
-    /// Another IMAP server host name.
+    /// Another IMAP server host name or address, without spaces.
+    #[schema(min_length = 1, max_length = 253, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]+\s*$")]
     pub host: Option<String>,
     /// Another port.
+    #[serde(default, deserialize_with = "super::json::optional_port")]
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u16>,
     /// Another way to reach it: `tls`, `starttls` or `plain`.
     pub security: Option<Security>,
@@ -554,13 +561,14 @@ impl ListQuery {
 /// `folder=` names one), newest first by date.
 #[utoipa::path(get, path = "/v1/accounts/{id}/messages", tag = "mail", security(("bearer" = [])),
     params(("id" = String, Path, description = "The account id (a UUID)"),
-        ("folder" = Option<String>, Query, description = "The folder (default `INBOX`; with `q`, every folder)"),
+        ("folder" = Option<String>, Query, description = "The folder (default `INBOX`; with `q`, every folder)",
+            min_length = 1, max_length = 1000),
         ("q" = Option<String>, Query, description = "Search: messages whose subject, sender, recipients or \
             preview hold every word (or a word starting with it), newest first; up to 16 words",
             min_length = 1, max_length = 1000),
         ("body" = Option<bool>, Query, description = "With `q`: also ask the IMAP server to search the bodies \
             (`UID SEARCH TEXT`), which are not stored; the answer says so (`searched_bodies`)"),
-        ("limit" = Option<u32>, Query, description = "The page size, 1 to 500 (default 50)"),
+        ("limit" = Option<u32>, Query, description = "The page size, 1 to 500 (default 50)", minimum = 1, maximum = 500),
         ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
     ),
     responses(

@@ -30,7 +30,7 @@ pub const MAX_BATCH: usize = 500;
 /// A keyword: an IMAP flag of the user's own (`$Important`, `todo`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "String")]
-#[schema(value_type = String, min_length = 1, max_length = 100, pattern = r#"^[^\\\s(){%*"\]\x00-\x1f\x7f]+$"#)]
+#[schema(value_type = String, min_length = 1, max_length = 100, pattern = r#"^[\x21\x23\x24\x26\x27\x2B-\x5B\x5E-\x7A\x7C-\x7E]+$"#)]
 pub struct Keyword(String);
 
 impl TryFrom<String> for Keyword {

@@ -37,9 +37,11 @@ pub const MAX_PASSWORD_LEN: usize = 1024;
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Credentials {
-    /// The user's e-mail address.
+    /// The user's e-mail address: name@domain, without spaces or control characters.
+    #[schema(max_length = 254, pattern = r"^\s*[^\s@\x00-\x1f\x7f-\x9f]+@[^\s@\x00-\x1f\x7f-\x9f]+\s*$")]
     pub email: String,
-    /// Their password.
+    /// Their password (8 to 1024 characters at sign-up).
+    #[schema(min_length = 8, max_length = 1024)]
     pub password: String,
 }
 

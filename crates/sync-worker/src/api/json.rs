@@ -30,6 +30,23 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// A port as JSON may write it: an integer, or a number without a fraction
+/// (`993.0`, which JSON Schema counts as an integer too). The range (1 to
+/// 65535) is the handler's to check, with its own words.
+pub fn port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    use serde::de::Error as _;
+    let n = <serde_json::Number as serde::Deserialize>::deserialize(d)?;
+    let whole = n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
+    whole.and_then(|w| u16::try_from(w).ok()).ok_or_else(|| D::Error::custom(format!("{n} is not a port: expected 1 to 65535")))
+}
+
+/// [`port`], for a field that may be left out or `null`.
+pub fn optional_port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Port(#[serde(deserialize_with = "port")] u16);
+    Ok(<Option<Port> as serde::Deserialize>::deserialize(d)?.map(|p| p.0))
+}
+
 /// `application/json`, with parameters (`; charset=utf-8`) or without.
 fn is_json(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or_default().trim();
@@ -82,6 +99,22 @@ mod tests {
         assert_eq!(field_of(r#"{"email":"#), "body");
         assert_eq!(field_of("[]"), "body");
         assert_eq!(field_of(""), "body");
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct WithPort {
+        #[serde(deserialize_with = "port")]
+        port: u16,
+    }
+
+    #[test]
+    fn a_port_is_a_whole_number_however_written() {
+        let p = |s: &str| parse::<WithPort>(s.as_bytes()).map(|w| w.port);
+        assert_eq!(p(r#"{"port":993}"#).unwrap(), 993);
+        assert_eq!(p(r#"{"port":993.0}"#).unwrap(), 993);
+        for bad in [r#"{"port":993.5}"#, r#"{"port":-1}"#, r#"{"port":70000}"#, r#"{"port":"993"}"#] {
+            assert!(matches!(p(bad), Err(ApiError::BadField { ref field, .. }) if field == "port"), "{bad}");
+        }
     }
 
     #[test]

@@ -14,8 +14,10 @@ use axum::Json;
 
 use super::errors::ErrorBody;
 
-/// The longest request target (path and query) answered: 8 KiB.
-pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// The longest request target (path and query) answered: 32 KiB, room for
+/// the longest parameters the API takes (a 1,000-character search and
+/// folder, percent-encoded at up to 12 bytes a character).
+pub const MAX_URI_BYTES: usize = 32 * 1024;
 /// The most header fields in a request.
 pub const MAX_HEADERS: usize = 100;
 /// The most bytes of header names and values in a request: 32 KiB.

@@ -159,7 +159,40 @@ fn routes() -> OpenApiRouter<ApiState> {
 /// The OpenAPI document of [`router`].
 pub fn openapi() -> &'static utoipa::openapi::OpenApi {
     static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOC.get_or_init(|| routes().split_for_parts().1)
+    DOC.get_or_init(|| {
+        let mut doc = routes().split_for_parts().1;
+        with_common_answers(&mut doc);
+        doc
+    })
+}
+
+/// The answers every operation may give, said once here rather than on
+/// each route: 414 and 431 ([`limits`]) everywhere, and 415 ([`json::ApiJson`])
+/// where a body is taken.
+fn with_common_answers(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .build(),
+        )
+    };
+    for item in doc.paths.paths.values_mut() {
+        let ops = [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
+        for op in ops.into_iter().flatten() {
+            let answers = &mut op.responses.responses;
+            answers.insert("414".into(), error("The request target is over 32 KiB (`uri_too_long`)"));
+            answers.insert("431".into(), error("Over 100 header fields or 32 KiB of them (`headers_too_large`)"));
+            if op.request_body.is_some() {
+                answers.insert(
+                    "415".into(),
+                    error("The body is not `Content-Type: application/json` (`unsupported_media_type`)"),
+                );
+            }
+        }
+    }
 }
 
 /// `GET /v1/openapi.json`: this document.
