@@ -37,7 +37,9 @@ pub fn port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     use serde::de::Error as _;
     let n = <serde_json::Number as serde::Deserialize>::deserialize(d)?;
     let whole = n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
-    whole.and_then(|w| u16::try_from(w).ok()).ok_or_else(|| D::Error::custom(format!("{n} is not a port: expected 1 to 65535")))
+    whole
+        .and_then(|w| u16::try_from(w).ok())
+        .ok_or_else(|| D::Error::custom(format!("{n} is not a port: expected 1 to 65535")))
 }
 
 /// [`port`], for a field that may be left out or `null`.

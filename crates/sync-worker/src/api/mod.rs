@@ -175,7 +175,10 @@ fn with_common_answers(doc: &mut utoipa::openapi::OpenApi) {
         RefOr::T(
             ResponseBuilder::new()
                 .description(description)
-                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
                 .build(),
         )
     };
