@@ -88,6 +88,28 @@ async fn the_console_shows_an_appended_message_within_2s() {
         assert!(Instant::now() < deadline, "opening the message never marked it read: {flags}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The counts follow: one of two unread now.
+    b.wait_for(
+        "return document.getElementById('folder').innerText.includes('INBOX (2, 1 unread)')",
+        Duration::from_secs(10),
+    )
+    .await;
+    // Moved to Archive from the view: gone from the list, in Archive on the server and on the page.
+    b.eval("document.getElementById('view-folder').value = 'Archive'").await;
+    b.click("#view-move").await;
+    b.wait_for("return document.getElementById('folder').innerText.includes('Archive (1)')", Duration::from_secs(10))
+        .await;
+    let archive = tokio::task::block_in_place(|| s.dovecot.mailbox_status("alice", "Archive")).expect("doveadm status");
+    assert_eq!(archive.messages, 1, "{archive:?}");
+    // Expunged on the server: the row and the count go.
+    tokio::task::block_in_place(|| s.dovecot.expunge("alice", "INBOX", &["subject", "already-there"]))
+        .expect("expunge");
+    b.wait_for(
+        "return document.getElementById('folder').innerText.includes('INBOX (0)') && \
+                !document.getElementById('messages').innerText.includes('already-there')",
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(b.eval(page_error()).await, "");
 }
 
@@ -111,7 +133,7 @@ async fn a_first_sync_shows_every_message_once_and_a_disconnect_loses_nothing() 
         .wait_for(
             "const p = document.getElementById('progress').textContent; \
              const f = document.getElementById('folder').innerText; \
-             return p || f.includes('INBOX (3000)') ? (p || 'done') : null",
+             return p || f.includes('INBOX (3000,') ? (p || 'done') : null",
             Duration::from_secs(30),
         )
         .await;
@@ -119,7 +141,7 @@ async fn a_first_sync_shows_every_message_once_and_a_disconnect_loses_nothing() 
     b.screenshot("first-sync").await;
     b.wait_for(
         "return document.getElementById('progress').textContent === '' && \
-                document.getElementById('folder').innerText.includes('INBOX (3000)')",
+                document.getElementById('folder').innerText.includes('INBOX (3000,')",
         Duration::from_secs(90),
     )
     .await;
@@ -151,7 +173,7 @@ async fn a_first_sync_shows_every_message_once_and_a_disconnect_loses_nothing() 
         Duration::from_secs(10),
     )
     .await;
-    b.wait_for("return document.getElementById('folder').innerText.includes('INBOX (3001)')", Duration::from_secs(10))
+    b.wait_for("return document.getElementById('folder').innerText.includes('INBOX (3001,')", Duration::from_secs(10))
         .await;
     assert_eq!(b.eval(page_error()).await, "");
 }
@@ -183,6 +205,17 @@ async fn sessions_start_and_end_cleanly_for_any_address() {
     )
     .await;
     b.screenshot("accounts-and-mail").await;
+    // At 400 px the page fits its width: no sideways scrolling.
+    b.cmd("POST", "/window/rect", serde_json::json!({"width": 400, "height": 900})).await;
+    let fits = b
+        .wait_for(
+            "const e = document.documentElement; \
+             return window.innerWidth <= 420 ? [e.scrollWidth, e.clientWidth] : null",
+            Duration::from_secs(5),
+        )
+        .await;
+    b.screenshot("narrow").await;
+    assert!(fits[0].as_u64() <= fits[1].as_u64(), "at 400 px the page is {} px wide", fits[0]);
     b.click("#logout").await;
     b.wait_for("return !document.getElementById('login-section').hidden", Duration::from_secs(5)).await;
     let left = b

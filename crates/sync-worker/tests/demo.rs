@@ -35,7 +35,7 @@ async fn the_demo_console_shows_its_mail_and_new_mail_arrives() {
     let folders = b
         .wait_for(
             "const t = document.getElementById('folder').innerText; \
-             return t.includes('Projects/Ärger (20)') && t.includes('Archive (20)') ? t : null",
+             return t.includes('Projects/Ärger (20,') && t.includes('Archive (20,') ? t : null",
             Duration::from_secs(30),
         )
         .await;

@@ -67,6 +67,7 @@ both_databases!(
     async:
     initial_sync_stores_mail_and_finds_special_folders,
     unchanged_folders_cost_no_fetch,
+    last_sync_is_set_by_a_whole_sync_not_by_inbox_alone,
     flag_changes_by_another_client_are_reflected,
     expunges_are_reflected_including_500_at_once,
     uidvalidity_change_leaves_no_stale_rows,
@@ -124,6 +125,23 @@ async fn initial_sync_stores_mail_and_finds_special_folders(db: TestDb) {
     assert!(latest.is_some());
     let summary = w.storage.account(w.account.as_str()).await.unwrap().unwrap();
     assert!(summary.last_sync_at.is_some() && summary.last_error.is_none(), "{summary:?}");
+}
+
+/// "Last sync" means that a whole sync finished: a poll of INBOX alone (a
+/// hot account's watch starting) leaves it unset on a new account, and
+/// refreshes it once a whole sync has set it.
+async fn last_sync_is_set_by_a_whole_sync_not_by_inbox_alone(db: TestDb) {
+    let w = world(db, PASSWORD).await;
+    w.append("INBOX", 2, 5);
+    let last_sync = || async { w.storage.account(w.account.as_str()).await.unwrap().unwrap().last_sync_at };
+    let mut conn = w.connect(1).await;
+    conn.poll(Scope::Inbox).await.expect("INBOX poll");
+    assert_eq!(last_sync().await, None, "INBOX alone set last_sync_at");
+    conn.poll(Scope::All).await.expect("whole poll");
+    let whole = last_sync().await.expect("a whole sync sets last_sync_at");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    conn.poll(Scope::Inbox).await.expect("INBOX poll again");
+    assert!(last_sync().await.expect("still set") > whole, "an INBOX poll after a whole sync refreshes it");
 }
 
 async fn unchanged_folders_cost_no_fetch(db: TestDb) {

@@ -685,7 +685,7 @@ mod progress_tests {
     use super::*;
 
     fn folder(messages: i64, on_server: Option<i64>) -> FolderInfo {
-        FolderInfo { name: "F".into(), role: None, uidvalidity: Some(1), messages, on_server }
+        FolderInfo { name: "F".into(), role: None, uidvalidity: Some(1), messages, on_server, unread: 0 }
     }
 
     #[test]

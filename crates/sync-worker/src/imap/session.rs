@@ -604,6 +604,15 @@ impl Connection {
         Ok(())
     }
 
+    async fn record_inbox(&self) -> Result<(), SourceError> {
+        let write = async {
+            let mut tx = self.storage.write(&self.fence).await?;
+            tx.record_inbox_poll().await?;
+            tx.commit().await
+        };
+        write.await.map_err(|e| storage_error(&self.fence.account, e))
+    }
+
     async fn record(&self, error: Option<&str>) -> Result<(), SourceError> {
         let write = async {
             let mut tx = self.storage.write(&self.fence).await?;
@@ -732,7 +741,12 @@ impl MailConnection for Connection {
         // LIST-STATUS counters serve the poll whose LIST they came with only.
         self.listed_status.clear();
         let error = (!refused.is_empty()).then(|| refused.join("; "));
-        self.record(error.as_deref()).await?;
+        match (scope, error) {
+            // INBOX alone is not a sync of the account: before its first whole
+            // sync has finished, "last sync" stays unset.
+            (Scope::Inbox, None) => self.record_inbox().await?,
+            (_, error) => self.record(error.as_deref()).await?,
+        }
         let account = self.fence.account.clone();
         report.latest_internal_date_ms = self
             .storage

@@ -449,6 +449,22 @@ impl FencedTx {
         Ok(())
     }
 
+    /// Records a good poll of INBOX alone: its time, but only once a whole
+    /// sync of the account has finished (`last_sync_at` means that one did).
+    pub async fn record_inbox_poll(&mut self) -> Result<(), StorageError> {
+        let changed = sqlx::query(
+            "UPDATE accounts SET last_sync_at = $1, last_error = NULL WHERE id = $2 AND last_sync_at IS NOT NULL",
+        )
+        .bind(now_ms())
+        .bind(&self.account)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(query_err(format!("record the INBOX poll of {}", self.account)))?
+        .rows_affected();
+        self.status_changed |= changed > 0;
+        Ok(())
+    }
+
     /// Records the end of a poll: its time when `error` is `None`, else the error.
     /// A good poll always changes the status (its time); an error only when
     /// it differs from the one recorded.

@@ -83,6 +83,16 @@ pub enum StorageError {
         #[source]
         source: std::io::Error,
     },
+    /// The SQLite database could not be opened (a file that is not a
+    /// database, or one this process may not read or lock).
+    #[error("could not open the SQLite database {url}: check that the file is a sync-worker database and is readable and writable")]
+    OpenSqlite {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The database could not be opened or reached.
     #[error("could not open the database {url}: check DATABASE_URL and that the server is up")]
     Open {
@@ -274,7 +284,10 @@ impl Storage {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await
-            .map_err(|source| StorageError::Open { url: shown.clone(), source })?;
+            .map_err(|source| match kind {
+                DbKind::Sqlite => StorageError::OpenSqlite { url: shown.clone(), source },
+                DbKind::Postgres => StorageError::Open { url: shown.clone(), source },
+            })?;
         sqlx::migrate!("./migrations")
             .run(&pool)
             .await
@@ -379,5 +392,13 @@ mod sqlite_file_tests {
         let err = Storage::open(&missing, crate::secret::SecretKey::generate()).await.unwrap_err();
         let text = crate::errors::error_chain(&err);
         assert!(text.contains("directory exists") && !text.contains("server is up"), "{text}");
+        // A file that is not a database.
+        let junk = dir.path().join("junk.db");
+        std::fs::write(&junk, vec![b'x'; 4096]).unwrap();
+        let err = Storage::open(&format!("sqlite://{}", junk.display()), crate::secret::SecretKey::generate())
+            .await
+            .unwrap_err();
+        let text = crate::errors::error_chain(&err);
+        assert!(!text.contains("server is up"), "{text}");
     }
 }

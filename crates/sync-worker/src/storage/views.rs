@@ -29,6 +29,8 @@ pub struct FolderInfo {
     /// Messages the server said it holds when it was last selected (`None`
     /// before that).
     pub on_server: Option<i64>,
+    /// Stored messages without `\Seen`.
+    pub unread: i64,
 }
 
 /// Which message: folder, UIDVALIDITY and UID.
@@ -197,7 +199,9 @@ impl Storage {
     /// The folders of `account` with their message counts, by name.
     pub async fn folders(&self, account: &str) -> Result<Vec<FolderInfo>, StorageError> {
         let rows = sqlx::query(
-            "SELECT f.name, f.role, f.uidvalidity, COUNT(m.uid), f.server_messages FROM folders f \
+            "SELECT f.name, f.role, f.uidvalidity, COUNT(m.uid), f.server_messages, \
+             COALESCE(SUM(CASE WHEN m.uid IS NOT NULL AND m.flags NOT LIKE '%\\Seen%' ESCAPE '!' THEN 1 ELSE 0 END), 0) \
+             FROM folders f \
              LEFT JOIN messages m ON m.account_id = f.account_id AND m.folder = f.name AND m.uidvalidity = f.uidvalidity \
              WHERE f.account_id = $1 GROUP BY f.name, f.role, f.uidvalidity, f.server_messages ORDER BY f.name",
         )
@@ -216,6 +220,7 @@ impl Storage {
                         .transpose()?,
                     messages: r.try_get(3).map_err(query_err("read message count"))?,
                     on_server: r.try_get(4).map_err(query_err("read the server's message count"))?,
+                    unread: r.try_get(5).map_err(query_err("read the unread count"))?,
                 })
             })
             .collect()
