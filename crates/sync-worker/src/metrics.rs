@@ -2,8 +2,8 @@
 //!
 //! Counters and histograms are recorded where things happen, through the
 //! `metrics` facade (a no-op until a recorder is installed). Gauges of what
-//! a worker owns are read from its coordinator when the page is rendered, so
-//! they cost nothing between scrapes. Every name starts with `sync_worker_`:
+//! a worker owns are read from its coordinator when the page is rendered
+//! (`api::metrics_page`), so they cost nothing between scrapes. Every name starts with `sync_worker_`:
 //!
 //! | metric | kind | what |
 //! | --- | --- | --- |
@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use leasehold_core::Tier;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::coordinator::CoordinatorObserver;
 
 /// Push latencies' histogram buckets, in seconds.
 const PUSH_BUCKETS: [f64; 9] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -73,47 +71,6 @@ fn describe() {
     describe_gauge!("sync_worker_websockets_open", "Open WebSockets of the API");
     describe_histogram!("sync_worker_push_seconds", Unit::Seconds, "From a mail write's commit to its WebSocket event");
     describe_counter!("sync_worker_webhook_deliveries_total", "Webhook POSTs by outcome: delivered, failed");
-}
-
-/// The page: the recorded metrics, with the owned-account gauges of
-/// `worker` (when this process runs one) and the open WebSockets (when it
-/// serves the API) read now.
-pub fn render(worker: Option<&CoordinatorObserver>, websockets: Option<usize>) -> String {
-    let handle = handle();
-    if let Some(w) = worker {
-        record_owned(w);
-    }
-    if let Some(n) = websockets {
-        metrics::gauge!("sync_worker_websockets_open").set(n as f64);
-    }
-    handle.render()
-}
-
-fn record_owned(worker: &CoordinatorObserver) {
-    let mut tiers: Vec<(&'static str, u64)> = [Tier::Hot, Tier::Warm, Tier::Cold].map(|t| (t.as_str(), 0)).into();
-    let (mut first, mut ok, mut failing, mut lag) = (0u64, 0u64, 0u64, Duration::ZERO);
-    let now = tokio::time::Instant::now();
-    for a in worker.owned() {
-        match tiers.iter_mut().find(|(name, _)| *name == a.tier.as_str()) {
-            Some((_, n)) => *n += 1,
-            None => tiers.push((a.tier.as_str(), 1)),
-        }
-        match (&a.status.last_error, a.status.last_sync) {
-            (Some(_), _) => failing += 1,
-            (None, None) => first += 1,
-            (None, Some(_)) => ok += 1,
-        }
-        if let Some(at) = a.status.last_sync {
-            lag = lag.max(now.saturating_duration_since(at));
-        }
-    }
-    for (tier, n) in tiers {
-        metrics::gauge!("sync_worker_accounts", "tier" => tier).set(n as f64);
-    }
-    for (state, n) in [("first_sync", first), ("up_to_date", ok), ("failing", failing)] {
-        metrics::gauge!("sync_worker_account_health", "state" => state).set(n as f64);
-    }
-    metrics::gauge!("sync_worker_sync_lag_seconds").set(lag.as_secs_f64());
 }
 
 /// One IMAP connection, counted in `sync_worker_imap_connections_open`

@@ -56,7 +56,7 @@ pub async fn readyz(State(state): State<ApiState>) -> Result<Json<Probe>, ApiErr
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format (version 0.0.4)", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<ApiState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
-    let page = crate::metrics::render(state.worker.as_ref(), Some(state.sockets.total()));
+    let page = super::metrics_page::render(state.worker.as_ref(), Some(state.sockets.total()));
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], page)
 }
 

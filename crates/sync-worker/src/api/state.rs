@@ -13,7 +13,7 @@ use leasehold_core::{LeaseKey, LeaseStore, UserId};
 
 use super::errors::{imap_failure, ApiError};
 use super::limiter::{LoginBounds, LoginLimiter, SignupLimiter};
-use super::ws::SocketCounts;
+use super::sockets::SocketCounts;
 use crate::config::Config;
 use crate::coordinator::CoordinatorObserver;
 use crate::errors::ConfigError;
@@ -120,26 +120,26 @@ impl ApiSettings {
                 ConfigError::Invalid { var: "SESSION_TTL", value: v, expected: "a duration such as 24h".into() },
             )?;
         }
-        if let Some(v) = var("SIGNUPS_PER_HOUR") {
-            s.signups_per_hour = v.trim().parse().ok().filter(|n| *n >= 1).ok_or(ConfigError::Invalid {
-                var: "SIGNUPS_PER_HOUR",
-                value: v.clone(),
-                expected: "sign-ups per client address per hour, 1 or more".into(),
-            })?;
+        // A whole number in `range`, or the variable's error naming it.
+        let count = |name: &'static str, range: std::ops::RangeInclusive<u64>, what: &str| match var(name) {
+            None => Ok(None),
+            Some(v) => {
+                v.trim().parse::<u64>().ok().filter(|n| range.contains(n)).map(Some).ok_or(ConfigError::Invalid {
+                    var: name,
+                    value: v.clone(),
+                    expected: format!("{what}, {} to {}", range.start(), range.end()),
+                })
+            }
+        };
+        let most = u64::from(u32::MAX);
+        if let Some(n) = count("SIGNUPS_PER_HOUR", 1..=most, "sign-ups per client address per hour")? {
+            s.signups_per_hour = n as u32;
         }
-        if let Some(v) = var("ACCOUNTS_PER_USER") {
-            s.accounts_per_user = v.trim().parse().ok().filter(|n| *n >= 1).ok_or(ConfigError::Invalid {
-                var: "ACCOUNTS_PER_USER",
-                value: v.clone(),
-                expected: "accounts per user, 1 or more".into(),
-            })?;
+        if let Some(n) = count("ACCOUNTS_PER_USER", 1..=most, "accounts per user")? {
+            s.accounts_per_user = n as u32;
         }
-        if let Some(v) = var("WS_PER_USER") {
-            s.ws_per_user = v.trim().parse().ok().filter(|n| (1..=10_000).contains(n)).ok_or(ConfigError::Invalid {
-                var: "WS_PER_USER",
-                value: v.clone(),
-                expected: "open WebSockets per user, 1 to 10000".into(),
-            })?;
+        if let Some(n) = count("WS_PER_USER", 1..=10_000, "open WebSockets per user")? {
+            s.ws_per_user = n as usize;
         }
         if let Some(v) = var("HTTP_HEADER_TIMEOUT") {
             s.header_timeout = parse_duration(&v, PlainUnit::Seconds).ok().filter(|d| d.as_millis() > 0).ok_or(
@@ -237,5 +237,37 @@ impl ApiState {
             .mark_user_active(user, grace)
             .await
             .map_err(|e| ApiError::internal(format!("refresh the presence of user {user}"), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<ApiSettings, ConfigError> {
+        ApiSettings::from_lookup(&Config::default(), |k| {
+            pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn the_abuse_bounds_are_read_and_checked() {
+        let s = settings(&[
+            ("SIGNUPS_PER_HOUR", "5"),
+            ("ACCOUNTS_PER_USER", "7"),
+            ("WS_PER_USER", "3"),
+            ("HTTP_HEADER_TIMEOUT", "3s"),
+        ])
+        .unwrap();
+        assert_eq!((s.signups_per_hour, s.accounts_per_user, s.ws_per_user), (5, 7, 3));
+        assert_eq!(s.header_timeout, Duration::from_secs(3));
+        for (var, bad) in
+            [("WS_PER_USER", "0"), ("WS_PER_USER", "20000"), ("ACCOUNTS_PER_USER", "x"), ("HTTP_HEADER_TIMEOUT", "0")]
+        {
+            match settings(&[(var, bad)]) {
+                Err(ConfigError::Invalid { var: named, .. }) => assert_eq!(named, var),
+                other => panic!("{var}={bad}: {other:?}"),
+            }
+        }
     }
 }

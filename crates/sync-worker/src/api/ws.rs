@@ -32,8 +32,6 @@
 //! upgrade, or close code 4029 after a first-message login), and frames and
 //! messages of at most [`MAX_FRAME`] bytes.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -41,11 +39,10 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::response::Response;
-use leasehold_core::UserId;
-use parking_lot::Mutex;
 
 use super::auth::{authenticate, bearer, AuthUser};
 use super::errors::{ApiError, ErrorBody};
+use super::sockets::SocketSlot;
 use super::state::ApiState;
 use crate::events::{AccountChanged, MailEvent, MailEventKind, Received, SyncEvent};
 use crate::storage::{now_ms, MessageKey};
@@ -85,49 +82,6 @@ impl FromRequestParts<ApiState> for WsAuth {
         match bearer(parts)? {
             Some(token) => authenticate(state, token).await.map(|a| WsAuth(Some(a))),
             None => Ok(WsAuth(None)),
-        }
-    }
-}
-
-/// Open WebSockets per user in this process.
-#[derive(Debug, Default)]
-pub struct SocketCounts {
-    open: Mutex<HashMap<UserId, usize>>,
-}
-
-/// One open socket of a user, counted until dropped.
-#[derive(Debug)]
-pub struct SocketSlot {
-    counts: Arc<SocketCounts>,
-    user: UserId,
-}
-
-impl SocketCounts {
-    /// A slot for one more socket of `user`; `None` at `limit`.
-    pub fn take(self: &Arc<Self>, user: &UserId, limit: usize) -> Option<SocketSlot> {
-        let mut open = self.open.lock();
-        let n = open.entry(user.clone()).or_default();
-        if *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(SocketSlot { counts: self.clone(), user: user.clone() })
-    }
-
-    /// Sockets open in this process, over all users.
-    pub fn total(&self) -> usize {
-        self.open.lock().values().sum()
-    }
-}
-
-impl Drop for SocketSlot {
-    fn drop(&mut self) {
-        let mut open = self.counts.open.lock();
-        if let Some(n) = open.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.user);
-            }
         }
     }
 }
