@@ -30,7 +30,8 @@ pub struct ErrorDetail {
 }
 
 impl ErrorBody {
-    fn new(code: &str, message: String) -> Self {
+    /// The body of error `code` saying `message`.
+    pub(super) fn new(code: &str, message: String) -> Self {
         Self { error: ErrorDetail { code: code.to_string(), message } }
     }
 }

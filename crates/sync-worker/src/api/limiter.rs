@@ -67,7 +67,45 @@ struct PairState {
 pub struct LoginLimiter {
     bounds: LoginBounds,
     pairs: Mutex<HashMap<(String, Option<IpAddr>), PairState>>,
-    clients: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    clients: FixedWindows<IpAddr>,
+}
+
+/// Events per key in fixed windows: each key's window starts at its first
+/// event and lasts `window`; the next event after it starts a new one.
+#[derive(Debug)]
+struct FixedWindows<K> {
+    window: Duration,
+    counts: Mutex<HashMap<K, (Instant, u32)>>,
+}
+
+impl<K: std::hash::Hash + Eq> FixedWindows<K> {
+    fn new(window: Duration) -> Self {
+        Self { window, counts: Mutex::new(HashMap::new()) }
+    }
+
+    /// When `key`'s current window ends, if it has `limit` events already.
+    fn full(&self, key: &K, limit: u32, now: Instant) -> Option<Instant> {
+        let counts = self.counts.lock();
+        let &(start, n) = counts.get(key)?;
+        (n >= limit && now.duration_since(start) < self.window).then_some(start + self.window)
+    }
+
+    /// Counts one event of `key`, unless its window is full (then, when it ends).
+    fn add(&self, key: K, limit: u32, now: Instant) -> Result<(), Instant> {
+        let mut counts = self.counts.lock();
+        if counts.len() > SWEEP_ABOVE {
+            counts.retain(|_, (start, _)| now.duration_since(*start) < self.window);
+        }
+        let entry = counts.entry(key).or_insert((now, 0));
+        if now.duration_since(entry.0) >= self.window {
+            *entry = (now, 0);
+        }
+        if entry.1 >= limit {
+            return Err(entry.0 + self.window);
+        }
+        entry.1 += 1;
+        Ok(())
+    }
 }
 
 const FAILED_LOGINS: &str = "too many failed logins of this address from this client";
@@ -83,7 +121,7 @@ fn wait(what: &'static str, until: Instant, now: Instant) -> ApiError {
 impl LoginLimiter {
     /// A limiter with these bounds.
     pub fn new(bounds: LoginBounds) -> Self {
-        Self { bounds, pairs: Mutex::new(HashMap::new()), clients: Mutex::new(HashMap::new()) }
+        Self { bounds, pairs: Mutex::new(HashMap::new()), clients: FixedWindows::new(bounds.window) }
     }
 
     /// `Err` (429, with the wait) while the pair must wait, or the client
@@ -95,12 +133,8 @@ impl LoginLimiter {
                 return Err(wait(FAILED_LOGINS, p.not_before, now));
             }
         }
-        if let Some(ip) = client {
-            if let Some(&(start, n)) = self.clients.lock().get(&ip) {
-                if n >= self.bounds.per_client && now.duration_since(start) < self.bounds.window {
-                    return Err(wait(CLIENT_FAILURES, start + self.bounds.window, now));
-                }
-            }
+        if let Some(end) = client.and_then(|ip| self.clients.full(&ip, self.bounds.per_client, now)) {
+            return Err(wait(CLIENT_FAILURES, end, now));
         }
         Ok(())
     }
@@ -123,15 +157,8 @@ impl LoginLimiter {
             }
         }
         if let Some(ip) = client {
-            let mut clients = self.clients.lock();
-            if clients.len() > SWEEP_ABOVE {
-                clients.retain(|_, (start, _)| now.duration_since(*start) < b.window);
-            }
-            let entry = clients.entry(ip).or_insert((now, 0));
-            if now.duration_since(entry.0) >= b.window {
-                *entry = (now, 0);
-            }
-            entry.1 += 1;
+            // A failure past the bound is one `check` refuses already.
+            let _ = self.clients.add(ip, u32::MAX, now);
         }
     }
 
@@ -145,32 +172,19 @@ impl LoginLimiter {
 #[derive(Debug)]
 pub struct SignupLimiter {
     per_client: u32,
-    window: Duration,
-    clients: Mutex<HashMap<Option<IpAddr>, (Instant, u32)>>,
+    clients: FixedWindows<Option<IpAddr>>,
 }
 
 impl SignupLimiter {
     /// At most `per_client` sign-ups per client address per `window`.
     pub fn new(per_client: u32, window: Duration) -> Self {
-        Self { per_client, window, clients: Mutex::new(HashMap::new()) }
+        Self { per_client, clients: FixedWindows::new(window) }
     }
 
     /// Counts one sign-up attempt of `client`; `Err` (429) over the bound.
     pub fn attempt(&self, client: Option<IpAddr>) -> Result<(), ApiError> {
         let now = Instant::now();
-        let mut clients = self.clients.lock();
-        if clients.len() > SWEEP_ABOVE {
-            clients.retain(|_, (start, _)| now.duration_since(*start) < self.window);
-        }
-        let entry = clients.entry(client).or_insert((now, 0));
-        if now.duration_since(entry.0) >= self.window {
-            *entry = (now, 0);
-        }
-        if entry.1 >= self.per_client {
-            return Err(wait(SIGNUPS, entry.0 + self.window, now));
-        }
-        entry.1 += 1;
-        Ok(())
+        self.clients.add(client, self.per_client, now).map_err(|end| wait(SIGNUPS, end, now))
     }
 }
 

@@ -26,7 +26,12 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// Refuses a request over a bound, and adds [`nosniff`, no referrer and no
 /// framing](secure) to every answer.
 pub async fn bound_heads(req: Request, next: Next) -> Response {
-    let uri = req.uri().to_string().len();
+    // Origin form (path and query) is what clients send; an absolute-form
+    // target adds its scheme and authority.
+    let u = req.uri();
+    let uri = u.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + u.scheme_str().map_or(0, |s| s.len() + 3)
+        + u.authority().map_or(0, |a| a.as_str().len());
     if uri > MAX_URI_BYTES {
         let message = format!("the request target is {uri} bytes long; the most this server takes is {MAX_URI_BYTES}");
         return secure(too_large(StatusCode::URI_TOO_LONG, "uri_too_long", message));
@@ -45,8 +50,7 @@ pub async fn bound_heads(req: Request, next: Next) -> Response {
 }
 
 fn too_large(status: StatusCode, code: &str, message: String) -> Response {
-    let body = ErrorBody { error: super::errors::ErrorDetail { code: code.to_string(), message } };
-    (status, Json(body)).into_response()
+    (status, Json(ErrorBody::new(code, message))).into_response()
 }
 
 /// `response` with `X-Content-Type-Options: nosniff`, `Referrer-Policy:

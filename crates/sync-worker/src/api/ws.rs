@@ -139,7 +139,6 @@ pub async fn upgrade(
 /// `{"type":"auth","token":...}` as the socket's first message: its user and
 /// slot, or `None` once the socket is closed with the reason.
 async fn first_message_login(state: &ApiState, socket: &mut WebSocket) -> Option<(AuthUser, SocketSlot)> {
-    let close = |code, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.to_string().into() }));
     let first = match tokio::time::timeout(AUTH_WAIT, socket.recv()).await {
         Ok(Some(Ok(Message::Text(t)))) => t,
         Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => return None,
@@ -174,9 +173,14 @@ async fn first_message_login(state: &ApiState, socket: &mut WebSocket) -> Option
     }
 }
 
+/// A close frame with `code` and `reason`.
+fn close(code: u16, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame { code, reason: reason.to_string().into() }))
+}
+
 /// Why a session's socket closes.
 fn session_ended(reason: &str) -> Message {
-    Message::Close(Some(CloseFrame { code: CLOSE_SESSION_ENDED, reason: reason.to_string().into() }))
+    close(CLOSE_SESSION_ENDED, reason)
 }
 
 async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Result<(), axum::Error> {
@@ -184,7 +188,7 @@ async fn session(state: ApiState, auth: AuthUser, mut socket: WebSocket) -> Resu
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %crate::errors::error_chain(&e), "websocket without events");
-            return socket.send(Message::Close(Some(CloseFrame { code: 1011, reason: "no event bus".into() }))).await;
+            return socket.send(close(1011, "no event bus")).await;
         }
     };
     if let Err(e) = state.present(&auth.user).await {
