@@ -147,6 +147,22 @@ async fn mail_stored_by_a_worker_process_reaches_the_websocket_of_an_api_process
             break;
         }
     }
+    // Logout is announced over Redis too: the socket closes within 1 s, unpinged.
+    let t0 = Instant::now();
+    let r = http.post(format!("{base}/v1/logout")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await.expect("no close within 1 s of the logout") {
+            Some(Ok(Message::Close(Some(f)))) => {
+                assert_eq!(u16::from(f.code), 4001, "{f:?}");
+                break;
+            }
+            Some(Ok(_)) => continue,
+            other => panic!("the socket ended without its close frame: {other:?}"),
+        }
+    }
+    eprintln!("the socket closed {:?} after the logout", t0.elapsed());
 }
 
 /// `sync-worker worker` with `METRICS_LISTEN` serves `/metrics`, `/healthz`
