@@ -106,6 +106,18 @@ pub enum SpecError {
         /// The other limit.
         other: u32,
     },
+    /// A bucket count is zero or over the limit.
+    #[error("bucket count {count} is invalid: give 1 to 65536 (the default, 4096, suits up to millions of accounts)")]
+    BadBucketCount {
+        /// The offending count.
+        count: u32,
+    },
+    /// A balance policy's slack is over its limit.
+    #[error("balance slack {slack_pct}% is invalid: give 0 to 100 (10 lets a worker hold 10% over its fair share)")]
+    BadBalanceSlack {
+        /// The offending slack.
+        slack_pct: u32,
+    },
     /// A free-text field is over its limit.
     #[error("{what} is {len} bytes, over the limit of {max}: shorten it (keep the tail of long output)")]
     TextTooLong {

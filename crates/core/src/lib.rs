@@ -5,6 +5,9 @@
 //! * [`LeaseStore`]: one owner per key at a time, with a strictly increasing
 //!   [`FencingToken`] per key, owner-checked renew and release, a live set of
 //!   keys that should be owned, a worker registry, tiers and user presence.
+//! * [`BucketLeases`]: leases on a fixed number of buckets that keys hash
+//!   into, shared fairly by weight among live workers, so a worker's
+//!   periodic cost depends on what it owns, not on how many keys exist.
 //! * [`UnitQueue`]: the fenced unit queue of a test run (or any batch of work):
 //!   at-least-once delivery, heartbeats, retry budgets, reclaim of dead workers'
 //!   units and an append-only event log. Backends implement its batch forms;
@@ -20,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod backend_url;
+pub mod buckets;
 pub mod bus;
 pub mod clock;
 pub mod duration;
@@ -35,6 +39,7 @@ pub mod ttl;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use buckets::{BalancePolicy, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick};
 pub use bus::{BusError, BusSubscription, UserBus};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use errors::{IdError, LeaseError, QueueError, SpecError};

@@ -5,9 +5,9 @@
 //! every other backend is checked against (the conformance suite and the
 //! differential property test compare their replies with this one's).
 //!
-//! [`MemoryStore`] implements both [`leasehold_core::UnitQueue`] (the seed's
-//! `transition.lua`, transition by transition) and
-//! [`leasehold_core::LeaseStore`]. All state sits behind short
+//! [`MemoryStore`] implements [`leasehold_core::UnitQueue`] (the seed's
+//! `transition.lua`, transition by transition), [`leasehold_core::LeaseStore`]
+//! and [`leasehold_core::BucketLeases`]. All state sits behind short
 //! `parking_lot` mutexes, never held across an `.await`, so a store is safe to
 //! share between many tasks (it is `Clone`; clones share state).
 //!
@@ -20,6 +20,7 @@
 //! [`leasehold_core::ManualClock`].
 #![warn(missing_docs)]
 
+mod buckets;
 mod bus;
 mod lease;
 mod queue;
@@ -49,6 +50,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     runs: Mutex<queue::Runs>,
     leases: Mutex<lease::LeaseState>,
+    buckets: Mutex<buckets::BucketState>,
     user_active: tokio::sync::broadcast::Sender<UserId>,
     timings: Mutex<HashMap<String, u64>>,
     streaks: Mutex<HashMap<String, leasehold_core::PassStreak>>,
@@ -71,6 +73,7 @@ impl MemoryStore {
                 clock,
                 runs: Mutex::new(queue::Runs::default()),
                 leases: Mutex::new(lease::LeaseState::default()),
+                buckets: Mutex::new(buckets::BucketState::default()),
                 user_active,
                 timings: Mutex::new(HashMap::new()),
                 streaks: Mutex::new(HashMap::new()),

@@ -25,7 +25,12 @@ impl Backend for MemBackend {
     async fn fresh(&self) -> Fixture {
         let clock = Arc::new(ManualClock::default());
         let store = MemoryStore::with_clock(clock.clone());
-        Fixture { queue: Arc::new(store.clone()), leases: Arc::new(store), time: Arc::new(ManualTime(clock)) }
+        Fixture {
+            queue: Arc::new(store.clone()),
+            leases: Arc::new(store.clone()),
+            buckets: Arc::new(store),
+            time: Arc::new(ManualTime(clock)),
+        }
     }
 }
 

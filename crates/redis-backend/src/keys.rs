@@ -19,6 +19,7 @@
 //! | a worker registration | `{P}:sync:workers:<id>` |
 //! | the registration index (sorted by expiry) | `{P}:sync:workers` |
 //! | a tier | `{P}:sync:tier:<id>` |
+//! | bucket leases: count and total weight, weights, fence counters, owners, expiries, workers, loads | `{P}:sync:buckets:{meta,weights,fences,owners,expiry,workers,loads}` |
 //! | a user's presence | `{P}:sess:active:<user>` |
 //! | the `user.active` channel | `P:user.active` |
 //!
@@ -116,6 +117,29 @@ impl RunKeys {
     }
 }
 
+/// The keys of the bucket leases (see `lua/bucket_tick.lua`): all in the
+/// lease space's slot. They are small (a few entries per bucket, 4,096
+/// buckets by default) and a tick must read the loads and the free pool
+/// atomically with its claims, so they stay together; what spreads over a
+/// cluster is the per-account data of each bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketKeys {
+    /// A hash: `count` (bound once) and `total` (the sum of the weights).
+    pub meta: String,
+    /// A hash: bucket -> weight.
+    pub weights: String,
+    /// A hash: bucket -> its last token (never expires).
+    pub fences: String,
+    /// A hash: bucket -> `"owner token"`.
+    pub owners: String,
+    /// A sorted set: bucket -> when its lease runs out (0: free).
+    pub expiry: String,
+    /// A sorted set: worker -> when its registration runs out.
+    pub workers: String,
+    /// A sorted set: worker -> its load at its last tick.
+    pub loads: String,
+}
+
 /// The keys of the lease space under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseKeys {
@@ -162,6 +186,20 @@ impl LeaseKeys {
     /// The registration index (a sorted set of worker ids by expiry).
     pub fn worker_index(&self) -> String {
         format!("{}:sync:workers", self.tag)
+    }
+
+    /// The seven keys of the bucket leases.
+    pub fn buckets(&self) -> BucketKeys {
+        let base = format!("{}:sync:buckets", self.tag);
+        BucketKeys {
+            meta: format!("{base}:meta"),
+            weights: format!("{base}:weights"),
+            fences: format!("{base}:fences"),
+            owners: format!("{base}:owners"),
+            expiry: format!("{base}:expiry"),
+            workers: format!("{base}:workers"),
+            loads: format!("{base}:loads"),
+        }
     }
 
     /// `sess:active:{user}`.
@@ -239,6 +277,9 @@ mod tests {
             k.worker(&WorkerId::new("w1").unwrap()),
             k.worker_index(),
             k.session(&UserId::new("u1").unwrap()),
+            k.buckets().meta,
+            k.buckets().expiry,
+            k.buckets().loads,
         ];
         let first = slot(&keys[0]);
         for key in &keys {

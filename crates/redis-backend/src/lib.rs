@@ -44,6 +44,7 @@
 //! tests and benchmarks.
 #![warn(missing_docs)]
 
+mod buckets;
 pub mod bus;
 mod config;
 mod conn;

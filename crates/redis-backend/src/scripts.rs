@@ -55,3 +55,19 @@ pub(crate) static TIMINGS_OUTCOMES: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/timings_outcomes.lua")));
 /// Presence + `user.active`.
 pub(crate) static USER_ACTIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/user_active.lua")));
+/// Binding the bucket count.
+pub(crate) static BUCKET_BIND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/bucket_bind.lua")));
+/// Bucket weights.
+pub(crate) static BUCKET_WEIGHTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/bucket_weights.lua")));
+/// A worker's balancing step.
+pub(crate) static BUCKET_TICK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/bucket_tick.lua")));
+/// Releasing bucket leases (and leaving).
+pub(crate) static BUCKET_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/bucket_release.lua")));
+/// A bucket's current lease.
+pub(crate) static BUCKET_HOLDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/bucket_holder.lua")));
+/// Raising a bucket's fence counter.
+pub(crate) static BUCKET_RAISE_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/bucket_raise_token.lua")));

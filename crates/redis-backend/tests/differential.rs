@@ -17,7 +17,7 @@
 //! `at_ms`, `idle_ms` and `last_seen_ms` are ignored, event ids are compared
 //! by order only. Fencing tokens are compared as they are (both count from 1).
 //!
-//! Cases: `PROPTEST_CASES` (default 2000).
+//! Cases: `PROPTEST_CASES` (default 2000; 500 for the bucket leases alone).
 
 mod common;
 
@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    Budgets, Delivery, EntryId, Event, FinalizeReason, FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock,
-    Outcome, RequeueRequest, ReserveReply, RunId, RunSpec, StreamName, Tier, Ttl, UnitGroup, UnitId, UnitQueue,
-    UnitSpec, WorkerId,
+    BalancePolicy, BucketId, BucketLease, BucketLeases, Budgets, Delivery, EntryId, Event, FinalizeReason,
+    FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock, Outcome, RequeueRequest, ReserveReply, RunId, RunSpec,
+    StreamName, Tier, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use leasehold_redis::RedisStore;
@@ -44,6 +44,7 @@ const LONG: Ttl = Ttl::from_secs(600);
 
 const WORKERS: usize = 3;
 const KEYS: usize = 3;
+const BUCKETS: u32 = 6;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -74,6 +75,10 @@ enum Op {
     SetTier { k: usize, tier: u8 },
     RegisterWorker { w: usize, short: bool },
     DeregisterWorker { w: usize },
+    BucketWeight { b: u32, delta: i64 },
+    BucketTick { w: usize, short: bool, slack: u32, max_claims: u32, max_sheds: u32 },
+    BucketReleaseShed { w: usize },
+    BucketLeave { w: usize },
 }
 
 fn who() -> impl Strategy<Value = Option<usize>> {
@@ -111,7 +116,22 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..KEYS).prop_map(|k| Op::MarkNotLive { k }),
         1 => (0..KEYS, 0..3u8).prop_map(|(k, tier)| Op::SetTier { k, tier }),
         1 => (w.clone(), any::<bool>()).prop_map(|(w, short)| Op::RegisterWorker { w, short }),
-        1 => w.prop_map(|w| Op::DeregisterWorker { w }),
+        1 => w.clone().prop_map(|w| Op::DeregisterWorker { w }),
+        1 => bucket_op(),
+    ]
+}
+
+/// Bucket-lease operations (also run on their own, where they are dense
+/// enough for sheds and takeovers to happen often).
+fn bucket_op() -> impl Strategy<Value = Op> {
+    let w = 0..WORKERS;
+    prop_oneof![
+        3 => (0..BUCKETS, -2..6i64).prop_map(|(b, delta)| Op::BucketWeight { b, delta }),
+        6 => (w.clone(), prop::bool::weighted(0.2), prop_oneof![Just(0u32), Just(10), Just(100)], 1..4u32, 0..3u32)
+            .prop_map(|(w, short, slack, max_claims, max_sheds)| Op::BucketTick { w, short, slack, max_claims, max_sheds }),
+        3 => w.clone().prop_map(|w| Op::BucketReleaseShed { w }),
+        1 => w.prop_map(|w| Op::BucketLeave { w }),
+        1 => Just(Op::Step),
     ]
 }
 
@@ -217,6 +237,10 @@ struct Side {
     clock: Option<Arc<ManualClock>>,
     deliveries: Vec<(usize, Delivery)>,
     leases_held: Vec<Lease>,
+    buckets: Arc<dyn BucketLeases>,
+    /// Per worker: the bucket leases it holds, and those its last tick shed.
+    buckets_held: Vec<Vec<BucketLease>>,
+    buckets_shed: Vec<Vec<BucketLease>>,
     ordinals: Ordinals,
 }
 
@@ -449,6 +473,31 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
             format!("{r:?}")
         }
         Op::DeregisterWorker { w } => format!("{:?}", l.deregister_worker(&wid(*w)).await.map_err(|e| e.to_string())),
+        Op::BucketWeight { b, delta } => {
+            format!("{:?}", side.buckets.add_weight(BucketId(*b), *delta).await.expect("add_weight"))
+        }
+        Op::BucketTick { w, short, slack, max_claims, max_sheds } => {
+            let max_claims = std::num::NonZeroU32::new(*max_claims).expect("the strategy gives 1 or more");
+            let policy = BalancePolicy::new(*slack, max_claims, *max_sheds).expect("a slack of 100 % or less");
+            let ttl = if *short { IDLE } else { LONG };
+            let tick = side.buckets.tick(&wid(*w), &side.buckets_held[*w], ttl, &policy).await.expect("tick");
+            side.buckets_held[*w] = tick.kept.iter().chain(&tick.claimed).cloned().collect();
+            side.buckets_shed[*w] = tick.shed.clone();
+            if *short {
+                side.step().await;
+            }
+            format!("{tick:?}")
+        }
+        Op::BucketReleaseShed { w } => {
+            let shed = std::mem::take(&mut side.buckets_shed[*w]);
+            side.buckets_held[*w].retain(|l| !shed.contains(l));
+            format!("{:?}", side.buckets.release_buckets(&shed).await.expect("release_buckets"))
+        }
+        Op::BucketLeave { w } => {
+            let held = std::mem::take(&mut side.buckets_held[*w]);
+            side.buckets_shed[*w].clear();
+            format!("{:?}", side.buckets.leave(&wid(*w), &held).await.expect("leave"))
+        }
     }
 }
 
@@ -494,17 +543,25 @@ async fn final_state(side: &mut Side, case: &Case, run: &RunId) -> Vec<String> {
     }
     out.push(format!("live {:?}", l.live_keys().await.expect("live_keys")));
     out.push(format!("workers {:?}", l.live_workers().await.expect("live_workers")));
+    for b in 0..BUCKETS {
+        let bucket = BucketId(b);
+        out.push(format!("bucket {b} {:?}", side.buckets.bucket_holder(bucket).await.expect("bucket_holder")));
+        out.push(format!("weight {b} {:?}", side.buckets.weight(bucket).await.expect("weight")));
+    }
     out
 }
 
-async fn run_case(url: &str, case: &Case) -> Result<(), TestCaseError> {
+async fn run_case(url: &str, case: &Case, init: bool) -> Result<(), TestCaseError> {
     let run = RunId::new("diff").expect("run id");
     let clock = Arc::new(ManualClock::default());
     let mem = MemoryStore::with_clock(clock.clone());
     let redis = common::store(url, "diff").await;
     let mut m = Side {
         queue: Arc::new(mem.clone()),
-        leases: Arc::new(mem),
+        leases: Arc::new(mem.clone()),
+        buckets: Arc::new(mem),
+        buckets_held: vec![Vec::new(); WORKERS],
+        buckets_shed: vec![Vec::new(); WORKERS],
         redis: None,
         clock: Some(clock),
         deliveries: Vec::new(),
@@ -514,6 +571,9 @@ async fn run_case(url: &str, case: &Case) -> Result<(), TestCaseError> {
     let mut r = Side {
         queue: Arc::new(redis.clone()),
         leases: Arc::new(redis.clone()),
+        buckets: Arc::new(redis.clone()),
+        buckets_held: vec![Vec::new(); WORKERS],
+        buckets_shed: vec![Vec::new(); WORKERS],
         redis: Some(redis),
         clock: None,
         deliveries: Vec::new(),
@@ -521,8 +581,8 @@ async fn run_case(url: &str, case: &Case) -> Result<(), TestCaseError> {
         ordinals: Ordinals::default(),
     };
     // Most cases start from an initialised run; some exercise the missing run.
-    let init = Op::Init { same_units: true };
-    let ops = std::iter::once(&init).chain(case.ops.iter());
+    let init_op = Op::Init { same_units: true };
+    let ops = init.then_some(&init_op).into_iter().chain(case.ops.iter());
     for (i, op) in ops.enumerate() {
         let a = apply(&mut m, case, &run, op).await;
         let b = apply(&mut r, case, &run, op).await;
@@ -541,8 +601,29 @@ fn memory_and_redis_agree() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let started = std::time::Instant::now();
-    let result = runner.run(&case(), |case| runtime.block_on(run_case(&url, &case)));
+    let result = runner.run(&case(), |case| runtime.block_on(run_case(&url, &case, true)));
     eprintln!("differential: {cases} cases in {:.1} s", started.elapsed().as_secs_f64());
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn memory_and_redis_agree_on_bucket_leases() {
+    let url = leasehold_redis::test_support::redis_url();
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let buckets_only = prop::collection::vec(bucket_op(), 1..60).prop_map(|ops| Case {
+        units: 1,
+        group: None,
+        quarantine_odd: false,
+        budgets: Budgets { max_requeues: 0, requeue_tolerance: 0.0, max_reclaims: 0, max_failures: None },
+        ops,
+    });
+    let started = std::time::Instant::now();
+    let result = runner.run(&buckets_only, |case| runtime.block_on(run_case(&url, &case, false)));
+    eprintln!("differential (bucket leases): {cases} cases in {:.1} s", started.elapsed().as_secs_f64());
     if let Err(e) = result {
         panic!("{e}");
     }

@@ -23,10 +23,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::buckets::BucketLeases;
 use crate::lease::LeaseStore;
 use crate::queue::UnitQueue;
 use crate::ttl::Ttl;
 
+pub mod buckets;
 pub mod lease;
 pub mod queue;
 pub mod support;
@@ -48,6 +50,8 @@ pub struct Fixture {
     pub queue: Arc<dyn UnitQueue>,
     /// The store's leases.
     pub leases: Arc<dyn LeaseStore>,
+    /// The store's bucket leases.
+    pub buckets: Arc<dyn BucketLeases>,
     /// The store's clock.
     pub time: Arc<dyn TimeControl>,
 }
