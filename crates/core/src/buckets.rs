@@ -227,6 +227,11 @@ pub struct BucketTick {
     pub total_weight: u64,
     /// This worker's load after the tick: kept plus claimed, minus shed.
     pub load: u64,
+    /// The change count of each kept or claimed bucket (in that order): a
+    /// count that differs from the one the caller saw last means its keys
+    /// changed since ([`BucketLeases::add_weight`] and
+    /// [`BucketLeases::set_weights`] count up), so the caller reads them again.
+    pub versions: Vec<(BucketId, u64)>,
     /// The cap of each worker.
     pub cap: u64,
 }
@@ -246,7 +251,11 @@ pub struct BucketTick {
 /// * **Weights** are kept by the callers: [`BucketLeases::add_weight`] as
 ///   keys come and go, [`BucketLeases::set_weights`] to repair (from the
 ///   keys' own table) after the store lost them. A bucket of weight 0 is
-///   never claimed; one that gains weight becomes claimable.
+///   never claimed; one that gains weight becomes claimable. Each call counts
+///   up the bucket's **change count**, which every tick reports for the
+///   buckets it keeps or claims: this is how an owner learns, within one
+///   tick and without a message that could be lost, that a key was added to
+///   or removed from its bucket.
 /// * **A tick** ([`BucketLeases::tick`]) is one worker's whole periodic
 ///   call, atomic: it registers the worker as live for `ttl`, forgets
 ///   workers whose registration ran out, renews the held leases that are
@@ -267,10 +276,13 @@ pub trait BucketLeases: Send + Sync + 'static {
     /// caller given another count must use that one, or refuse to run.
     async fn bind_buckets(&self, count: BucketCount) -> Result<BucketCount, LeaseError>;
 
-    /// Adds `delta` to `bucket`'s weight (never below 0); returns the new weight.
+    /// Adds `delta` to `bucket`'s weight (never below 0) and counts up its
+    /// change count (also for a `delta` of 0: a key of it changed); returns
+    /// the new weight.
     async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError>;
 
-    /// Sets each bucket's weight, keeping the total consistent.
+    /// Sets each bucket's weight, keeping the total consistent, and counts up
+    /// each one's change count.
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError>;
 
     /// `owner`'s balancing step (see the contract): `held` are the leases it

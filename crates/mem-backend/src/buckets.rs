@@ -24,6 +24,7 @@ struct Owner {
 pub(crate) struct BucketState {
     count: Option<BucketCount>,
     weights: HashMap<BucketId, u64>,
+    versions: HashMap<BucketId, u64>,
     total: u64,
     fences: HashMap<BucketId, u64>,
     owners: HashMap<BucketId, Owner>,
@@ -59,6 +60,7 @@ impl BucketState {
     }
 
     fn set_weight(&mut self, bucket: BucketId, weight: u64) {
+        *self.versions.entry(bucket).or_insert(0) += 1;
         let old = self.weight(bucket);
         self.total = self.total - old + weight;
         if weight == 0 {
@@ -170,6 +172,12 @@ impl BucketState {
             }
         }
         self.loads.insert(owner.clone(), load);
+        tick.versions = tick
+            .kept
+            .iter()
+            .chain(&tick.claimed)
+            .map(|l| (l.bucket, self.versions.get(&l.bucket).copied().unwrap_or(0)))
+            .collect();
         tick.workers = workers;
         tick.total_weight = total;
         tick.load = load;

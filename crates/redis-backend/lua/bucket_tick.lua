@@ -3,19 +3,20 @@
 -- rules). Its cost is the held leases, at most max_claims free entries and
 -- the workers that died since: nothing here reads every bucket.
 --
--- KEYS: sync:buckets:meta, :weights, :fences, :owners, :expiry, :workers, :loads
+-- KEYS: sync:buckets:meta, :weights, :fences, :owners, :expiry, :workers, :loads, :versions
 -- ARGV: owner, ttl_ms, slack_pct, max_claims, max_sheds, then pairs of
 --       bucket, token (the leases the owner believes it holds)
 -- Reply: { {workers, total, load, cap}, {1|0 per held lease: kept or lost},
---          {bucket, token, ... claimed}, {bucket, ... to shed} }
+--          {bucket, token, ... claimed}, {bucket, ... to shed},
+--          {change count of each kept, then each claimed bucket} }
 --
 -- owners: bucket -> "owner token"; expiry: bucket -> ms the lease runs out
 -- (0 for a free bucket; only buckets with weight or an owner are members);
 -- workers: worker -> ms its registration runs out; loads: worker -> load at
 -- its last tick; fences: bucket -> last token (never expires).
 
-local meta, weights, fences, owners, expiry, workers, loads =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local meta, weights, fences, owners, expiry, workers, loads, versions =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local slack, max_claims, max_sheds = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local t = redis.call("TIME")
@@ -32,7 +33,7 @@ local function weight(bucket)
   return tonumber(redis.call("HGET", weights, bucket) or "0")
 end
 
-local load, kept, flags = 0, {}, {}
+local load, kept, flags, order = 0, {}, {}, {}
 for i = 6, #ARGV, 2 do
   local bucket, token = ARGV[i], ARGV[i + 1]
   local at = redis.call("ZSCORE", expiry, bucket)
@@ -41,6 +42,7 @@ for i = 6, #ARGV, 2 do
     local w = weight(bucket)
     load = load + w
     kept[#kept + 1] = { tonumber(bucket), w }
+    order[#order + 1] = bucket
     flags[#flags + 1] = 1
   else
     flags[#flags + 1] = 0
@@ -70,6 +72,7 @@ if load * n < total then
         load = load + w
         claimed[#claimed + 1] = tonumber(bucket)
         claimed[#claimed + 1] = token
+        order[#order + 1] = bucket
       end
     end
   end
@@ -123,4 +126,8 @@ else
 end
 
 redis.call("ZADD", loads, load, owner)
-return { { n, total, load, cap }, flags, claimed, shed }
+local changes = {}
+for i, bucket in ipairs(order) do
+  changes[i] = tonumber(redis.call("HGET", versions, bucket) or "0")
+end
+return { { n, total, load, cap }, flags, claimed, shed, changes }

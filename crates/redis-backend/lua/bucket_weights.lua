@@ -3,11 +3,13 @@
 -- buckets (score 0) unless it is in it already; one that drops to 0 and has
 -- no owner leaves it.
 --
--- KEYS: sync:buckets:meta, :weights, :owners, :expiry
+-- Each bucket's change count (versions) counts up.
+--
+-- KEYS: sync:buckets:meta, :weights, :owners, :expiry, :versions
 -- ARGV: mode ("add" or "set"), then pairs of bucket, value
 -- Reply: each bucket's new weight.
 
-local meta, weights, owners, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, weights, owners, expiry, versions = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local add = ARGV[1] == "add"
 local reply = {}
 for i = 2, #ARGV, 2 do
@@ -17,6 +19,7 @@ for i = 2, #ARGV, 2 do
   if add then
     new = math.max(0, old + new)
   end
+  redis.call("HINCRBY", versions, bucket, 1)
   redis.call("HINCRBY", meta, "total", new - old)
   if new == 0 then
     redis.call("HDEL", weights, bucket)

@@ -32,7 +32,7 @@ impl RedisStore {
         pairs: &[(BucketId, i64)],
     ) -> Result<Vec<u64>, LeaseError> {
         let k = self.lease_keys().buckets();
-        let mut call = Call::new([&k.meta, &k.weights, &k.owners, &k.expiry]).arg(mode);
+        let mut call = Call::new([&k.meta, &k.weights, &k.owners, &k.expiry, &k.versions]).arg(mode);
         for (bucket, value) in pairs {
             call.push(bucket.0);
             call.push(*value);
@@ -96,12 +96,13 @@ impl BucketLeases for RedisStore {
         policy: &BalancePolicy,
     ) -> Result<BucketTick, LeaseError> {
         let k = self.lease_keys().buckets();
-        let mut call = Call::new([&k.meta, &k.weights, &k.fences, &k.owners, &k.expiry, &k.workers, &k.loads])
-            .arg(owner.as_str())
-            .arg(ttl.as_millis())
-            .arg(policy.slack_pct())
-            .arg(policy.max_claims())
-            .arg(policy.max_sheds());
+        let mut call =
+            Call::new([&k.meta, &k.weights, &k.fences, &k.owners, &k.expiry, &k.workers, &k.loads, &k.versions])
+                .arg(owner.as_str())
+                .arg(ttl.as_millis())
+                .arg(policy.slack_pct())
+                .arg(policy.max_claims())
+                .arg(policy.max_sheds());
         for lease in held {
             call.push(lease.bucket.0);
             call.push(lease.token.0);
@@ -110,11 +111,12 @@ impl BucketLeases for RedisStore {
         let err = |e| lease_reply_err(op, owner.as_str(), e);
         let value = self.eval(&scripts::BUCKET_TICK, &call).await.map_err(|e| lease_err(op, owner.as_str(), e))?;
         let mut parts = reply::array(op, value).map_err(err)?.into_iter();
-        let mut next = || parts.next().ok_or_else(|| err(ReplyError::new(op, "fewer than 4 parts")));
+        let mut next = || parts.next().ok_or_else(|| err(ReplyError::new(op, "fewer than 5 parts")));
         let figures = uints(op, next()?).map_err(err)?;
         let flags = uints(op, next()?).map_err(err)?;
         let claimed = uints(op, next()?).map_err(err)?;
         let shed = uints(op, next()?).map_err(err)?;
+        let versions = uints(op, next()?).map_err(err)?;
         let [workers, total_weight, load, cap] = figures[..] else {
             return Err(err(ReplyError::new(op, format!("{} figures, not 4", figures.len()))));
         };
@@ -134,6 +136,14 @@ impl BucketLeases for RedisStore {
                 tick.shed.push(lease.clone());
             }
         }
+        let buckets: Vec<BucketId> = tick.kept.iter().chain(&tick.claimed).map(|l| l.bucket).collect();
+        if buckets.len() != versions.len() {
+            return Err(err(ReplyError::new(
+                op,
+                format!("{} change counts for {} buckets", versions.len(), buckets.len()),
+            )));
+        }
+        tick.versions = buckets.into_iter().zip(versions).collect();
         Ok(tick)
     }
 

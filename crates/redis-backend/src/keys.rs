@@ -19,7 +19,7 @@
 //! | a worker registration | `{P}:sync:workers:<id>` |
 //! | the registration index (sorted by expiry) | `{P}:sync:workers` |
 //! | a tier | `{P}:sync:tier:<id>` |
-//! | bucket leases: count and total weight, weights, fence counters, owners, expiries, workers, loads | `{P}:sync:buckets:{meta,weights,fences,owners,expiry,workers,loads}` |
+//! | bucket leases: count and total weight, weights, fence counters, owners, expiries, workers, loads | `{P}:sync:buckets:{meta,weights,versions,fences,owners,expiry,workers,loads}` |
 //! | a user's presence | `{P}:sess:active:<user>` |
 //! | the `user.active` channel | `P:user.active` |
 //!
@@ -128,6 +128,8 @@ pub struct BucketKeys {
     pub meta: String,
     /// A hash: bucket -> weight.
     pub weights: String,
+    /// A hash: bucket -> its change count.
+    pub versions: String,
     /// A hash: bucket -> its last token (never expires).
     pub fences: String,
     /// A hash: bucket -> `"owner token"`.
@@ -188,12 +190,13 @@ impl LeaseKeys {
         format!("{}:sync:workers", self.tag)
     }
 
-    /// The seven keys of the bucket leases.
+    /// The eight keys of the bucket leases.
     pub fn buckets(&self) -> BucketKeys {
         let base = format!("{}:sync:buckets", self.tag);
         BucketKeys {
             meta: format!("{base}:meta"),
             weights: format!("{base}:weights"),
+            versions: format!("{base}:versions"),
             fences: format!("{base}:fences"),
             owners: format!("{base}:owners"),
             expiry: format!("{base}:expiry"),

@@ -295,3 +295,23 @@ pub async fn a_tick_claims_at_most_max_claims(fx: Fixture) {
     assert_eq!(step(&fx, &mut w1, &policy).await, 8);
     assert_eq!(w1.held.len(), 16);
 }
+
+/// Each weight change counts up the bucket's change count, which the
+/// owner's next tick reports: how it learns a key came or went.
+pub async fn a_tick_reports_each_buckets_change_count(fx: Fixture) {
+    fx.buckets.set_weights(&[(b(0), 1), (b(1), 1)]).await.unwrap();
+    let policy = BalancePolicy::default();
+    let w1 = worker("w1");
+    let first = fx.buckets.tick(&w1, &[], MINUTE, &policy).await.unwrap();
+    let seen: BTreeMap<BucketId, u64> = first.versions.iter().copied().collect();
+    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), vec![b(0), b(1)], "one count per claimed bucket");
+    let quiet = fx.buckets.tick(&w1, &first.claimed, MINUTE, &policy).await.unwrap();
+    assert_eq!(quiet.versions.iter().copied().collect::<BTreeMap<_, _>>(), seen, "nothing changed");
+    fx.buckets.add_weight(b(0), 0).await.unwrap();
+    fx.buckets.add_weight(b(1), 1).await.unwrap();
+    fx.buckets.add_weight(b(1), -1).await.unwrap();
+    let after = fx.buckets.tick(&w1, &first.claimed, MINUTE, &policy).await.unwrap();
+    let after: BTreeMap<BucketId, u64> = after.versions.iter().copied().collect();
+    assert!(after[&b(0)] > seen[&b(0)], "a key of bucket 0 changed");
+    assert!(after[&b(1)] > seen[&b(1)], "an add and a delete leave the weight as it was, not the count");
+}
