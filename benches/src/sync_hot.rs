@@ -67,7 +67,8 @@ fn raise_inotify_limit() -> Option<u64> {
 pub async fn run() -> Result<serde_json::Value> {
     let inotify_limit = raise_inotify_limit();
     let w = world().await?;
-    let store: Arc<dyn LeaseStore> = Arc::new(leasehold_mem::MemoryStore::new());
+    let leases = Arc::new(leasehold_mem::MemoryStore::new());
+    let store: Arc<dyn LeaseStore> = leases.clone();
     let mut accounts = Vec::with_capacity(ACCOUNTS);
     for i in 0..ACCOUNTS {
         let key = w.account(&format!("hot{i}")).await?;
@@ -85,6 +86,7 @@ pub async fn run() -> Result<serde_json::Value> {
     let source = ImapSource::new(w.storage.clone(), ImapSettings::from(&config));
     let deps = Deps {
         store,
+        buckets: leases,
         source: Arc::new(source.clone()),
         directory: Arc::new(w.storage.clone()),
         clock: Arc::new(TokioClock::new()),

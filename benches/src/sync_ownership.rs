@@ -111,9 +111,11 @@ fn spawn_worker(
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async move {
             let prepared = async {
-                let store: Arc<dyn LeaseStore> = Arc::new(connect(&url, &prefix).await?);
+                let leases = Arc::new(connect(&url, &prefix).await?);
+                let store: Arc<dyn LeaseStore> = leases.clone();
                 let deps = Deps {
                     store,
+                    buckets: leases,
                     source: Arc::new(source),
                     directory: Arc::new(MemoryDirectory::new()),
                     clock: Arc::new(TokioClock::new()),

@@ -205,6 +205,17 @@ impl Default for BalancePolicy {
     }
 }
 
+/// What [`BucketLeases::bind_buckets`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketBinding {
+    /// The key space's bucket count.
+    pub count: BucketCount,
+    /// Whether this call recorded it: the key space was new, or lost its
+    /// state (a Redis restarted without its data, or flushed), so its
+    /// weights must be given again ([`BucketLeases::set_weights`]).
+    pub recorded_now: bool,
+}
+
 /// What one [`BucketLeases::tick`] found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketTick {
@@ -272,9 +283,11 @@ pub struct BucketTick {
 #[async_trait]
 pub trait BucketLeases: Send + Sync + 'static {
     /// Records `count` as the key space's bucket count if none is recorded
-    /// yet (of two racing callers one wins) and returns the recorded one. A
-    /// caller given another count must use that one, or refuse to run.
-    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketCount, LeaseError>;
+    /// yet (of two racing callers one wins) and returns the recorded one,
+    /// saying whether this call recorded it. A caller given another count
+    /// must use that one, or refuse to run. Callers bind again now and then:
+    /// a binding recorded anew means the store lost its state.
+    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketBinding, LeaseError>;
 
     /// Adds `delta` to `bucket`'s weight (never below 0) and counts up its
     /// change count (also for a `delta` of 0: a key of it changed); returns

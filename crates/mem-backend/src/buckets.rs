@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken, LeaseError, Ttl,
-    WorkerId,
+    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
+    LeaseError, Ttl, WorkerId,
 };
 
 use crate::MemoryStore;
@@ -188,8 +188,10 @@ impl BucketState {
 
 #[async_trait]
 impl BucketLeases for MemoryStore {
-    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketCount, LeaseError> {
-        Ok(*self.inner.buckets.lock().count.get_or_insert(count))
+    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketBinding, LeaseError> {
+        let mut state = self.inner.buckets.lock();
+        let recorded_now = state.count.is_none();
+        Ok(BucketBinding { count: *state.count.get_or_insert(count), recorded_now })
     }
 
     async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError> {

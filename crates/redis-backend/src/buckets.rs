@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken, LeaseError, Ttl,
-    WorkerId,
+    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
+    LeaseError, Ttl, WorkerId,
 };
 use redis::Value;
 
@@ -59,15 +59,21 @@ impl RedisStore {
 
 #[async_trait]
 impl BucketLeases for RedisStore {
-    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketCount, LeaseError> {
+    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketBinding, LeaseError> {
         let meta = self.lease_keys().buckets().meta;
+        let op = "bind_buckets";
         let value = self
             .eval(&scripts::BUCKET_BIND, &Call::new([&meta]).arg(count.get()))
             .await
-            .map_err(|e| lease_err("bind_buckets", &meta, e))?;
-        let recorded = reply::string("bind_buckets", &value).map_err(|e| lease_reply_err("bind_buckets", &meta, e))?;
+            .map_err(|e| lease_err(op, &meta, e))?;
+        let parts = reply::array(op, value).map_err(|e| lease_reply_err(op, &meta, e))?;
+        let recorded = reply::string(op, reply::at(op, &parts, 0).map_err(|e| lease_reply_err(op, &meta, e))?)
+            .map_err(|e| lease_reply_err(op, &meta, e))?;
+        let now = reply::int(op, reply::at(op, &parts, 1).map_err(|e| lease_reply_err(op, &meta, e))?)
+            .map_err(|e| lease_reply_err(op, &meta, e))?;
         let corrupt = || LeaseError::Corrupt { key: meta.clone(), detail: format!("bucket count {recorded:?}") };
-        BucketCount::new(recorded.parse().map_err(|_| corrupt())?).map_err(|_| corrupt())
+        let count = BucketCount::new(recorded.parse().map_err(|_| corrupt())?).map_err(|_| corrupt())?;
+        Ok(BucketBinding { count, recorded_now: now == 1 })
     }
 
     async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError> {

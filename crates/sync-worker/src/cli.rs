@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use leasehold_core::{LeaseKey, LeaseStore, WorkerId};
+use leasehold_core::{LeaseKey, WorkerId};
 
 use crate::api::{ApiSettings, ApiState};
 use crate::app::serve::{self, Parts};
@@ -346,7 +346,7 @@ async fn check_login(login: &Credentials, config: &Config, outcome: &str) -> any
 }
 
 /// The lease store the workers share, when there is one (see [`wiring::shared_store`]).
-async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn LeaseStore>>> {
+async fn shared_store(config: &Config) -> anyhow::Result<Option<Arc<dyn crate::leases::Leases>>> {
     wiring::shared_store(config).await.context("could not connect the lease store")
 }
 
@@ -375,8 +375,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 .await?;
             storage.record_server_ip(id.as_str(), server_ip).await?;
             if let Some(store) = shared_store(&config).await? {
-                store
-                    .mark_live(&id)
+                crate::leases::account_added(store.as_ref(), &id, storage.bucket_of(id.as_str()))
                     .await
                     .context("saved, but could not mark it live (workers will at their next reconcile)")?;
             }
@@ -435,7 +434,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
             let key = LeaseKey::new(&id)?;
             if let Some(store) = shared_store(&config).await? {
                 tier = store.tier(&key).await?.map(|t| t.to_string());
-                holder = store.holder(&key).await?;
+                holder = crate::leases::account_holder(store.as_ref(), &key, storage.bucket_of(&id)).await?;
                 owner = holder.as_ref().map(|l| l.owner.to_string());
             }
             let stored = storage.fence_token(&key).await?.unwrap_or(leasehold_core::FencingToken(0));
@@ -470,7 +469,7 @@ async fn account(cmd: AccountCommand, config: Config) -> anyhow::Result<()> {
                 bail!("no account {id}: nothing removed");
             }
             if let Some(store) = shared_store(&config).await? {
-                store.mark_not_live(&LeaseKey::new(&id)?).await?;
+                crate::leases::account_removed(store.as_ref(), &LeaseKey::new(&id)?, storage.bucket_of(&id)).await?;
             }
             println!("removed {id}");
             Ok(())

@@ -11,7 +11,8 @@
 //! | `HOT_BUDGET_PER_WORKER` | most hot accounts one worker keeps; beyond it the least recently active session-less hot accounts are demoted to warm | `500` |
 //! | `LEASE_TTL` | lease and worker-registration time-to-live; leases are renewed every third of it | `30s` |
 //! | `IDLE_REISSUE` | a hot account's INBOX watch (IMAP IDLE) is re-issued after this, whatever keepalives the server sends; must stay under 29 minutes | `25m` |
-//! | `RECONCILE_INTERVAL` | how often the live set is reconciled with the accounts table | `30s` |
+//! | `RECONCILE_INTERVAL` | how often the live set is reconciled with the accounts table (`accounts` ownership), or each owned bucket's accounts are read again and a slice of the buckets' weights recounted (`buckets` ownership) | `30s` |
+//! | `OWNERSHIP` | `accounts`: a lease per account, balanced by count; `buckets`: accounts hash into lease buckets shared by weight, so a worker's per-tick cost follows what it owns, not the number of accounts (see `coordinator/buckets.rs`) | `accounts` |
 //! | `REDIS_URL` | the Redis backend (`redis://...`); absent: the in-memory backend (one process) | absent |
 //! | `REDIS_KEY_PREFIX` | prefix of every Redis key | `leasehold` |
 //! | `WORKER_ID` | this worker's id | `<hostname>-<pid>-<random>` |
@@ -81,6 +82,8 @@ pub struct Config {
     pub idle_reissue: Duration,
     /// `RECONCILE_INTERVAL`.
     pub reconcile_interval: Duration,
+    /// `OWNERSHIP`.
+    pub ownership: Ownership,
     /// `REDIS_URL`; `None` selects the in-memory backend.
     pub redis_url: Option<String>,
     /// `REDIS_KEY_PREFIX`; empty means the backend's default (`leasehold`).
@@ -116,6 +119,7 @@ impl Default for Config {
             lease_ttl: Duration::from_secs(30),
             idle_reissue: Duration::from_secs(25 * 60),
             reconcile_interval: Duration::from_secs(30),
+            ownership: Ownership::Accounts,
             redis_url: None,
             redis_key_prefix: String::new(),
             worker_id: None,
@@ -129,6 +133,15 @@ impl Default for Config {
             webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
+}
+
+/// How workers share the accounts (`OWNERSHIP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// A lease per account; each tick reads the live set and the live workers.
+    Accounts,
+    /// Lease buckets shared by weight ([`leasehold_core::BucketLeases`]).
+    Buckets,
 }
 
 /// The longest an IMAP IDLE may run before servers drop it (RFC 2177: 29 minutes).
@@ -242,6 +255,19 @@ impl Config {
                 value: v.clone(),
                 expected: "a whole number of refused logins, at least 1 (e.g. 8)".into(),
             })?;
+        }
+        if let Some(v) = get("OWNERSHIP") {
+            c.ownership = match v.trim() {
+                "accounts" => Ownership::Accounts,
+                "buckets" => Ownership::Buckets,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "OWNERSHIP",
+                        value: v.clone(),
+                        expected: "accounts or buckets".into(),
+                    })
+                }
+            };
         }
         if let Some(v) = get("IMAP_CONNECTS_PER_HOST") {
             c.imap_connects_per_host = v.trim().parse().map_err(|_| ConfigError::Invalid {

@@ -1,13 +1,14 @@
-//! Which user owns which account. The SQL storage implements
+//! Which user owns which account, and which accounts a lease bucket holds.
+//! The SQL storage implements
 //! [`AccountDirectory`] ([`crate::storage::Storage`]); with the `test-support`
 //! feature, `testing::MemoryDirectory` serves tests and benchmarks.
 
 use async_trait::async_trait;
-use leasehold_core::{LeaseKey, UserId};
+use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey, UserId};
 
 use crate::errors::DirectoryError;
 
-/// Maps accounts to the users who own them.
+/// Maps accounts to the users who own them, and lease buckets to their accounts.
 #[async_trait]
 pub trait AccountDirectory: Send + Sync + 'static {
     /// The user owning `account`, `None` when unknown.
@@ -22,4 +23,17 @@ pub trait AccountDirectory: Send + Sync + 'static {
         }
         Ok(users)
     }
+
+    /// How many lease buckets accounts hash into.
+    fn bucket_count(&self) -> BucketCount;
+
+    /// The accounts of `buckets`, each with its bucket, sorted by account.
+    async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, DirectoryError>;
+
+    /// How many accounts each bucket holds (empty buckets left out).
+    async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, DirectoryError>;
+
+    /// The highest fencing token stored for an account of `bucket` (0 when
+    /// none, or when this directory keeps no tokens).
+    async fn highest_token_in_bucket(&self, bucket: BucketId) -> Result<FencingToken, DirectoryError>;
 }

@@ -47,6 +47,7 @@ pub mod webhooks;
 pub mod deadline;
 pub mod directory;
 pub mod events;
+pub mod leases;
 pub mod logging;
 pub mod metrics;
 pub mod source;
@@ -68,6 +69,7 @@ pub use coordinator::{
 };
 pub use directory::AccountDirectory;
 pub use errors::{BoxError, ConfigError, DirectoryError, SourceError, SyncError};
+pub use leases::Leases;
 pub use source::{Fence, MailConnection, MailSource, PollReport, Scope};
 #[cfg(feature = "test-support")]
 pub use testing::{Activity, MemoryDirectory, PollRecord, ScriptedSource};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{FencingToken, LeaseKey, LeaseStore, TokioClock, WorkerId};
+use leasehold_core::{FencingToken, LeaseKey, TokioClock, WorkerId};
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use sqlx::Row;
@@ -75,7 +75,7 @@ impl Rig {
         Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts, logs }
     }
 
-    async fn store(&self) -> Arc<dyn LeaseStore> {
+    async fn store(&self) -> Arc<dyn sync_worker::Leases> {
         let config = RedisConfig::new(self.redis.url()).with_prefix(self.prefix.clone());
         Arc::new(RedisStore::connect_with(config).await.expect("connect to Redis"))
     }
@@ -98,7 +98,8 @@ impl Rig {
         reconcile::reconcile(&self.storage, store.as_ref()).await.expect("reconcile");
         let reconciler = reconcile::spawn(self.storage.clone(), store.clone(), config.reconcile_interval);
         let deps = Deps {
-            store,
+            store: store.clone(),
+            buckets: store.clone(),
             source: Arc::new(ImapSource::new(self.storage.clone(), ImapSettings::from(&config))),
             directory: Arc::new(self.storage.clone()),
             clock: Arc::new(TokioClock::new()),

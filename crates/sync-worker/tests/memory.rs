@@ -14,6 +14,20 @@ macro_rules! memory_cases {
 
 acceptance_cases!(memory_cases);
 
+/// The same cases under bucket ownership.
+mod buckets {
+    macro_rules! memory_bucket_cases {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(start_paused = true)]
+            async fn $name() {
+                crate::common::cases::$name(crate::common::Mem::buckets()).await;
+            }
+        )*};
+    }
+
+    acceptance_cases!(memory_bucket_cases);
+}
+
 /// Warm accounts claimed together poll together once (each new owner
 /// catches up at once); after that each wait is drawn from 0.9 to 1 times
 /// POLL_WARM, so they do not stay in step (109 connections in one second

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 
 use super::support::{ms, ttl_ms, worker};
 use super::Fixture;
-use crate::buckets::{BalancePolicy, BucketCount, BucketId, BucketLease};
+use crate::buckets::{BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease};
 use crate::ids::WorkerId;
 use crate::lease::FencingToken;
 use crate::ttl::Ttl;
@@ -100,8 +100,9 @@ fn ones(range: std::ops::Range<u32>) -> BTreeMap<BucketId, u64> {
 /// The first count bound is the count ever after.
 pub async fn bucket_count_is_bound_once(fx: Fixture) {
     let first = BucketCount::new(64).unwrap();
-    assert_eq!(fx.buckets.bind_buckets(first).await.unwrap(), first);
-    assert_eq!(fx.buckets.bind_buckets(BucketCount::DEFAULT).await.unwrap(), first);
+    assert_eq!(fx.buckets.bind_buckets(first).await.unwrap(), BucketBinding { count: first, recorded_now: true });
+    let again = fx.buckets.bind_buckets(BucketCount::DEFAULT).await.unwrap();
+    assert_eq!(again, BucketBinding { count: first, recorded_now: false });
 }
 
 /// Weights add up, never go below zero, and the total follows every change.

@@ -246,13 +246,16 @@ pub async fn add(
         })
         .await?;
     state.storage.record_server_ip(id.as_str(), server_ip).await?;
-    state.store.mark_live(&id).await.map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
     // Its user is here adding it: it starts hot (the claim takes the stored
     // tier), not warm until the next tier evaluation; that evaluation
-    // demotes it when the user's presence has passed.
+    // demotes it when the user's presence has passed. Stored before the
+    // account is announced, so no owner starts it first.
     if let Err(e) = state.store.set_tier(&id, Tier::Hot).await {
         tracing::warn!(account = %id, error = %e, "could not store the new account's tier; it starts warm");
     }
+    crate::leases::account_added(state.store.as_ref(), &id, state.storage.bucket_of(id.as_str()))
+        .await
+        .map_err(|e| ApiError::internal(format!("mark account {id} live"), e))?;
     tracing::info!(account = %id, user = %auth.user, "account added");
     Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })))
 }
@@ -361,7 +364,10 @@ pub async fn view(state: &ApiState, a: AccountSummary, with_folders: bool) -> Re
     if let Ok(key) = LeaseKey::new(&a.id) {
         let lease_err = |e| ApiError::internal(format!("read the lease of account {}", a.id), e);
         tier = state.store.tier(&key).await.map_err(lease_err)?.map(|t| t.to_string());
-        if let Some(lease) = state.store.holder(&key).await.map_err(lease_err)? {
+        let bucket = state.storage.bucket_of(key.as_str());
+        if let Some(lease) =
+            crate::leases::account_holder(state.store.as_ref(), &key, bucket).await.map_err(lease_err)?
+        {
             owner = Some(lease.owner.to_string());
         }
     }
@@ -436,9 +442,7 @@ pub async fn delete(
     // The rows go first: a write racing this one finds no account and fails.
     state.storage.remove_account(&id).await?;
     if let Ok(key) = LeaseKey::new(&id) {
-        state
-            .store
-            .mark_not_live(&key)
+        crate::leases::account_removed(state.store.as_ref(), &key, state.storage.bucket_of(&id))
             .await
             .map_err(|e| ApiError::internal(format!("mark account {id} not live"), e))?;
     }

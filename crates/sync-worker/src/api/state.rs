@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::duration::{parse_duration, PlainUnit};
-use leasehold_core::{LeaseKey, LeaseStore, UserId};
+use leasehold_core::{LeaseKey, UserId};
 
 use super::errors::{imap_failure, ApiError};
 use super::limiter::{LoginBounds, LoginLimiter, SignupLimiter};
@@ -164,8 +164,8 @@ impl ApiSettings {
 pub struct ApiState {
     /// The database.
     pub storage: Storage,
-    /// Leases, tiers and presence.
-    pub store: Arc<dyn LeaseStore>,
+    /// Leases, bucket leases, tiers and presence.
+    pub store: Arc<dyn crate::leases::Leases>,
     /// Where the engine's writes are announced.
     pub bus: EventBus,
     /// The settings.
@@ -191,7 +191,7 @@ impl std::fmt::Debug for ApiState {
 
 impl ApiState {
     /// The state of an API on these parts.
-    pub fn new(storage: Storage, store: Arc<dyn LeaseStore>, bus: EventBus, settings: ApiSettings) -> Self {
+    pub fn new(storage: Storage, store: Arc<dyn crate::leases::Leases>, bus: EventBus, settings: ApiSettings) -> Self {
         // Counted from the first request on (a recorder installed at the
         // first scrape would have missed everything before it).
         crate::metrics::handle();

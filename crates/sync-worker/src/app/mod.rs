@@ -14,9 +14,9 @@ pub mod wiring;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use leasehold_core::{TokioClock, WorkerId};
+use leasehold_core::{LeaseStore, TokioClock, WorkerId};
 
-use crate::config::Config;
+use crate::config::{Config, Ownership};
 use crate::coordinator::reconcile::{self, Reconciler};
 use crate::coordinator::{Coordinator, CoordinatorHandle, Deps};
 use crate::errors::SyncError;
@@ -66,7 +66,7 @@ async fn open_storage_with(connection: &ConnectionSettings) -> Result<Storage, O
 pub struct Worker {
     coordinator: CoordinatorHandle,
     webhooks: DispatcherHandle,
-    _reconciler: Reconciler,
+    _reconciler: Option<Reconciler>,
 }
 
 /// Starts worker `worker` on `storage` and `backend`: makes the live set
@@ -88,9 +88,18 @@ pub async fn start_worker(
         // process, and no other process can share it: start the stored tokens over.
         storage.reset_fences().await?;
     }
-    let store = backend.store().clone();
-    reconcile::reconcile(&storage, store.as_ref()).await?;
-    let reconciler = reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval);
+    let store: Arc<dyn LeaseStore> = backend.store().clone();
+    let reconciler = match config.ownership {
+        Ownership::Accounts => {
+            reconcile::reconcile(&storage, store.as_ref()).await?;
+            Some(reconcile::spawn(storage.clone(), store.clone(), config.reconcile_interval))
+        }
+        // Owners read their own buckets' accounts: nothing reads the whole table.
+        Ownership::Buckets => {
+            reconcile::check_deployment(&storage, store.as_ref()).await?;
+            None
+        }
+    };
     tracing::info!(%worker, backend = %backend.name(), database = ?storage.kind(), "starting the worker");
     let sender = webhooks::Sender::new(
         config.webhooks.timeout,
@@ -101,6 +110,7 @@ pub async fn start_worker(
         webhooks::spawn(storage.clone(), backend.queue().clone(), worker.clone(), config.webhooks.clone(), sender);
     let deps = Deps {
         store,
+        buckets: backend.store().clone(),
         source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(config))),
         directory: Arc::new(storage),
         clock: Arc::new(TokioClock::new()),

@@ -4,22 +4,23 @@
 //! Cluster), with the keys under `REDIS_KEY_PREFIX` (default `leasehold`).
 //!
 //! Nothing else in the crate names a backend crate: the rest holds an
-//! `Arc<dyn LeaseStore>` and an [`EventBus`].
+//! `Arc<dyn Leases>` (a lease store with bucket leases) and an [`EventBus`].
 
 use std::sync::Arc;
 
 use leasehold_core::backend_url::redact_url;
-use leasehold_core::{LeaseStore, UnitQueue};
+use leasehold_core::UnitQueue;
 use leasehold_redis::RedisConfig;
 
 use crate::config::Config;
 use crate::errors::SyncError;
 use crate::events::EventBus;
+use crate::leases::Leases;
 
 /// The lease store and event bus a process runs on.
 #[derive(Clone)]
 pub struct Backend {
-    store: Arc<dyn LeaseStore>,
+    store: Arc<dyn Leases>,
     queue: Arc<dyn UnitQueue>,
     bus: EventBus,
     name: String,
@@ -33,8 +34,8 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Leases, the live set, workers, tiers and presence.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+    /// Leases, bucket leases, the live set, workers, tiers and presence.
+    pub fn store(&self) -> &Arc<dyn Leases> {
         &self.store
     }
 
@@ -106,7 +107,7 @@ fn redis_config(config: &Config, url: &str) -> RedisConfig {
 /// The lease store the workers share, when `config` names one outside this
 /// process (Redis): tiers and owners live there. `None` on the in-memory
 /// store, which in an operator command's process would know nothing.
-pub async fn shared_store(config: &Config) -> Result<Option<Arc<dyn LeaseStore>>, SyncError> {
+pub async fn shared_store(config: &Config) -> Result<Option<Arc<dyn Leases>>, SyncError> {
     match &config.redis_url {
         None => Ok(None),
         Some(_) => Ok(Some(connect_store(config).await?)),
@@ -114,7 +115,7 @@ pub async fn shared_store(config: &Config) -> Result<Option<Arc<dyn LeaseStore>>
 }
 
 /// Connects the lease store `config` selects.
-pub async fn connect_store(config: &Config) -> Result<Arc<dyn LeaseStore>, SyncError> {
+pub async fn connect_store(config: &Config) -> Result<Arc<dyn Leases>, SyncError> {
     match &config.redis_url {
         None => Ok(Arc::new(leasehold_mem::MemoryStore::new())),
         Some(url) => Ok(Arc::new(connect_redis(config, url).await?)),

@@ -7,17 +7,18 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
+use leasehold_core::{BucketId, FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
+use super::buckets::BucketOwnership;
 use super::fenced::FenceBackoff;
 use super::handle::{CoordinatorStats, Shared, SharedEntry};
 use super::lookups::{self, Lookup};
 use super::runner::{RunnerExit, RunnerHandle, RunnerSettings};
 use super::tiers::{TierInputs, TierPolicy};
 use super::Deps;
-use crate::config::Config;
+use crate::config::{Config, Ownership};
 use crate::errors::SyncError;
 use crate::events::{AccountChanged, EventSink, SyncEvent};
 use crate::source::Fence;
@@ -31,34 +32,40 @@ const BACKOFF_SWEEP_CAP: usize = 1024;
 /// Longest backoff between sweeps of a worker short of its share, in ticks.
 const MAX_SWEEP_BACKOFF: u32 = 4;
 
-struct Owned {
-    lease: Lease,
-    deadline: Instant,
-    user: Option<UserId>,
+pub(super) struct Owned {
+    /// The account's lease; under bucket ownership, its bucket lease's owner
+    /// and token with the account as key.
+    pub(super) lease: Lease,
+    /// The bucket whose lease covers the account (bucket ownership).
+    pub(super) bucket: Option<BucketId>,
+    pub(super) deadline: Instant,
+    pub(super) user: Option<UserId>,
     latest_mail_ms: Option<u64>,
-    runner: RunnerHandle,
+    pub(super) runner: RunnerHandle,
 }
 
 pub(super) struct Coord {
-    worker: WorkerId,
-    config: Config,
-    ttl: Ttl,
+    pub(super) worker: WorkerId,
+    pub(super) config: Config,
+    pub(super) ttl: Ttl,
     settings: RunnerSettings,
     policy: TierPolicy,
-    deps: Deps,
-    owned: HashMap<LeaseKey, Owned>,
-    shared: Arc<Shared>,
+    pub(super) deps: Deps,
+    pub(super) owned: HashMap<LeaseKey, Owned>,
+    pub(super) shared: Arc<Shared>,
+    /// Bucket ownership's state (`OWNERSHIP=buckets`); `None` under per-account leases.
+    pub(super) buckets: Option<BucketOwnership>,
     last_workers: Vec<WorkerId>,
     last_live_sig: (usize, u64),
     eager_until: Instant,
     sweep_backoff: u32,
     ticks_since_sweep: u32,
     sweep_cursor: usize,
-    retry_claim_at: Option<Instant>,
+    pub(super) retry_claim_at: Option<Instant>,
     events: Option<Arc<dyn EventSink>>,
     fence_backoff: FenceBackoff,
     /// Answers of lookups done off the loop (see [`lookups`]).
-    lookups_tx: mpsc::UnboundedSender<Lookup>,
+    pub(super) lookups_tx: mpsc::UnboundedSender<Lookup>,
     lookups_rx: Option<mpsc::UnboundedReceiver<Lookup>>,
     /// Whether a tier evaluation's inputs are being gathered.
     tier_eval_running: bool,
@@ -82,7 +89,9 @@ impl Coord {
         events: Option<Arc<dyn EventSink>>,
     ) -> Self {
         let (lookups_tx, lookups_rx) = mpsc::unbounded_channel();
+        let buckets = (config.ownership == Ownership::Buckets).then(|| BucketOwnership::new(&deps, &worker));
         Coord {
+            buckets,
             worker,
             settings: RunnerSettings::from(&config),
             policy: TierPolicy::from(&config),
@@ -107,7 +116,7 @@ impl Coord {
     }
 
     /// Announces that these accounts' owner or tier changed (those with a known user).
-    fn announce<'a>(&self, changed: impl IntoIterator<Item = (Option<&'a UserId>, &'a LeaseKey)>) {
+    pub(super) fn announce<'a>(&self, changed: impl IntoIterator<Item = (Option<&'a UserId>, &'a LeaseKey)>) {
         let Some(sink) = &self.events else { return };
         let events: Vec<SyncEvent> = changed
             .into_iter()
@@ -127,11 +136,11 @@ impl Coord {
 
     /// The local deadline of a lease claimed or renewed by a call sent at
     /// `sent_at`: its TTL less a tenth, for clock differences with the store.
-    fn deadline_from(&self, sent_at: Instant) -> Instant {
+    pub(super) fn deadline_from(&self, sent_at: Instant) -> Instant {
         sent_at + self.ttl.get() - self.ttl.get() / 10
     }
 
-    fn stats(&self, f: impl FnOnce(&mut CoordinatorStats)) {
+    pub(super) fn stats(&self, f: impl FnOnce(&mut CoordinatorStats)) {
         f(&mut self.shared.stats.lock());
     }
 
@@ -192,6 +201,15 @@ impl Coord {
                 tracing::warn!(worker = %self.worker, error = %e, "worker registration failed");
             }
             self.expire_overdue().await;
+        }
+        if self.buckets.is_some() {
+            if !full {
+                self.stats(|s| s.claim_retries += 1);
+            }
+            self.tick_buckets().await;
+            return;
+        }
+        if full {
             self.renew().await;
         } else {
             self.stats(|s| s.claim_retries += 1);
@@ -245,8 +263,10 @@ impl Coord {
                 tracing::warn!(worker = %self.worker, account = %key, "lease deadline passed without a renew; stopped");
                 o.runner.abort().await;
                 self.stats(|s| s.lost += 1);
-                // Harmless if it is gone: release is token-checked.
-                let _ = self.deps.store.release(&o.lease).await;
+                if o.bucket.is_none() {
+                    // Harmless if it is gone: release is token-checked.
+                    let _ = self.deps.store.release(&o.lease).await;
+                }
                 self.announce([(o.user.as_ref(), &key)]);
             }
         }
@@ -289,6 +309,11 @@ impl Coord {
                 self.stats(|s| s.lost += 1);
             }
         }
+        self.check_finished_runners().await;
+    }
+
+    /// Deals with runners that ended by themselves while their lease is still held.
+    pub(super) async fn check_finished_runners(&mut self) {
         // A runner that ended by itself while its lease is still held: fenced
         // (storage holds a token at or above its own), or a panic (restart it).
         let dead: Vec<LeaseKey> =
@@ -314,6 +339,10 @@ impl Coord {
     /// lease store's counter fell behind storage. Raise it past `stored`,
     /// give the lease back and claim again (at once the first time).
     async fn on_fenced(&mut self, key: &LeaseKey, held: FencingToken, stored: FencingToken) {
+        if let Some(bucket) = self.owned.get(key).and_then(|o| o.bucket) {
+            self.on_bucket_fenced(bucket, key, held, stored).await;
+            return;
+        }
         let Some(o) = self.remove(key) else { return };
         self.stats(|s| s.lost += 1);
         let wait = self.fence_backoff.strike(key, Instant::now(), self.config.renew_interval(), 8 * self.ttl.get());
@@ -353,7 +382,7 @@ impl Coord {
         }
     }
 
-    fn remove(&mut self, key: &LeaseKey) -> Option<Owned> {
+    pub(super) fn remove(&mut self, key: &LeaseKey) -> Option<Owned> {
         self.shared.owned.lock().remove(key);
         self.owned.remove(key)
     }
@@ -412,24 +441,35 @@ impl Coord {
             }
             remaining -= won.len();
             total += won.len();
-            self.adopt(won, sent_at).await;
+            let deadline = self.deadline_from(sent_at);
+            self.adopt(won, deadline, None).await;
         }
         total
     }
 
-    /// Starts runners for freshly claimed leases.
-    async fn adopt(&mut self, leases: Vec<Lease>, sent_at: Instant) {
+    /// Starts runners for freshly claimed leases (of `bucket`, under bucket
+    /// ownership), valid until `deadline`.
+    pub(super) async fn adopt(&mut self, leases: Vec<Lease>, deadline: Instant, bucket: Option<BucketId>) {
         if leases.is_empty() {
             return;
         }
-        let deadline = self.deadline_from(sent_at);
         let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
         let store = self.deps.store.clone();
+        // A per-account claim stores warm when no tier is set; a bucket's accounts get it here.
+        let store_default = bucket.is_some();
         let tiers: Vec<Tier> = each(keys.clone(), move |k| {
             let store = store.clone();
             async move {
                 match store.tier(&k).await {
-                    Ok(t) => t.unwrap_or(Tier::Warm),
+                    Ok(Some(t)) => t,
+                    Ok(None) => {
+                        if store_default {
+                            if let Err(e) = store.set_tier(&k, Tier::Warm).await {
+                                tracing::warn!(account = %k, error = %e, "could not store the default tier");
+                            }
+                        }
+                        Tier::Warm
+                    }
                     Err(e) => {
                         tracing::warn!(account = %k, error = %e, "could not read the tier; starting warm");
                         Tier::Warm
@@ -453,7 +493,7 @@ impl Coord {
                 key.clone(),
                 SharedEntry { token: lease.token, tier, user: user.clone(), status: runner.status_handle() },
             ));
-            self.owned.insert(key, Owned { lease, deadline, user, latest_mail_ms: None, runner });
+            self.owned.insert(key, Owned { lease, bucket, deadline, user, latest_mail_ms: None, runner });
         }
         self.shared.owned.lock().extend(shared);
         self.stats(|s| s.claimed += n);
@@ -473,13 +513,19 @@ impl Coord {
 
     /// Stops the runners (each after its poll in progress, within half a
     /// tick), then releases the leases. Returns how many were released.
-    async fn release_all(&self, owned: Vec<Owned>) -> u64 {
+    pub(super) async fn release_all(&self, owned: Vec<Owned>) -> u64 {
         let grace = self.config.renew_interval() / 2;
         let changed: Vec<(Option<UserId>, LeaseKey)> =
             owned.iter().map(|o| (o.user.clone(), o.lease.key.clone())).collect();
         let mut leases = Vec::with_capacity(owned.len());
+        let mut covered = 0;
         let stops = owned.into_iter().map(|o| {
-            leases.push(o.lease);
+            // An account under a bucket lease has no lease of its own to give back.
+            if o.bucket.is_none() {
+                leases.push(o.lease);
+            } else {
+                covered += 1;
+            }
             o.runner.stop(grace)
         });
         futures::future::join_all(stops.collect::<Vec<_>>()).await;
@@ -498,7 +544,7 @@ impl Coord {
         })
         .await;
         self.announce(changed.iter().map(|(u, k)| (u.as_ref(), k)));
-        released.into_iter().filter(|r| *r).count() as u64
+        covered + released.into_iter().filter(|r| *r).count() as u64
     }
 
     async fn shutdown(mut self) -> Result<(), SyncError> {
@@ -507,6 +553,7 @@ impl Coord {
         let count = owned.len();
         let released = self.release_all(owned).await;
         self.stats(|s| s.released += released);
+        self.leave_buckets().await;
         let dereg = self.deps.store.deregister_worker(&self.worker).await;
         tracing::info!(worker = %self.worker, count, released, "coordinator shut down; leases released");
         dereg.map_err(SyncError::from)
@@ -593,6 +640,9 @@ impl Coord {
                 self.tier_eval_running = false;
                 self.apply_tier_inputs(keys, users, active, latest).await;
             }
+            Lookup::BucketAccounts { buckets, accounts } => self.apply_bucket_accounts(buckets, accounts).await,
+            // Every weight is back: claim now rather than at the next tick.
+            Lookup::WeightsGiven => self.tick(false).await,
         }
     }
 

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{LeaseKey, LeaseStore, UserId};
+use leasehold_core::{BucketId, BucketLeases, LeaseKey, LeaseStore, UserId};
 use tokio::sync::mpsc;
 
 use crate::directory::AccountDirectory;
@@ -37,6 +37,68 @@ pub(super) enum Lookup {
         /// The newest mail date of each key, or why it could not be read.
         latest: Vec<Result<Option<u64>, String>>,
     },
+    /// The accounts of owned buckets, read at the given change counts (or
+    /// why they could not be read).
+    BucketAccounts {
+        /// Each bucket read, with the change count that asked for the read.
+        buckets: Vec<(BucketId, u64)>,
+        /// Their accounts.
+        accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
+    },
+    /// Every bucket's weight was given to the lease store again.
+    WeightsGiven,
+}
+
+/// Reads the accounts of `buckets` and sends them to the loop.
+pub(super) fn bucket_accounts(
+    directory: Arc<dyn AccountDirectory>,
+    buckets: Vec<(BucketId, u64)>,
+    tx: mpsc::UnboundedSender<Lookup>,
+) {
+    tokio::spawn(async move {
+        let ids: Vec<BucketId> = buckets.iter().map(|(b, _)| *b).collect();
+        let accounts = directory.accounts_in_buckets(&ids).await.map_err(|e| crate::errors::error_chain(&e));
+        let _ = tx.send(Lookup::BucketAccounts { buckets, accounts });
+    });
+}
+
+/// Gives the bucket weights of `buckets` (every bucket when `None`) again
+/// from the directory: after the lease store lost them, or as the rolling
+/// repair of a few buckets a round. Logs its outcome; after every bucket,
+/// tells the loop ([`Lookup::WeightsGiven`]).
+pub(super) fn repair_weights(
+    directory: Arc<dyn AccountDirectory>,
+    leases: Arc<dyn BucketLeases>,
+    buckets: Option<Vec<BucketId>>,
+    tx: mpsc::UnboundedSender<Lookup>,
+) {
+    tokio::spawn(async move {
+        let weights = match &buckets {
+            None => directory.bucket_weights().await,
+            Some(slice) => directory.accounts_in_buckets(slice).await.map(|accounts| {
+                let mut counts: HashMap<BucketId, u64> = slice.iter().map(|b| (*b, 0)).collect();
+                for (bucket, _) in accounts {
+                    *counts.entry(bucket).or_insert(0) += 1;
+                }
+                counts.into_iter().collect()
+            }),
+        };
+        let weights = match weights {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %crate::errors::error_chain(&e), "could not count the accounts per bucket");
+                return;
+            }
+        };
+        match leases.set_weights(&weights).await {
+            Ok(()) if buckets.is_none() => {
+                tracing::info!(buckets = weights.len(), "gave the lease store every bucket's weight again");
+                let _ = tx.send(Lookup::WeightsGiven);
+            }
+            Ok(()) => {}
+            Err(e) => tracing::warn!(error = %crate::errors::error_chain(&e), "could not store the bucket weights"),
+        }
+    });
 }
 
 /// Looks up the users of `keys` and sends them to the loop.

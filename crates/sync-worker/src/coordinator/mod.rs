@@ -64,9 +64,16 @@
 //! changes and `account.status` announcements, never a renew. Runners
 //! record their claims in storage themselves, off the loop too.
 //!
+//! **Bucket ownership** (`OWNERSHIP=buckets`, see `buckets.rs`) replaces the
+//! per-account leases, the live set and the balancing above: the tick is one
+//! [`BucketLeases::tick`], and a worker owns the accounts of the buckets it
+//! holds, read from the directory per owned bucket. Tiers, presence, runners
+//! and fencing work as above, each account's writes fenced by its bucket's token.
+//!
 //! The coordinator depends only on the core traits: it runs on any
-//! [`LeaseStore`] behind an `Arc<dyn LeaseStore>`.
+//! [`LeaseStore`] and [`BucketLeases`] behind `Arc<dyn …>`.
 
+mod buckets;
 mod event_loop;
 mod fenced;
 mod handle;
@@ -78,7 +85,7 @@ pub mod tiers;
 
 use std::sync::Arc;
 
-use leasehold_core::{Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
+use leasehold_core::{BucketLeases, Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
 
 use crate::config::Config;
 use crate::directory::AccountDirectory;
@@ -93,6 +100,8 @@ pub use handle::{AccountView, CoordinatorHandle, CoordinatorObserver, Coordinato
 pub struct Deps {
     /// Leases, live set, workers, tiers and presence.
     pub store: Arc<dyn LeaseStore>,
+    /// Bucket leases (`OWNERSHIP=buckets`).
+    pub buckets: Arc<dyn BucketLeases>,
     /// The mail engine.
     pub source: Arc<dyn MailSource>,
     /// Account -> user.

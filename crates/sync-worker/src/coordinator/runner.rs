@@ -254,6 +254,10 @@ impl RunnerHandle {
     /// to `grace` for it, then aborts whatever is left. When this returns, no
     /// loop of the account runs any more.
     pub async fn stop(mut self, grace: Duration) {
+        // A finished task may have been read already (`exit`): awaiting it again would panic.
+        if self.task.0.is_finished() {
+            return;
+        }
         self.stop.send_replace(true);
         if tokio::time::timeout(grace, &mut self.task.0).await.is_err() {
             tracing::warn!(account = %self.fence.account, ?grace, "runner did not stop within its grace; aborted");
@@ -265,6 +269,9 @@ impl RunnerHandle {
     /// Stops the runner at once (aborting a poll in progress). When the
     /// returned future completes no loop of the account runs any more.
     pub async fn abort(mut self) {
+        if self.task.0.is_finished() {
+            return;
+        }
         self.task.0.abort();
         let _ = (&mut self.task.0).await;
     }

@@ -361,8 +361,8 @@ impl Storage {
         let id = uuid::Uuid::new_v4().to_string();
         let sealed = new.auth.seal(&self.secret, &id);
         sqlx::query(
-            "INSERT INTO accounts (id, user_id, host, port, security, username, auth, password_enc, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO accounts (id, user_id, host, port, security, username, auth, password_enc, created_at, bucket) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&id)
         .bind(new.user.as_str())
@@ -373,6 +373,7 @@ impl Storage {
         .bind(new.auth.kind())
         .bind(&sealed)
         .bind(now_ms())
+        .bind(i64::from(self.bucket_of(&id).0))
         .execute(&self.pool)
         .await
         .map_err(|e| match e {
@@ -603,6 +604,32 @@ impl AccountDirectory for Storage {
         let Some(row) = row else { return Ok(None) };
         let id: String = row.try_get(0).map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })?;
         UserId::new(&id).map(Some).map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })
+    }
+
+    fn bucket_count(&self) -> leasehold_core::BucketCount {
+        Storage::bucket_count(self)
+    }
+
+    async fn accounts_in_buckets(
+        &self,
+        buckets: &[leasehold_core::BucketId],
+    ) -> Result<Vec<(leasehold_core::BucketId, LeaseKey)>, DirectoryError> {
+        Storage::accounts_in_buckets(self, buckets)
+            .await
+            .map_err(|e| DirectoryError { op: "accounts_in_buckets", source: Box::new(e) })
+    }
+
+    async fn bucket_weights(&self) -> Result<Vec<(leasehold_core::BucketId, u64)>, DirectoryError> {
+        Storage::bucket_weights(self).await.map_err(|e| DirectoryError { op: "bucket_weights", source: Box::new(e) })
+    }
+
+    async fn highest_token_in_bucket(
+        &self,
+        bucket: leasehold_core::BucketId,
+    ) -> Result<leasehold_core::FencingToken, DirectoryError> {
+        Storage::highest_token_in_bucket(self, bucket)
+            .await
+            .map_err(|e| DirectoryError { op: "highest_token_in_bucket", source: Box::new(e) })
     }
 }
 

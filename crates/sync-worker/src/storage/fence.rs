@@ -10,9 +10,12 @@
 //!
 //! The claim-time check is *strict* (`fence_token < new`), unlike the write
 //! check (`fence_token <= token`, so an owner's own later writes pass): a
-//! token equal to the stored one at claim time means two claims were handed
-//! the same number (a lease store that lost its counters counted up to it
-//! again), and two owners must never share one.
+//! token equal to the stored one at claim time, recorded by another worker,
+//! means two claims were handed the same number (a lease store that lost its
+//! counters counted up to it again), and two owners must never share one.
+//! The same worker may record its own token again: one bucket lease covers
+//! every account of the bucket, and an account's runner can start again
+//! under it (a restart, or the account read again after a change).
 
 use std::fmt;
 
@@ -37,15 +40,17 @@ impl Storage {
         // One statement, so one short transaction of its own: it holds the
         // row's lock only for itself, and waits (up to `lock_timeout` on
         // Postgres) for a write transaction of the old owner to end.
-        let recorded =
-            sqlx::query("UPDATE accounts SET fence_token = $1, fence_owner = $2 WHERE id = $3 AND fence_token < $1")
-                .bind(token)
-                .bind(fence.worker.as_str())
-                .bind(a)
-                .execute(&self.pool)
-                .await
-                .map_err(query_err(format!("record the claim of {a} with fencing token {}", fence.token)))?
-                .rows_affected();
+        let recorded = sqlx::query(
+            "UPDATE accounts SET fence_token = $1, fence_owner = $2 \
+                 WHERE id = $3 AND (fence_token < $1 OR (fence_token = $1 AND fence_owner = $2))",
+        )
+        .bind(token)
+        .bind(fence.worker.as_str())
+        .bind(a)
+        .execute(&self.pool)
+        .await
+        .map_err(query_err(format!("record the claim of {a} with fencing token {}", fence.token)))?
+        .rows_affected();
         if recorded == 1 {
             return Ok(());
         }

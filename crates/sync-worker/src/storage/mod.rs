@@ -21,6 +21,7 @@
 
 mod accounts;
 mod accounts_unique;
+mod buckets;
 mod connection;
 mod deployment;
 pub mod fence;
@@ -195,6 +196,8 @@ pub struct Storage {
     secret: SecretKey,
     /// Where committed writes announce their messages (the API's event bus).
     events: Option<std::sync::Arc<dyn EventSink>>,
+    /// How many lease buckets accounts hash into (read at open).
+    buckets: leasehold_core::BucketCount,
 }
 
 /// The database used when `DATABASE_URL` is unset: a SQLite file in the
@@ -292,9 +295,10 @@ impl Storage {
             .run(&pool)
             .await
             .map_err(|source| StorageError::Migrate { url: shown, source })?;
-        let storage = Self { pool, kind, secret, events: None };
+        let mut storage = Self { pool, kind, secret, events: None, buckets: leasehold_core::BucketCount::DEFAULT };
         storage.ensure_search_index().await?;
         storage.ensure_per_user_accounts().await?;
+        storage.ensure_account_buckets().await?;
         Ok(storage)
     }
 

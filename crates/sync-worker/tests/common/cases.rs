@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{LeaseKey, Tier};
+use leasehold_core::{Lease, LeaseKey, Tier};
+use sync_worker::config::Ownership;
 use sync_worker::{Activity, CoordinatorHandle, Fence, MailSource, Scope};
 use tokio::time::Instant;
 
@@ -30,7 +31,9 @@ fn counts(ws: &[&CoordinatorHandle]) -> Vec<usize> {
 /// token the worker runs with, and was polled with that token.
 async fn assert_consistent(env: &Env, w: &CoordinatorHandle) {
     for view in w.owned() {
-        let held = env.admin.holder(&view.account).await.expect("holder");
+        let bucket = env.bucket_of(&view.account);
+        let held =
+            sync_worker::leases::account_holder(env.admin.as_ref(), &view.account, bucket).await.expect("holder");
         let held = held.unwrap_or_else(|| panic!("{} owns {} but the store has no holder", w.worker(), view.account));
         assert_eq!(&held.owner, w.worker(), "{}: holder", view.account);
         assert_eq!(held.token, view.token, "{}: token", view.account);
@@ -89,8 +92,17 @@ pub async fn renew_keeps_leases(b: Arc<dyn Backend>) {
     assert!(stats.ticks >= 15, "renewed every TTL/3: {stats:?}");
     assert_consistent(&env, &a).await;
     // And a second worker cannot take any of them.
-    let intruder = env.admin.claim(&before[0].account, &wid("intruder"), ttl(env.s.ttl)).await.expect("claim");
-    assert!(intruder.is_none(), "a renewed lease was claimable");
+    match env.config.ownership {
+        Ownership::Accounts => {
+            let intruder = env.admin.claim(&before[0].account, &wid("intruder"), ttl(env.s.ttl)).await.expect("claim");
+            assert!(intruder.is_none(), "a renewed lease was claimable");
+        }
+        Ownership::Buckets => {
+            let policy = leasehold_core::BalancePolicy::default();
+            let intruder = env.admin.tick(&wid("intruder"), &[], ttl(env.s.ttl), &policy).await.expect("tick");
+            assert!(intruder.claimed.is_empty(), "a renewed bucket was claimable: {:?}", intruder.claimed);
+        }
+    }
     a.shutdown().await.expect("shutdown");
 }
 
@@ -170,7 +182,7 @@ pub async fn mark_not_live_stops_loops(b: Arc<dyn Backend>) {
     config.poll_warm = env.s.ttl / 6;
     let a = env.start_with("w-a", config.clone()).await;
     assert!(env.wait_for(env.s.ttl, || a.owned_count() == 3).await);
-    env.admin.mark_not_live(&keys[0]).await.expect("mark_not_live");
+    env.mark_not_live(&keys[0]).await;
     let t0 = Instant::now();
     assert!(env.wait_for(env.s.tick(), || !a.owns(&keys[0])).await, "still owned after one renew interval");
     assert!(t0.elapsed() <= env.s.tick() + env.s.jitter);
@@ -234,9 +246,24 @@ pub async fn stolen_lease_is_fenced(b: Arc<dyn Backend>) {
     config.poll_warm = env.s.ttl / 10;
     let a = env.start_with("w-a", config).await;
     assert!(env.wait_for(env.s.ttl, || a.owns(&k)).await);
-    let held = env.admin.holder(&k).await.expect("holder").expect("held");
-    assert!(env.admin.release(&held).await.expect("release"));
-    let thief = env.admin.claim(&k, &wid("thief"), ttl(env.s.ttl * 10)).await.expect("claim").expect("free");
+    let (held, thief) = match env.config.ownership {
+        Ownership::Accounts => {
+            let held = env.admin.holder(&k).await.expect("holder").expect("held");
+            assert!(env.admin.release(&held).await.expect("release"));
+            let thief = env.admin.claim(&k, &wid("thief"), ttl(env.s.ttl * 10)).await.expect("claim").expect("free");
+            (held, thief)
+        }
+        // The account's bucket is handed back behind A's back, and the thief's tick claims it.
+        Ownership::Buckets => {
+            let bucket = env.admin.bucket_holder(env.bucket_of(&k)).await.expect("holder").expect("held");
+            assert_eq!(env.admin.release_buckets(std::slice::from_ref(&bucket)).await.expect("release"), vec![true]);
+            let policy = leasehold_core::BalancePolicy::default();
+            let tick = env.admin.tick(&wid("thief"), &[], ttl(env.s.ttl * 10), &policy).await.expect("tick");
+            let stolen = tick.claimed.into_iter().find(|l| l.bucket == bucket.bucket).expect("the bucket was free");
+            let lease = |owner, token| Lease { key: k.clone(), owner, token };
+            (lease(bucket.owner, bucket.token), lease(stolen.owner, stolen.token))
+        }
+    };
     assert!(thief.token > held.token);
     let mut conn = env.source.connect(&Fence::from(&thief)).await.expect("connect");
     conn.poll(Scope::All).await.expect("the new owner writes");
@@ -271,13 +298,13 @@ pub async fn never_two_workers_at_once(b: Arc<dyn Backend>) {
     env.sleep(env.s.ttl).await;
     bw.kill().await;
     env.sleep(env.s.ttl / 2).await;
-    env.admin.mark_not_live(&keys[0]).await.expect("not live");
-    env.admin.mark_not_live(&keys[1]).await.expect("not live");
+    env.mark_not_live(&keys[0]).await;
+    env.mark_not_live(&keys[1]).await;
     env.sleep(env.s.ttl).await;
     a.shutdown().await.expect("shutdown");
     let d = env.start_with("w-d", config.clone()).await;
-    env.admin.mark_live(&keys[0]).await.expect("live");
-    env.admin.mark_live(&keys[1]).await.expect("live");
+    env.mark_live(&keys[0]).await;
+    env.mark_live(&keys[1]).await;
     let ok = env.wait_for(env.s.ttl * 3, || total(&[&c, &d]) == 20 && c.owned_count() == 10).await;
     assert!(ok, "not settled: {:?}", counts(&[&c, &d]));
     env.sleep(env.s.ttl).await;

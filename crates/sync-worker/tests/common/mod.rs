@@ -35,10 +35,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription,
-    UserId, WorkerId,
+    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock, FencingToken,
+    Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
-use sync_worker::{Config, Coordinator, CoordinatorHandle, Deps, MemoryDirectory, ScriptedSource};
+use sync_worker::config::Ownership;
+use sync_worker::{
+    AccountDirectory, Config, Coordinator, CoordinatorHandle, Deps, Leases, MemoryDirectory, ScriptedSource,
+};
 use tokio::time::Instant;
 
 /// The time scale of a backend's tests.
@@ -89,29 +92,43 @@ impl Scale {
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// A store handle for one worker (its own connection where that means anything).
-    async fn store(&self) -> Arc<dyn LeaseStore>;
+    async fn store(&self) -> Arc<dyn Leases>;
     /// The time scale.
     fn scale(&self) -> Scale;
+    /// How the workers share the accounts.
+    fn ownership(&self) -> Ownership {
+        Ownership::Accounts
+    }
 }
 
 /// The memory backend: clones of one store (tokio clock: paused time drives TTLs).
 pub struct Mem {
     store: leasehold_mem::MemoryStore,
+    ownership: Ownership,
 }
 
 impl Mem {
+    /// Per-account leases.
     pub fn backend() -> Arc<dyn Backend> {
-        Arc::new(Self { store: leasehold_mem::MemoryStore::new() })
+        Arc::new(Self { store: leasehold_mem::MemoryStore::new(), ownership: Ownership::Accounts })
+    }
+
+    /// Bucket leases.
+    pub fn buckets() -> Arc<dyn Backend> {
+        Arc::new(Self { store: leasehold_mem::MemoryStore::new(), ownership: Ownership::Buckets })
     }
 }
 
 #[async_trait]
 impl Backend for Mem {
-    async fn store(&self) -> Arc<dyn LeaseStore> {
+    async fn store(&self) -> Arc<dyn Leases> {
         Arc::new(self.store.clone())
     }
     fn scale(&self) -> Scale {
         Scale::paused()
+    }
+    fn ownership(&self) -> Ownership {
+        self.ownership
     }
 }
 
@@ -119,11 +136,13 @@ impl Backend for Mem {
 pub struct Env {
     pub backend: Arc<dyn Backend>,
     pub s: Scale,
-    pub admin: Arc<dyn LeaseStore>,
+    pub admin: Arc<dyn Leases>,
     pub source: ScriptedSource,
     pub directory: MemoryDirectory,
     pub clock: Arc<dyn Clock>,
     pub config: Config,
+    /// The users of accounts removed with [`Env::mark_not_live`], for when they come back.
+    removed: parking_lot::Mutex<std::collections::HashMap<LeaseKey, UserId>>,
 }
 
 pub fn key(name: &str) -> LeaseKey {
@@ -151,6 +170,7 @@ impl Env {
             tier_session_grace: Duration::from_secs(15 * 60),
             hot_budget_per_worker: 1000,
             lease_ttl: s.ttl,
+            ownership: backend.ownership(),
             ..Config::default()
         };
         Self {
@@ -161,6 +181,7 @@ impl Env {
             directory: MemoryDirectory::new(),
             clock: Arc::new(TokioClock::new()),
             config,
+            removed: Default::default(),
         }
     }
 
@@ -170,7 +191,7 @@ impl Env {
         for i in 0..n {
             let k = key(&format!("{prefix}-{i:03}"));
             self.directory.insert(k.clone(), user(&format!("u-{prefix}-{i:03}")));
-            self.admin.mark_live(&k).await.expect("mark_live");
+            self.mark_live(&k).await;
             keys.push(k);
         }
         keys
@@ -180,8 +201,35 @@ impl Env {
     pub async fn account_of(&self, name: &str, owner: &UserId) -> LeaseKey {
         let k = key(name);
         self.directory.insert(k.clone(), owner.clone());
-        self.admin.mark_live(&k).await.expect("mark_live");
+        self.mark_live(&k).await;
         k
+    }
+
+    /// The bucket of `account`.
+    pub fn bucket_of(&self, account: &LeaseKey) -> BucketId {
+        self.directory.bucket_count().bucket_of(account.as_str())
+    }
+
+    /// Tells the store `account` is to be synced, as the API does: live, and
+    /// counted into its bucket (back in the directory if it was removed).
+    pub async fn mark_live(&self, account: &LeaseKey) {
+        if let Some(user) = self.removed.lock().remove(account) {
+            self.directory.insert(account.clone(), user);
+        }
+        sync_worker::leases::account_added(self.admin.as_ref(), account, self.bucket_of(account))
+            .await
+            .expect("account_added");
+    }
+
+    /// Tells the store `account` is gone, as the API does (its row first).
+    pub async fn mark_not_live(&self, account: &LeaseKey) {
+        if let Ok(Some(user)) = self.directory.user_of(account).await {
+            self.removed.lock().insert(account.clone(), user);
+        }
+        self.directory.remove(account);
+        sync_worker::leases::account_removed(self.admin.as_ref(), account, self.bucket_of(account))
+            .await
+            .expect("account_removed");
     }
 
     pub async fn start(&self, name: &str) -> CoordinatorHandle {
@@ -194,9 +242,10 @@ impl Env {
         self.start_on(name, store, config).await
     }
 
-    pub async fn start_on(&self, name: &str, store: Arc<dyn LeaseStore>, config: Config) -> CoordinatorHandle {
+    pub async fn start_on(&self, name: &str, store: Arc<dyn Leases>, config: Config) -> CoordinatorHandle {
         let deps = Deps {
-            store,
+            store: store.clone(),
+            buckets: store,
             source: Arc::new(self.source.clone()),
             directory: Arc::new(self.directory.clone()),
             clock: self.clock.clone(),
@@ -239,12 +288,12 @@ impl Env {
 /// A store wrapper that can be told to fail renews and claims (a worker cut
 /// off from the store, or whose renews time out).
 pub struct Faulty {
-    inner: Arc<dyn LeaseStore>,
+    inner: Arc<dyn Leases>,
     pub fail: AtomicBool,
 }
 
 impl Faulty {
-    pub fn new(inner: Arc<dyn LeaseStore>) -> Arc<Self> {
+    pub fn new(inner: Arc<dyn Leases>) -> Arc<Self> {
         Arc::new(Self { inner, fail: AtomicBool::new(false) })
     }
 
@@ -328,5 +377,46 @@ impl LeaseStore for Faulty {
     }
     async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
         self.inner.subscribe_user_active().await
+    }
+}
+
+#[async_trait]
+impl BucketLeases for Faulty {
+    async fn bind_buckets(&self, count: BucketCount) -> Result<BucketBinding, LeaseError> {
+        self.inner.bind_buckets(count).await
+    }
+    async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError> {
+        self.inner.add_weight(bucket, delta).await
+    }
+    async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError> {
+        self.inner.set_weights(weights).await
+    }
+    async fn tick(
+        &self,
+        owner: &WorkerId,
+        held: &[BucketLease],
+        ttl: Ttl,
+        policy: &BalancePolicy,
+    ) -> Result<BucketTick, LeaseError> {
+        self.check("tick", &key(owner.as_str()))?;
+        self.inner.tick(owner, held, ttl, policy).await
+    }
+    async fn release_buckets(&self, leases: &[BucketLease]) -> Result<Vec<bool>, LeaseError> {
+        self.check("release_buckets", &key("buckets"))?;
+        self.inner.release_buckets(leases).await
+    }
+    async fn leave(&self, owner: &WorkerId, held: &[BucketLease]) -> Result<(), LeaseError> {
+        self.check("leave", &key(owner.as_str()))?;
+        self.inner.leave(owner, held).await
+    }
+    async fn bucket_holder(&self, bucket: BucketId) -> Result<Option<BucketLease>, LeaseError> {
+        self.inner.bucket_holder(bucket).await
+    }
+    async fn weight(&self, bucket: BucketId) -> Result<u64, LeaseError> {
+        self.inner.weight(bucket).await
+    }
+    async fn raise_bucket_token(&self, bucket: BucketId, past: FencingToken) -> Result<(), LeaseError> {
+        self.check("raise_bucket_token", &key("buckets"))?;
+        self.inner.raise_bucket_token(bucket, past).await
     }
 }

@@ -1,0 +1,366 @@
+//! Bucket ownership (`OWNERSHIP=buckets`): the coordinator holds lease
+//! buckets, and owns the accounts of the buckets it holds.
+//!
+//! **A tick** is one [`BucketLeases::tick`]: it renews the held buckets,
+//! claims or sheds a few by the [`BalancePolicy`], and reports each held
+//! bucket's change count. Then the coordinator
+//! * stops at once every account of a bucket the store says is lost (and of
+//!   a bucket whose local deadline passed: its renews kept failing);
+//! * moves the deadline of every account of a kept bucket;
+//! * for each shed bucket stops its accounts gracefully (each runner
+//!   finishes the poll in progress), then releases the bucket, so its next
+//!   owner never overlaps with this one;
+//! * reads, off the loop, the accounts of every bucket claimed or whose
+//!   change count moved (an account was added to or removed from it), and
+//!   starts or stops their runners when the answer arrives.
+//!
+//! Nothing in a tick reads every account or every bucket: its cost is what
+//! this worker holds.
+//!
+//! **Every `RECONCILE_INTERVAL`** the coordinator binds the bucket count
+//! again; a binding recorded anew means the lease store lost its state (a
+//! Redis restarted empty, or flushed), and every bucket's weight is given
+//! again from the directory (one grouped count). It also recounts a slice of
+//! 64 buckets (the rolling repair of a weight that drifted, for instance by
+//! an add that raced such a recount), and reads its own buckets' accounts
+//! again.
+//!
+//! **Fencing.** An account's writes carry its bucket's token; storage keeps
+//! the highest token per account, and a bucket's token only grows, so a
+//! stale owner's writes are refused as with per-account leases. A runner
+//! fenced while its bucket is still held means the lease store's counter
+//! fell behind storage: the bucket's accounts stop, and a task raises the
+//! bucket's counter past the highest token stored for any of its accounts,
+//! then releases the bucket, so the next claim (by anyone) is above them all.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::num::NonZeroU32;
+
+use leasehold_core::{BalancePolicy, BucketCount, BucketId, BucketLease, FencingToken, Lease, LeaseKey, WorkerId};
+use tokio::time::Instant;
+
+use super::event_loop::{Coord, Owned};
+use super::lookups;
+use super::Deps;
+use crate::errors::error_chain;
+
+/// Buckets whose weights one maintenance round recounts.
+const REPAIR_SLICE: u32 = 64;
+/// The wait before claiming again after a tick whose claims were all taken.
+const CLAIM_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How a dropped bucket's accounts stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// At once: the bucket is lost, someone else may run them already.
+    Now,
+    /// Each after its poll in progress: the bucket is handed on.
+    Gracefully,
+}
+
+/// One held bucket.
+struct HeldBucket {
+    lease: BucketLease,
+    /// Until when this worker may act on it (its TTL less a tenth from the
+    /// last renew sent, as for account leases).
+    deadline: Instant,
+    /// The change count its accounts were last read at.
+    seen: Option<u64>,
+    /// A read of its accounts is under way.
+    reading: bool,
+}
+
+/// Bucket ownership's state in the coordinator.
+pub(super) struct BucketOwnership {
+    count: BucketCount,
+    policy: BalancePolicy,
+    held: HashMap<BucketId, HeldBucket>,
+    next_maintenance: Instant,
+    repair_cursor: u32,
+}
+
+impl BucketOwnership {
+    pub(super) fn new(deps: &Deps, worker: &WorkerId) -> Self {
+        let count = deps.directory.bucket_count();
+        // Workers start their repair at different buckets.
+        let spread = worker.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        Self {
+            count,
+            policy: BalancePolicy::new(10, NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN), 2).unwrap_or_default(),
+            held: HashMap::new(),
+            next_maintenance: Instant::now(),
+            repair_cursor: spread % count.get(),
+        }
+    }
+
+    fn leases(&self) -> Vec<BucketLease> {
+        self.held.values().map(|h| h.lease.clone()).collect()
+    }
+}
+
+impl Coord {
+    /// A full tick under bucket ownership (after the worker's registration
+    /// and the accounts' deadline check).
+    pub(super) async fn tick_buckets(&mut self) {
+        self.maintain_buckets().await;
+        self.drop_overdue_buckets().await;
+        let Some(state) = &self.buckets else { return };
+        let held = state.leases();
+        let policy = state.policy;
+        let sent_at = Instant::now();
+        let tick = match self.deps.buckets.tick(&self.worker, &held, self.ttl, &policy).await {
+            Ok(tick) => tick,
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %error_chain(&e), "bucket tick failed; buckets stay valid until their deadline");
+                return;
+            }
+        };
+        let deadline = self.deadline_from(sent_at);
+        for lease in &tick.lost {
+            tracing::info!(worker = %self.worker, bucket = %lease.bucket, "bucket lost; its accounts stopped");
+            self.drop_bucket(lease.bucket, Stop::Now).await;
+        }
+        let kept: HashSet<BucketId> = tick.kept.iter().map(|l| l.bucket).collect();
+        for o in self.owned.values_mut() {
+            if o.bucket.is_some_and(|b| kept.contains(&b)) {
+                o.deadline = deadline;
+                o.runner.extend(deadline);
+            }
+        }
+        if let Some(state) = &mut self.buckets {
+            for bucket in &kept {
+                if let Some(h) = state.held.get_mut(bucket) {
+                    h.deadline = deadline;
+                }
+            }
+            for lease in &tick.claimed {
+                tracing::debug!(worker = %self.worker, bucket = %lease.bucket, token = %lease.token, "bucket claimed");
+                state
+                    .held
+                    .insert(lease.bucket, HeldBucket { lease: lease.clone(), deadline, seen: None, reading: false });
+            }
+        }
+        // A full tick of claims while still under the share: more are free, claim again soon.
+        let more = tick.claimed.len() >= policy.max_claims() as usize && tick.load * tick.workers < tick.total_weight;
+        self.retry_claim_at = more.then(|| Instant::now() + CLAIM_AGAIN);
+        if !tick.shed.is_empty() {
+            self.shed_buckets(tick.shed).await;
+        }
+        let reads: Vec<(BucketId, u64)> = match &mut self.buckets {
+            Some(state) => tick
+                .versions
+                .iter()
+                .filter_map(|&(bucket, version)| {
+                    let h = state.held.get_mut(&bucket)?;
+                    (h.seen != Some(version) && !h.reading).then(|| {
+                        h.reading = true;
+                        (bucket, version)
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        if !reads.is_empty() {
+            lookups::bucket_accounts(self.deps.directory.clone(), reads, self.lookups_tx.clone());
+        }
+        self.check_finished_runners().await;
+    }
+
+    /// Every `RECONCILE_INTERVAL`: bind the count (repairing every weight
+    /// if the store lost its state), recount a slice of buckets, and read
+    /// the held buckets' accounts again.
+    async fn maintain_buckets(&mut self) {
+        let now = Instant::now();
+        let every = self.config.reconcile_interval;
+        let Some(state) = &mut self.buckets else { return };
+        if now < state.next_maintenance {
+            return;
+        }
+        state.next_maintenance = now + every;
+        let count = state.count;
+        let slice: Vec<BucketId> =
+            (0..REPAIR_SLICE.min(count.get())).map(|i| BucketId((state.repair_cursor + i) % count.get())).collect();
+        state.repair_cursor = (state.repair_cursor + REPAIR_SLICE) % count.get();
+        for h in state.held.values_mut() {
+            h.seen = None;
+        }
+        match self.deps.buckets.bind_buckets(count).await {
+            Ok(binding) if binding.count != count => tracing::error!(
+                worker = %self.worker, database = %count, key_space = %binding.count,
+                "the lease store's bucket count is not this database's: another deployment shares this key space \
+                 (REDIS_KEY_PREFIX); this worker claims nothing until that is fixed"
+            ),
+            Ok(binding) => {
+                let every_bucket = binding.recorded_now.then_some(());
+                if every_bucket.is_some() {
+                    tracing::info!(worker = %self.worker, "the lease store holds no bucket weights (new, or it lost its data): giving them again");
+                }
+                let which = if every_bucket.is_some() { None } else { Some(slice) };
+                lookups::repair_weights(
+                    self.deps.directory.clone(),
+                    self.deps.buckets.clone(),
+                    which,
+                    self.lookups_tx.clone(),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %error_chain(&e), "could not bind the bucket count; trying at the next round")
+            }
+        }
+    }
+
+    /// Drops the held buckets whose local deadline passed (renews kept failing).
+    async fn drop_overdue_buckets(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<BucketId> = match &self.buckets {
+            Some(state) => state.held.iter().filter(|(_, h)| h.deadline <= now).map(|(b, _)| *b).collect(),
+            None => return,
+        };
+        for bucket in overdue {
+            tracing::warn!(worker = %self.worker, %bucket, "bucket deadline passed without a renew; its accounts stopped");
+            self.drop_bucket(bucket, Stop::Now).await;
+        }
+    }
+
+    /// Forgets `bucket` and stops its accounts; answers its lease.
+    async fn drop_bucket(&mut self, bucket: BucketId, stop: Stop) -> Option<BucketLease> {
+        let lease = self.buckets.as_mut()?.held.remove(&bucket).map(|h| h.lease);
+        let keys: Vec<LeaseKey> =
+            self.owned.iter().filter(|(_, o)| o.bucket == Some(bucket)).map(|(k, _)| k.clone()).collect();
+        let owned: Vec<Owned> = keys.iter().filter_map(|k| self.remove(k)).collect();
+        let n = owned.len() as u64;
+        if stop == Stop::Gracefully {
+            self.release_all(owned).await;
+            self.stats(|s| s.shed += n);
+        } else {
+            for o in owned {
+                o.runner.abort().await;
+                self.announce([(o.user.as_ref(), &o.lease.key)]);
+            }
+            self.stats(|s| s.lost += n);
+        }
+        lease
+    }
+
+    /// Hands `shed` on: stops their accounts gracefully, then releases them.
+    async fn shed_buckets(&mut self, shed: Vec<BucketLease>) {
+        let mut leases = Vec::with_capacity(shed.len());
+        for lease in &shed {
+            if let Some(lease) = self.drop_bucket(lease.bucket, Stop::Gracefully).await {
+                leases.push(lease);
+            }
+        }
+        tracing::info!(worker = %self.worker, buckets = leases.len(), "shedding buckets above the fair share");
+        if let Err(e) = self.deps.buckets.release_buckets(&leases).await {
+            tracing::warn!(worker = %self.worker, error = %error_chain(&e), "could not release shed buckets; they will lapse");
+        }
+    }
+
+    /// A read of buckets' accounts arrived: start the accounts that are new
+    /// to a bucket this worker still holds, stop those that left it.
+    pub(super) async fn apply_bucket_accounts(
+        &mut self,
+        buckets: Vec<(BucketId, u64)>,
+        accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
+    ) {
+        let Some(state) = &mut self.buckets else { return };
+        for (bucket, _) in &buckets {
+            if let Some(h) = state.held.get_mut(bucket) {
+                h.reading = false;
+            }
+        }
+        let accounts = match accounts {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(worker = %self.worker, error = %e, "could not read the accounts of owned buckets; trying at the next tick");
+                return;
+            }
+        };
+        let mut wanted: HashMap<BucketId, BTreeSet<LeaseKey>> = HashMap::new();
+        for (bucket, key) in accounts {
+            wanted.entry(bucket).or_default().insert(key);
+        }
+        let mut start: Vec<(BucketId, Vec<Lease>, Instant)> = Vec::new();
+        let mut stop: Vec<LeaseKey> = Vec::new();
+        for (bucket, version) in buckets {
+            let Some(h) = state.held.get_mut(&bucket) else { continue };
+            h.seen = Some(version);
+            let wanted = wanted.remove(&bucket).unwrap_or_default();
+            let mut leases = Vec::new();
+            for key in &wanted {
+                match self.owned.get(key) {
+                    Some(o) if o.bucket == Some(bucket) && o.lease.token == h.lease.token => {}
+                    _ => leases.push(Lease { key: key.clone(), owner: self.worker.clone(), token: h.lease.token }),
+                }
+            }
+            stop.extend(
+                self.owned
+                    .iter()
+                    .filter(|(k, o)| o.bucket == Some(bucket) && !wanted.contains(*k))
+                    .map(|(k, _)| k.clone()),
+            );
+            start.push((bucket, leases, h.deadline));
+        }
+        for key in stop {
+            if let Some(o) = self.remove(&key) {
+                tracing::info!(worker = %self.worker, account = %key, "account left its bucket; stopped");
+                o.runner.abort().await;
+                self.announce([(o.user.as_ref(), &key)]);
+                self.stats(|s| s.lost += 1);
+            }
+        }
+        for (bucket, leases, deadline) in start {
+            // An account still running under an older lease of this bucket starts over under the new one.
+            for lease in &leases {
+                if let Some(o) = self.remove(&lease.key) {
+                    o.runner.abort().await;
+                }
+            }
+            self.adopt(leases, deadline, Some(bucket)).await;
+        }
+    }
+
+    /// A runner of `key`, in held bucket `bucket`, was fenced: storage holds
+    /// `stored`, at or above the bucket's token `held`. Stops the bucket and
+    /// has a task raise its counter past every stored token, then release it.
+    pub(super) async fn on_bucket_fenced(
+        &mut self,
+        bucket: BucketId,
+        key: &LeaseKey,
+        held: FencingToken,
+        stored: FencingToken,
+    ) {
+        let Some(lease) = self.drop_bucket(bucket, Stop::Now).await else { return };
+        tracing::warn!(
+            worker = %self.worker, account = %key, %bucket, %held, %stored,
+            "fenced: this worker holds bucket {bucket} with token {held} but storage holds token {stored} for \
+             account {key}: the lease store's token counter fell behind storage (was Redis restarted empty or \
+             flushed?); raising the bucket's counter past its accounts' tokens and handing it back"
+        );
+        let directory = self.deps.directory.clone();
+        let leases = self.deps.buckets.clone();
+        tokio::spawn(async move {
+            let highest = match directory.highest_token_in_bucket(bucket).await {
+                Ok(t) => t.max(stored),
+                Err(e) => {
+                    tracing::warn!(%bucket, error = %error_chain(&e), "could not read the bucket's highest stored token; raising past the one reported");
+                    stored
+                }
+            };
+            if let Err(e) = leases.raise_bucket_token(bucket, highest).await {
+                tracing::warn!(%bucket, error = %error_chain(&e), "could not raise the bucket's token counter; it will be fenced again");
+            }
+            let _ = leases.release_buckets(std::slice::from_ref(&lease)).await;
+        });
+    }
+
+    /// At shutdown: hands every held bucket back at once (the accounts are
+    /// already stopped) and leaves the bucket workers.
+    pub(super) async fn leave_buckets(&mut self) {
+        let Some(state) = &mut self.buckets else { return };
+        let held: Vec<BucketLease> = state.held.drain().map(|(_, h)| h.lease).collect();
+        if let Err(e) = self.deps.buckets.leave(&self.worker, &held).await {
+            tracing::warn!(worker = %self.worker, error = %error_chain(&e), "could not hand the buckets back; they will lapse");
+        }
+    }
+}

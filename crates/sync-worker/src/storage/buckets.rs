@@ -1,0 +1,115 @@
+//! Accounts by lease bucket (see `migrations/0900_account_buckets.sql`): what
+//! a worker that owns some buckets reads, and the weights it reports.
+
+use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey};
+use sqlx::Row;
+
+use super::{corrupt, query_err, Storage, StorageError};
+
+/// Most buckets one `IN (...)` list carries.
+const BUCKETS_PER_QUERY: usize = 512;
+
+impl Storage {
+    /// At open: reads the bucket count, fills in the bucket of rows from
+    /// before the column, and makes the index (after any rebuild of the table,
+    /// which keeps only the indexes it makes itself).
+    pub(super) async fn ensure_account_buckets(&mut self) -> Result<(), StorageError> {
+        let row = sqlx::query("SELECT count FROM account_buckets WHERE singleton = 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_err("read the bucket count"))?;
+        let count: i64 = row.try_get(0).map_err(query_err("read the bucket count"))?;
+        self.buckets = u32::try_from(count)
+            .ok()
+            .and_then(|c| BucketCount::new(c).ok())
+            .ok_or_else(|| corrupt("(schema)", "bucket count", count))?;
+        sqlx::query("CREATE INDEX IF NOT EXISTS accounts_by_bucket ON accounts (bucket)")
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("make the accounts' bucket index"))?;
+        let unfilled = sqlx::query("SELECT id FROM accounts WHERE bucket IS NULL")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err("list accounts without a bucket"))?;
+        if unfilled.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(query_err("fill in the accounts' buckets"))?;
+        for row in &unfilled {
+            let id: String = row.try_get(0).map_err(query_err("read an account id"))?;
+            sqlx::query("UPDATE accounts SET bucket = $1 WHERE id = $2")
+                .bind(i64::from(self.buckets.bucket_of(&id).0))
+                .bind(&id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_err(format!("fill in the bucket of {id}")))?;
+        }
+        tx.commit().await.map_err(query_err("fill in the accounts' buckets"))?;
+        tracing::info!(accounts = unfilled.len(), buckets = %self.buckets, "filled in the lease bucket of existing accounts");
+        Ok(())
+    }
+
+    /// The number of buckets accounts hash into, fixed in the database.
+    pub fn bucket_count(&self) -> BucketCount {
+        self.buckets
+    }
+
+    /// The bucket of `account`.
+    pub fn bucket_of(&self, account: &str) -> BucketId {
+        self.buckets.bucket_of(account)
+    }
+
+    /// The accounts of `buckets`, with their bucket, sorted by id.
+    pub async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, StorageError> {
+        let mut out = Vec::new();
+        for chunk in buckets.chunks(BUCKETS_PER_QUERY) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!("SELECT bucket, id FROM accounts WHERE bucket IN ({}) ORDER BY id", marks.join(", "));
+            // Built from placeholders only; the values are bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for bucket in chunk {
+                query = query.bind(i64::from(bucket.0));
+            }
+            let rows = query.fetch_all(&self.pool).await.map_err(query_err("list the accounts of owned buckets"))?;
+            for row in &rows {
+                let bucket: i64 = row.try_get(0).map_err(query_err("read an account's bucket"))?;
+                let id: String = row.try_get(1).map_err(query_err("read an account id"))?;
+                let bucket = u32::try_from(bucket).map_err(|_| corrupt(&id, "bucket", bucket))?;
+                let key = LeaseKey::new(&id).map_err(|_| corrupt(&id, "id", &id))?;
+                out.push((BucketId(bucket), key));
+            }
+        }
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        Ok(out)
+    }
+
+    /// How many accounts each bucket holds (buckets with none are left out):
+    /// the weights a lease store that lost them is given again.
+    pub async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, StorageError> {
+        let rows = sqlx::query("SELECT bucket, COUNT(*) FROM accounts WHERE bucket IS NOT NULL GROUP BY bucket")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_err("count the accounts per bucket"))?;
+        rows.iter()
+            .map(|row| {
+                let bucket: i64 = row.try_get(0).map_err(query_err("read a bucket"))?;
+                let count: i64 = row.try_get(1).map_err(query_err("read a bucket's account count"))?;
+                let bucket = u32::try_from(bucket).map_err(|_| corrupt("(bucket)", "bucket", bucket))?;
+                Ok((BucketId(bucket), count.max(0) as u64))
+            })
+            .collect()
+    }
+
+    /// The highest fencing token stored for an account of `bucket` (0 when
+    /// none): what a bucket's token counter must pass after the lease store
+    /// lost its counters.
+    pub async fn highest_token_in_bucket(&self, bucket: BucketId) -> Result<FencingToken, StorageError> {
+        let row = sqlx::query("SELECT MAX(fence_token) FROM accounts WHERE bucket = $1")
+            .bind(i64::from(bucket.0))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_err(format!("read the highest fencing token of bucket {bucket}")))?;
+        let highest: Option<i64> = row.try_get(0).map_err(query_err("read a fencing token"))?;
+        Ok(FencingToken(highest.unwrap_or(0).max(0) as u64))
+    }
+}
