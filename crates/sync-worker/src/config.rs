@@ -21,6 +21,7 @@
 //! | `IMAP_ALLOW_PRIVATE` | `true`: accounts and webhooks added through the API may point at loopback, link-local, private and other non-public addresses (the operator CLI always may) | `false` |
 //! | `IMAP_LOGIN_BACKOFF`, `IMAP_LOGIN_BACKOFF_MAX` | the wait after an account's login is refused, doubling after each refusal in a row up to the max (kept in the database: restarts and takeovers wait too) | `5m`, `6h` |
 //! | `IMAP_LOGIN_ATTEMPTS` | refused logins in a row after which an account tries no more until its login is updated (`account update`, `PATCH /v1/accounts/{id}`) | `8` |
+//! | `CONNECT_RATE` | new IMAP connections a second, per process, each start a little later at random: a takeover of many accounts, or their reconnects after an outage, ramps up | `20` |
 //! | `IMAP_CONNECTS_PER_HOST` | connection attempts (connect, TLS, greeting, login) at once to one IMAP server host, per process; more wait their turn | `8` |
 //! | `WEBHOOK_RETRIES` | attempts of one webhook delivery after the first; then it fails and its webhook is paused | `10` |
 //! | `WEBHOOK_BACKOFF`, `WEBHOOK_BACKOFF_MAX` | the wait before a delivery's first retry, doubling each time up to the max | `5s`, `1h` |
@@ -102,6 +103,8 @@ pub struct Config {
     pub imap_login_backoff: crate::imap::settings::LoginBackoff,
     /// `IMAP_CONNECTS_PER_HOST`.
     pub imap_connects_per_host: std::num::NonZeroUsize,
+    /// `CONNECT_RATE`.
+    pub connect_rate: std::num::NonZeroU32,
     /// `WEBHOOK_*`: how webhook deliveries are retried and bounded.
     pub webhooks: crate::webhooks::WebhookSettings,
 }
@@ -130,6 +133,8 @@ impl Default for Config {
             imap_login_backoff: crate::imap::settings::LoginBackoff::default(),
             imap_connects_per_host: std::num::NonZeroUsize::new(crate::imap::connect_gate::DEFAULT_CONNECTS_PER_HOST)
                 .unwrap_or(std::num::NonZeroUsize::MIN),
+            connect_rate: std::num::NonZeroU32::new(crate::imap::connect_rate::DEFAULT_CONNECT_RATE)
+                .unwrap_or(std::num::NonZeroU32::MIN),
             webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
@@ -268,6 +273,13 @@ impl Config {
                     })
                 }
             };
+        }
+        if let Some(v) = get("CONNECT_RATE") {
+            c.connect_rate = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                var: "CONNECT_RATE",
+                value: v.clone(),
+                expected: "a whole number of new connections a second, at least 1 (e.g. 20)".into(),
+            })?;
         }
         if let Some(v) = get("IMAP_CONNECTS_PER_HOST") {
             c.imap_connects_per_host = v.trim().parse().map_err(|_| ConfigError::Invalid {

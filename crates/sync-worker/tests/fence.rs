@@ -12,6 +12,7 @@ use leasehold_core::{FencingToken, LeaseKey, TokioClock, WorkerId};
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use sqlx::Row;
+use sync_worker::config::Ownership;
 use sync_worker::coordinator::reconcile::{self, Reconciler};
 use sync_worker::deadline::LeaseDeadline;
 use sync_worker::imap::{ImapSettings, ImapSource};
@@ -40,6 +41,8 @@ struct Rig {
     accounts: Vec<(LeaseKey, String)>,
     /// Worker processes' logs.
     logs: tempfile::TempDir,
+    /// How its workers share the accounts.
+    ownership: Ownership,
 }
 
 impl Rig {
@@ -72,7 +75,17 @@ impl Rig {
             accounts.push((account, name));
         }
         let logs = tempfile::tempdir().expect("a log dir");
-        Rig { dovecot, proxy, db, storage, redis, prefix: unique_prefix(tag), accounts, logs }
+        Rig {
+            dovecot,
+            proxy,
+            db,
+            storage,
+            redis,
+            prefix: unique_prefix(tag),
+            accounts,
+            logs,
+            ownership: Ownership::Accounts,
+        }
     }
 
     async fn store(&self) -> Arc<dyn sync_worker::Leases> {
@@ -80,8 +93,29 @@ impl Rig {
         Arc::new(RedisStore::connect_with(config).await.expect("connect to Redis"))
     }
 
+    /// The same rig, its workers on `ownership`.
+    fn owned_by(mut self, ownership: Ownership) -> Self {
+        self.ownership = ownership;
+        self
+    }
+
+    /// Raises every account's token counter to `past` (its bucket's, under bucket ownership).
+    async fn raise_tokens(&self, past: FencingToken) {
+        let store = self.store().await;
+        for (a, _) in &self.accounts {
+            match self.ownership {
+                Ownership::Accounts => store.raise_token(a, past).await.expect("raise_token"),
+                Ownership::Buckets => store
+                    .raise_bucket_token(self.storage.bucket_of(a.as_str()), past)
+                    .await
+                    .expect("raise_bucket_token"),
+            }
+        }
+    }
+
     fn config(&self, ttl: Duration) -> Config {
         Config {
+            ownership: self.ownership,
             lease_ttl: ttl,
             // Polls only when an account is (re)claimed: every login the
             // proxy sees after the initial sync is a claim's first poll.
@@ -129,6 +163,13 @@ impl Rig {
             .env("REDIS_KEY_PREFIX", &self.prefix)
             .env("SECRET_KEY", SECRET_KEY)
             .env("WORKER_ID", name)
+            .env(
+                "OWNERSHIP",
+                match self.ownership {
+                    Ownership::Accounts => "accounts",
+                    Ownership::Buckets => "buckets",
+                },
+            )
             .env("LEASE_TTL", format!("{}ms", ttl.as_millis()))
             .env("POLL_WARM", format!("{}ms", poll.as_millis()))
             .env("RECONCILE_INTERVAL", "1")
@@ -259,16 +300,24 @@ impl Drop for WorkerProcess {
 /// under a replaced token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s() {
+    an_emptied_redis_heals(Ownership::Accounts).await;
+}
+
+/// The same under bucket ownership: the lease store's weights are gone too,
+/// and are given again from the accounts table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s_under_buckets() {
+    an_emptied_redis_heals(Ownership::Buckets).await;
+}
+
+async fn an_emptied_redis_heals(ownership: Ownership) {
     let db = Postgres::fresh("emptied_redis").unwrap_or_else(|e| panic!("Postgres: {e}"));
-    let rig = Rig::new("emptied_redis", db, 4, 600).await;
+    let rig = Rig::new("emptied_redis", db, 4, 600).await.owned_by(ownership);
     let ttl = Duration::from_secs(3);
     // A deployment that has run a while: its tokens are far above where an
     // emptied Redis starts counting again, so re-claiming until the counter
     // climbs back would not heal in time; only raising it past storage does.
-    let store = rig.store().await;
-    for (a, _) in &rig.accounts {
-        store.raise_token(a, FencingToken(50)).await.expect("raise_token");
-    }
+    rig.raise_tokens(FencingToken(50)).await;
     let (w1, _r1) = rig.worker("w1", rig.config(ttl)).await;
     let (w2, _r2) = rig.worker("w2", rig.config(ttl)).await;
     // Once in the middle of the initial sync...
@@ -663,8 +712,18 @@ async fn a_second_deployment_on_one_key_space_refuses_to_start() {
 /// owner then syncs everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_writes_nothing_after_its_successor_claimed() {
+    a_paused_owner_writes_nothing(Ownership::Accounts).await;
+}
+
+/// The same under bucket ownership: the paused owner's bucket is taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_bucket_owner_writes_nothing_after_its_successor_claimed() {
+    a_paused_owner_writes_nothing(Ownership::Buckets).await;
+}
+
+async fn a_paused_owner_writes_nothing(ownership: Ownership) {
     let db = Postgres::fresh("paused_owner").unwrap_or_else(|e| panic!("Postgres: {e}"));
-    let rig = Rig::new("paused_owner", db, 1, 3000).await;
+    let rig = Rig::new("paused_owner", db, 1, 3000).await.owned_by(ownership);
     let ttl = Duration::from_secs(3);
     let account = rig.accounts[0].0.clone();
     let old = rig.worker_process("w1", ttl);
@@ -709,6 +768,16 @@ async fn a_paused_owner_writes_nothing_after_its_successor_claimed() {
 /// and `SOAK_SEED` the random seed (printed, so a failure can be replayed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_of_pauses_kills_and_empty_redis_restarts_keeps_every_row_fenced() {
+    soak(Ownership::Accounts).await;
+}
+
+/// The same soak under bucket ownership.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soak_under_bucket_ownership_keeps_every_row_fenced() {
+    soak(Ownership::Buckets).await;
+}
+
+async fn soak(ownership: Ownership) {
     let env = |var: &str, default: u64| -> u64 {
         std::env::var(var)
             .ok()
@@ -722,7 +791,7 @@ async fn a_soak_of_pauses_kills_and_empty_redis_restarts_keeps_every_row_fenced(
     let mut rng = fastrand::Rng::with_seed(seed);
 
     let db = Postgres::fresh("soak").unwrap_or_else(|e| panic!("Postgres: {e}"));
-    let rig = Arc::new(Rig::new("soak", db, 20, 150).await);
+    let rig = Arc::new(Rig::new("soak", db, 20, 150).await.owned_by(ownership));
     let ttl = Duration::from_secs(3);
     let poll = Duration::from_secs(2);
     let names = ["w1", "w2"];

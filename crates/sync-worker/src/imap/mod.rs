@@ -58,6 +58,7 @@ mod addresses;
 mod authenticate;
 mod batch_writer;
 pub mod connect_gate;
+pub mod connect_rate;
 mod folders;
 pub mod framing;
 mod literal_stream;
@@ -80,6 +81,7 @@ use leasehold_core::LeaseKey;
 
 pub use access_tokens::{AccessTokens, TokenError};
 pub use connect_gate::ConnectGate;
+pub use connect_rate::ConnectRate;
 pub use folders::{
     all_folders, all_folders_of, decode_modified_utf7, encode_modified_utf7, special_folders, special_folders_of,
     Folder, Role,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::access_tokens::AccessTokens;
 use super::connect_gate::ConnectGate;
+use super::connect_rate::ConnectRate;
 use super::tls::TlsSettings;
 use crate::config::Config;
 
@@ -41,6 +42,9 @@ pub struct ImapSettings {
     /// `IMAP_CONNECTS_PER_HOST`: connection attempts at once to one server
     /// host (clones of the settings share the places).
     pub connect_gate: ConnectGate,
+    /// `CONNECT_RATE`: new connections a second, process-wide (clones of
+    /// the settings share the limit).
+    pub connect_rate: ConnectRate,
 }
 
 /// The waits after refused logins in a row: `first` after the first, twice
@@ -96,6 +100,7 @@ impl Default for ImapSettings {
             login_backoff: LoginBackoff::default(),
             access_tokens: AccessTokens::default(),
             connect_gate: ConnectGate::default(),
+            connect_rate: ConnectRate::default(),
         }
     }
 }
@@ -112,6 +117,7 @@ impl From<&Config> for ImapSettings {
             max_folders: c.imap_max_folders,
             login_backoff: c.imap_login_backoff,
             connect_gate: ConnectGate::new(c.imap_connects_per_host),
+            connect_rate: ConnectRate::new(c.connect_rate),
             ..Self::default()
         }
     }

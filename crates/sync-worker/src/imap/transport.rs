@@ -265,6 +265,7 @@ pub(crate) async fn open_at(
     unquotable("username", &creds.username)?;
     // Before the connection: a token refresh does not hold a server slot.
     let secret = secret_of(creds, settings).await?;
+    settings.connect_rate.wait_turn().await;
     let _place = settings.connect_gate.enter(&creds.host).await;
     let tcp = within("the TCP connect", timeout, async {
         let addrs = addresses(creds, settings).await?;
