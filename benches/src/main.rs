@@ -20,6 +20,7 @@ mod sync_hot;
 mod sync_initial;
 mod sync_noop;
 mod sync_ownership;
+mod sync_scale;
 mod sync_support;
 mod sync_webhooks;
 
@@ -39,6 +40,7 @@ const BENCHES: &[(&str, &str)] = &[
     ),
     ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
+    ("sync-scale", "bucket ownership at 10k and 100k accounts (SYNC_SCALE_SIZES), 8 workers: ownership, spread, takeover, Redis work per tick, bytes per account"),
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
     ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
     ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
@@ -62,6 +64,7 @@ fn main() -> Result<()> {
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
+            "sync-scale" => sync_scale::run().await,
             "hopper-pytest" => hopper_pytest::run().await,
             "hopper-nextest" => hopper_nextest::run().await,
             "hopper-tail" => hopper_tail::run().await,

@@ -55,26 +55,26 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-enum Command {
+pub(crate) enum Command {
     Kill,
     Shutdown,
 }
 
-struct Worker {
-    observer: CoordinatorObserver,
-    cpu_ns: Arc<AtomicU64>,
-    commands: Option<oneshot::Sender<Command>>,
-    thread: Option<std::thread::JoinHandle<Result<()>>>,
+pub(crate) struct Worker {
+    pub(crate) observer: CoordinatorObserver,
+    pub(crate) cpu_ns: Arc<AtomicU64>,
+    pub(crate) commands: Option<oneshot::Sender<Command>>,
+    pub(crate) thread: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 impl Worker {
-    fn send(&mut self, command: Command) {
+    pub(crate) fn send(&mut self, command: Command) {
         if let Some(tx) = self.commands.take() {
             let _ = tx.send(command);
         }
     }
 
-    async fn join(&mut self) -> Result<()> {
+    pub(crate) async fn join(&mut self) -> Result<()> {
         if let Some(thread) = self.thread.take() {
             match tokio::task::spawn_blocking(move || thread.join()).await? {
                 Ok(r) => r?,
@@ -85,11 +85,12 @@ impl Worker {
     }
 }
 
-type Ready = Result<(CoordinatorObserver, Arc<AtomicU64>)>;
+pub(crate) type Ready = Result<(CoordinatorObserver, Arc<AtomicU64>)>;
 /// A started worker thread: its readiness report, its command channel, its join handle.
-type Spawned = (std::sync::mpsc::Receiver<Ready>, oneshot::Sender<Command>, std::thread::JoinHandle<Result<()>>);
+pub(crate) type Spawned =
+    (std::sync::mpsc::Receiver<Ready>, oneshot::Sender<Command>, std::thread::JoinHandle<Result<()>>);
 
-async fn connect(url: &str, prefix: &str) -> Result<RedisStore> {
+pub(crate) async fn connect(url: &str, prefix: &str) -> Result<RedisStore> {
     RedisStore::connect_with(RedisConfig::new(url.to_string()).with_prefix(prefix.to_string()))
         .await
         .with_context(|| format!("connect to {url}"))
@@ -97,12 +98,13 @@ async fn connect(url: &str, prefix: &str) -> Result<RedisStore> {
 
 /// Starts one worker thread: connect, register, wait at `barrier` until all
 /// are registered, then run until told to stop.
-fn spawn_worker(
+pub(crate) fn spawn_worker(
     name: String,
     url: String,
     prefix: String,
     config: Config,
     source: ScriptedSource,
+    directory: MemoryDirectory,
     barrier: Arc<Barrier>,
 ) -> Result<Spawned> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Ready>();
@@ -117,7 +119,7 @@ fn spawn_worker(
                     store,
                     buckets: leases,
                     source: Arc::new(source),
-                    directory: Arc::new(MemoryDirectory::new()),
+                    directory: Arc::new(directory),
                     clock: Arc::new(TokioClock::new()),
                 };
                 anyhow::Ok(Coordinator::prepare(WorkerId::new(&name)?, config, deps).await?)
@@ -152,16 +154,16 @@ fn spawn_worker(
     Ok((ready_rx, cmd_tx, thread))
 }
 
-fn owned_total(workers: &[Worker]) -> usize {
+pub(crate) fn owned_total(workers: &[Worker]) -> usize {
     workers.iter().map(|w| w.observer.owned_count()).sum()
 }
 
-fn counts(workers: &[Worker]) -> Vec<usize> {
+pub(crate) fn counts(workers: &[Worker]) -> Vec<usize> {
     workers.iter().map(|w| w.observer.owned_count()).collect()
 }
 
 /// Waits until `cond` holds (checking every 5 ms); the instant it held, or an error after `limit`.
-async fn time_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<Instant> {
+pub(crate) async fn time_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<Instant> {
     let start = Instant::now();
     loop {
         if cond() {
@@ -220,6 +222,7 @@ pub async fn run() -> Result<serde_json::Value> {
             prefix.clone(),
             config.clone(),
             source.clone(),
+            MemoryDirectory::new(),
             barrier.clone(),
         )?);
     }
@@ -345,6 +348,6 @@ pub async fn run() -> Result<serde_json::Value> {
     }))
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }

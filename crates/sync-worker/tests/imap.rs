@@ -276,16 +276,24 @@ async fn the_token_takes_effect_at_claim_time(db: TestDb) {
         other => panic!("the old owner's poll was not fenced: {other:?}"),
     }
     assert_eq!(w.rows("INBOX").await, before, "the old owner changed rows");
-    // Storage itself: the claim-time check is strict (an equal token is a
-    // duplicate claim), the write check is not (an owner's own later writes).
-    for (token, what) in [(1, "an older token"), (2, "the stored token")] {
-        match w.storage.record_claim(&w.fence(token)).await {
+    // Storage itself: the claim-time check is strict (an equal token from
+    // another worker is a duplicate claim), the write check is not (an
+    // owner's own later writes).
+    let elsewhere = |token| sync_worker::Fence {
+        worker: leasehold_core::WorkerId::new("another-worker").unwrap(),
+        ..w.fence(token)
+    };
+    for (fence, what) in [(w.fence(1), "an older token"), (elsewhere(2), "the stored token, from another worker")] {
+        match w.storage.record_claim(&fence).await {
             Err(StorageError::Fenced { token: t, current, .. }) => {
-                assert_eq!((t, current), (FencingToken(token), FencingToken(2)), "{what}")
+                assert_eq!((t, current), (fence.token, FencingToken(2)), "{what}")
             }
             other => panic!("a claim with {what} was recorded: {other:?}"),
         }
     }
+    // Its own token again, from the worker that recorded it: one bucket
+    // lease covers many starts of the account's runner.
+    w.storage.record_claim(&w.fence(2)).await.expect("the owner records its own token again");
     assert!(matches!(w.storage.write(&w.fence(1)).await, Err(StorageError::Fenced { .. })));
     let tx = w.storage.write(&w.fence(2)).await.expect("the owner's own write passes");
     tx.commit().await.expect("commit");

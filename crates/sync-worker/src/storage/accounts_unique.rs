@@ -62,7 +62,7 @@ impl Storage {
         Ok(())
     }
 
-    async fn catalog_count(&self, sql: &'static str) -> Result<i64, StorageError> {
+    pub(super) async fn catalog_count(&self, sql: &'static str) -> Result<i64, StorageError> {
         sqlx::query(sql)
             .fetch_one(&self.pool)
             .await

@@ -4,7 +4,7 @@
 use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey};
 use sqlx::Row;
 
-use super::{corrupt, query_err, Storage, StorageError};
+use super::{corrupt, query_err, DbKind, Storage, StorageError};
 
 /// Most buckets one `IN (...)` list carries.
 const BUCKETS_PER_QUERY: usize = 512;
@@ -23,10 +23,25 @@ impl Storage {
             .ok()
             .and_then(|c| BucketCount::new(c).ok())
             .ok_or_else(|| corrupt("(schema)", "bucket count", count))?;
-        sqlx::query("CREATE INDEX IF NOT EXISTS accounts_by_bucket ON accounts (bucket)")
-            .execute(&self.pool)
-            .await
-            .map_err(query_err("make the accounts' bucket index"))?;
+        // The catalog first: a CREATE INDEX, even one that exists, waits for
+        // every open write transaction of the table, and every write after it
+        // waits behind it.
+        let exists = match self.kind {
+            DbKind::Postgres => "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'accounts_by_bucket'",
+            DbKind::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'accounts_by_bucket'",
+        };
+        if self.catalog_count(exists).await? == 0 {
+            let made = sqlx::query("CREATE INDEX IF NOT EXISTS accounts_by_bucket ON accounts (bucket)")
+                .execute(&self.pool)
+                .await;
+            // Two processes starting at once on a new database both try;
+            // Postgres's IF NOT EXISTS does not hold under that race.
+            if let Err(e) = made {
+                if self.catalog_count(exists).await? == 0 {
+                    return Err(query_err("make the accounts' bucket index")(e));
+                }
+            }
+        }
         let unfilled = sqlx::query("SELECT id FROM accounts WHERE bucket IS NULL")
             .fetch_all(&self.pool)
             .await

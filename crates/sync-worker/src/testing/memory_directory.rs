@@ -15,6 +15,8 @@ use crate::errors::DirectoryError;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDirectory {
     map: Arc<RwLock<HashMap<LeaseKey, UserId>>>,
+    /// The accounts of each bucket, so reading a bucket costs its accounts.
+    buckets: Arc<RwLock<HashMap<BucketId, std::collections::BTreeSet<LeaseKey>>>>,
 }
 
 impl MemoryDirectory {
@@ -25,11 +27,17 @@ impl MemoryDirectory {
 
     /// Records that `user` owns `account` (replacing any earlier owner).
     pub fn insert(&self, account: LeaseKey, user: UserId) {
+        let bucket = BucketCount::DEFAULT.bucket_of(account.as_str());
+        self.buckets.write().entry(bucket).or_default().insert(account.clone());
         self.map.write().insert(account, user);
     }
 
     /// Forgets `account`.
     pub fn remove(&self, account: &LeaseKey) {
+        let bucket = BucketCount::DEFAULT.bucket_of(account.as_str());
+        if let Some(keys) = self.buckets.write().get_mut(&bucket) {
+            keys.remove(account);
+        }
         self.map.write().remove(account);
     }
 }
@@ -50,25 +58,21 @@ impl AccountDirectory for MemoryDirectory {
     }
 
     async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, DirectoryError> {
-        let count = BucketCount::DEFAULT;
-        let wanted: std::collections::HashSet<&BucketId> = buckets.iter().collect();
-        let mut found: Vec<(BucketId, LeaseKey)> = self
-            .map
-            .read()
-            .keys()
-            .map(|k| (count.bucket_of(k.as_str()), k.clone()))
-            .filter(|(b, _)| wanted.contains(b))
-            .collect();
+        let index = self.buckets.read();
+        let mut found: Vec<(BucketId, LeaseKey)> =
+            buckets.iter().flat_map(|b| index.get(b).into_iter().flatten().map(move |k| (*b, k.clone()))).collect();
         found.sort_by(|a, b| a.1.cmp(&b.1));
         Ok(found)
     }
 
     async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, DirectoryError> {
-        let mut weights: HashMap<BucketId, u64> = HashMap::new();
-        for key in self.map.read().keys() {
-            *weights.entry(BucketCount::DEFAULT.bucket_of(key.as_str())).or_insert(0) += 1;
-        }
-        Ok(weights.into_iter().collect())
+        Ok(self
+            .buckets
+            .read()
+            .iter()
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(b, keys)| (*b, keys.len() as u64))
+            .collect())
     }
 
     async fn highest_token_in_bucket(&self, _bucket: BucketId) -> Result<FencingToken, DirectoryError> {
