@@ -260,6 +260,25 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// The tier of `key`, if one is set.
     async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError>;
 
+    /// The tier of each of `keys`, in order, first setting `default` on those
+    /// that have none. Backends do this in few round trips (Redis: one
+    /// script call per chunk of keys), so an owner taking up many keys at
+    /// once does not pay a round trip per key.
+    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
+        let mut tiers = Vec::with_capacity(keys.len());
+        for key in keys {
+            let tier = match self.tier(key).await? {
+                Some(t) => t,
+                None => {
+                    self.set_tier(key, default).await?;
+                    default
+                }
+            };
+            tiers.push(tier);
+        }
+        Ok(tiers)
+    }
+
     /// Refreshes `user`'s presence for `grace` and publishes `user.active`.
     async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError>;
 

@@ -167,6 +167,11 @@ impl LeaseStore for MemoryStore {
         Ok(self.inner.leases.lock().tiers.get(key).copied())
     }
 
+    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
+        let mut state = self.inner.leases.lock();
+        Ok(keys.iter().map(|k| *state.tiers.entry(k.clone()).or_insert(default)).collect())
+    }
+
     async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         let now = self.now_ms();
         self.inner.leases.lock().sessions.insert(user.clone(), deadline(now, grace));

@@ -224,6 +224,34 @@ impl LeaseStore for RedisStore {
         }
     }
 
+    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
+        let mut tiers = Vec::with_capacity(keys.len());
+        // The keys share the lease space's tag: one script call per chunk.
+        for chunk in keys.chunks(1024) {
+            let label = chunk[0].to_string();
+            let call = Call::new(chunk.iter().map(|k| self.lease_keys().tier(k))).arg(default.as_str());
+            let value = self
+                .eval(&scripts::TIERS_OR_DEFAULT, &call)
+                .await
+                .map_err(|e| lease_err("tiers_or_default", &label, e))?;
+            let items =
+                reply::array("tiers_or_default", value).map_err(|e| lease_reply_err("tiers_or_default", &label, e))?;
+            if items.len() != chunk.len() {
+                return Err(lease_reply_err(
+                    "tiers_or_default",
+                    &label,
+                    ReplyError::new("tiers_or_default", format!("{} answers for {} keys", items.len(), chunk.len())),
+                ));
+            }
+            for (key, item) in chunk.iter().zip(&items) {
+                let raw = reply::string("tiers_or_default", item)
+                    .map_err(|e| lease_reply_err("tiers_or_default", key.as_str(), e))?;
+                tiers.push(raw.parse().map_err(|e: String| LeaseError::Corrupt { key: key.to_string(), detail: e })?);
+            }
+        }
+        Ok(tiers)
+    }
+
     async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         let k = self.lease_keys();
         let call = Call::new([k.session(user)]).arg(user.as_str()).arg(grace.as_millis()).arg(k.user_active_channel());

@@ -71,3 +71,6 @@ pub(crate) static BUCKET_HOLDER: LazyLock<Script> =
 /// Raising a bucket's fence counter.
 pub(crate) static BUCKET_RAISE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/bucket_raise_token.lua")));
+/// Tiers, each set to a default first when it has none.
+pub(crate) static TIERS_OR_DEFAULT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/tiers_or_default.lua")));

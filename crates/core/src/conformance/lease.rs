@@ -363,3 +363,15 @@ pub async fn bind_deployment_keeps_the_first_id(fx: Fixture) {
     assert_eq!(fx.leases.bind_deployment("dep-a").await.unwrap(), "dep-a", "idempotent for its own id");
     assert_eq!(fx.leases.bind_deployment("dep-b").await.unwrap(), "dep-a", "another deployment sees the first");
 }
+
+/// `tiers_or_default` answers each key's tier in order, setting the default
+/// only on keys that had none.
+pub async fn tiers_or_default_sets_only_missing_tiers(fx: Fixture) {
+    let (hot, fresh) = (key("acct-hot"), key("acct-fresh"));
+    fx.leases.set_tier(&hot, Tier::Hot).await.unwrap();
+    let tiers = fx.leases.tiers_or_default(&[hot.clone(), fresh.clone()], Tier::Warm).await.unwrap();
+    assert_eq!(tiers, vec![Tier::Hot, Tier::Warm]);
+    assert_eq!(fx.leases.tier(&fresh).await.unwrap(), Some(Tier::Warm));
+    assert_eq!(fx.leases.tier(&hot).await.unwrap(), Some(Tier::Hot));
+    assert!(fx.leases.tiers_or_default(&[], Tier::Cold).await.unwrap().is_empty());
+}

@@ -454,30 +454,23 @@ impl Coord {
             return;
         }
         let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
-        let store = self.deps.store.clone();
-        // A per-account claim stores warm when no tier is set; a bucket's accounts get it here.
-        let store_default = bucket.is_some();
-        let tiers: Vec<Tier> = each(keys.clone(), move |k| {
-            let store = store.clone();
-            async move {
-                match store.tier(&k).await {
-                    Ok(Some(t)) => t,
-                    Ok(None) => {
-                        if store_default {
-                            if let Err(e) = store.set_tier(&k, Tier::Warm).await {
-                                tracing::warn!(account = %k, error = %e, "could not store the default tier");
-                            }
-                        }
-                        Tier::Warm
-                    }
-                    Err(e) => {
-                        tracing::warn!(account = %k, error = %e, "could not read the tier; starting warm");
-                        Tier::Warm
-                    }
-                }
+        // A per-account claim stores warm when no tier is set; a bucket's
+        // accounts get it here, in one call per chunk of keys.
+        let tiers: Vec<Tier> = match self.deps.store.tiers_or_default(&keys, Tier::Warm).await {
+            Ok(t) if t.len() == keys.len() => t,
+            Ok(t) => {
+                tracing::error!(
+                    asked = keys.len(),
+                    answered = t.len(),
+                    "tiers_or_default answered the wrong number of keys; starting warm"
+                );
+                vec![Tier::Warm; keys.len()]
             }
-        })
-        .await;
+            Err(e) => {
+                tracing::warn!(accounts = keys.len(), error = %e, "could not read the tiers; starting warm");
+                vec![Tier::Warm; keys.len()]
+            }
+        };
         // Off the loop: a slow database must not delay the next renew. The
         // users arrive as a `Lookup::Users`, and the claims are announced then.
         lookups::users(self.deps.directory.clone(), keys, self.lookups_tx.clone());

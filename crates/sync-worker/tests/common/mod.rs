@@ -369,6 +369,9 @@ impl LeaseStore for Faulty {
     async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
         self.inner.tier(key).await
     }
+    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
+        self.inner.tiers_or_default(keys, default).await
+    }
     async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
         self.inner.mark_user_active(user, grace).await
     }
