@@ -162,6 +162,24 @@ pub(crate) fn counts(workers: &[Worker]) -> Vec<usize> {
     workers.iter().map(|w| w.observer.owned_count()).collect()
 }
 
+/// Waits until the workers' counts stay unchanged, and sum to `total`, for
+/// `quiet`; answers them, or an error after `limit`.
+pub(crate) async fn settle(workers: &[Worker], total: usize, quiet: Duration, limit: Duration) -> Result<Vec<usize>> {
+    let mut last = counts(workers);
+    let mut stable_since = Instant::now();
+    let started = Instant::now();
+    while stable_since.elapsed() < quiet {
+        ensure!(started.elapsed() < limit, "ownership never settled: {:?}", counts(workers));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = counts(workers);
+        if now != last || now.iter().sum::<usize>() != total {
+            last = now;
+            stable_since = Instant::now();
+        }
+    }
+    Ok(last)
+}
+
 /// Waits until `cond` holds (checking every 5 ms); the instant it held, or an error after `limit`.
 pub(crate) async fn time_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<Instant> {
     let start = Instant::now();
@@ -245,19 +263,7 @@ pub async fn run() -> Result<serde_json::Value> {
     let full_ownership_s = (full - started).as_secs_f64();
     println!("full ownership after {full_ownership_s:.3} s: {:?}", counts(&workers));
 
-    // Settle: counts unchanged for two lease TTLs.
-    let mut last = counts(&workers);
-    let mut stable_since = Instant::now();
-    let settle_start = Instant::now();
-    while stable_since.elapsed() < 2 * LEASE_TTL {
-        ensure!(settle_start.elapsed() < Duration::from_secs(120), "ownership never settled: {:?}", counts(&workers));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = counts(&workers);
-        if now != last || now.iter().sum::<usize>() != ACCOUNTS {
-            last = now;
-            stable_since = Instant::now();
-        }
-    }
+    let last = settle(&workers, ACCOUNTS, 2 * LEASE_TTL, Duration::from_secs(120)).await?;
     let share = ACCOUNTS.div_ceil(WORKERS) as f64;
     let (max, min) = (*last.iter().max().unwrap_or(&0), *last.iter().min().unwrap_or(&0));
     let spread_pct = (max - min) as f64 / share * 100.0;

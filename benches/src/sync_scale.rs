@@ -37,7 +37,7 @@ use sync_worker::{Config, MemoryDirectory, ScriptedSource};
 use tokio::time::Instant;
 
 use crate::redis_stats;
-use crate::sync_ownership::{counts, owned_total, round3, spawn_worker, time_until, Command, Worker};
+use crate::sync_ownership::{counts, owned_total, round3, settle, spawn_worker, time_until, Command, Worker};
 use crate::sync_support::rss_kib;
 
 const WORKERS: usize = 8;
@@ -132,19 +132,7 @@ async fn one_size(
     let redis_bytes_per_account = used_memory(conn).await?.saturating_sub(memory_before) as f64 / accounts as f64;
     println!("  full ownership after {ownership_s:.2} s: {:?}", counts(&workers));
 
-    // Settled: counts unchanged for two lease TTLs.
-    let mut last = counts(&workers);
-    let mut stable_since = Instant::now();
-    let settle_start = Instant::now();
-    while stable_since.elapsed() < 2 * LEASE_TTL {
-        ensure!(settle_start.elapsed() < Duration::from_secs(300), "ownership never settled: {:?}", counts(&workers));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = counts(&workers);
-        if now != last || now.iter().sum::<usize>() != accounts {
-            last = now;
-            stable_since = Instant::now();
-        }
-    }
+    let last = settle(&workers, accounts, 2 * LEASE_TTL, Duration::from_secs(300)).await?;
     let share = accounts as f64 / WORKERS as f64;
     let (max, min) = (*last.iter().max().unwrap_or(&0), *last.iter().min().unwrap_or(&0));
     let spread_pct = (max - min) as f64 / share * 100.0;

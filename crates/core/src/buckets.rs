@@ -298,6 +298,12 @@ pub trait BucketLeases: Send + Sync + 'static {
     /// each one's change count.
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError>;
 
+    /// Counts `owner` as a live worker for `ttl`, holding nothing, without
+    /// claiming: workers that start together join first, so their first
+    /// ticks already share the weight instead of one claiming it all and
+    /// shedding it again.
+    async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError>;
+
     /// `owner`'s balancing step (see the contract): `held` are the leases it
     /// believes it holds.
     async fn tick(

@@ -94,6 +94,14 @@ impl BucketState {
         self.loads.remove(worker);
     }
 
+    fn register(&mut self, owner: &WorkerId, until: u64) {
+        if let Some(at) = self.worker_expiry.remove(owner) {
+            self.workers.remove(&(at, owner.to_string()));
+        }
+        self.workers.insert((until, owner.to_string()));
+        self.worker_expiry.insert(owner.clone(), until);
+    }
+
     fn tick(
         &mut self,
         owner: &WorkerId,
@@ -103,9 +111,7 @@ impl BucketState {
         now: u64,
     ) -> BucketTick {
         let until = now.saturating_add(ttl.as_millis());
-        self.forget_worker(owner);
-        self.workers.insert((until, owner.to_string()));
-        self.worker_expiry.insert(owner.clone(), until);
+        self.register(owner, until);
         let dead: Vec<String> = self.workers.iter().take_while(|(at, _)| *at < now).map(|(_, w)| w.clone()).collect();
         for name in dead {
             if let Ok(worker) = WorkerId::new(&name) {
@@ -206,6 +212,14 @@ impl BucketLeases for MemoryStore {
         for &(bucket, weight) in weights {
             state.set_weight(bucket, weight);
         }
+        Ok(())
+    }
+
+    async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
+        let until = self.now_ms().saturating_add(ttl.as_millis());
+        let mut state = self.inner.buckets.lock();
+        state.register(owner, until);
+        state.loads.entry(owner.clone()).or_insert(0);
         Ok(())
     }
 

@@ -94,6 +94,13 @@ impl BucketLeases for RedisStore {
         Ok(())
     }
 
+    async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
+        let k = self.lease_keys().buckets();
+        let call = Call::new([&k.workers, &k.loads]).arg(owner.as_str()).arg(ttl.as_millis());
+        self.eval(&scripts::BUCKET_JOIN, &call).await.map_err(|e| lease_err("join", owner.as_str(), e))?;
+        Ok(())
+    }
+
     async fn tick(
         &self,
         owner: &WorkerId,

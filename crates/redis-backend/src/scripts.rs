@@ -74,3 +74,5 @@ pub(crate) static BUCKET_RAISE_TOKEN: LazyLock<Script> =
 /// Tiers, each set to a default first when it has none.
 pub(crate) static TIERS_OR_DEFAULT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/tiers_or_default.lua")));
+/// A worker joining the bucket workers.
+pub(crate) static BUCKET_JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/bucket_join.lua")));

@@ -594,26 +594,28 @@ async fn run_case(url: &str, case: &Case, init: bool) -> Result<(), TestCaseErro
     Ok(())
 }
 
-#[test]
-fn memory_and_redis_agree() {
+/// Runs `cases` cases of `strategy` (`PROPTEST_CASES` overrides), each from
+/// an initialised run when `init`; panics with the first difference.
+fn agree(what: &str, default_cases: u32, strategy: impl Strategy<Value = Case>, init: bool) {
     let url = leasehold_redis::test_support::redis_url();
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default_cases);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let started = std::time::Instant::now();
-    let result = runner.run(&case(), |case| runtime.block_on(run_case(&url, &case, true)));
-    eprintln!("differential: {cases} cases in {:.1} s", started.elapsed().as_secs_f64());
+    let result = runner.run(&strategy, |case| runtime.block_on(run_case(&url, &case, init)));
+    eprintln!("differential ({what}): {cases} cases in {:.1} s", started.elapsed().as_secs_f64());
     if let Err(e) = result {
         panic!("{e}");
     }
 }
 
 #[test]
+fn memory_and_redis_agree() {
+    agree("everything", 2000, case(), true);
+}
+
+#[test]
 fn memory_and_redis_agree_on_bucket_leases() {
-    let url = leasehold_redis::test_support::redis_url();
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let buckets_only = prop::collection::vec(bucket_op(), 1..60).prop_map(|ops| Case {
         units: 1,
         group: None,
@@ -621,10 +623,5 @@ fn memory_and_redis_agree_on_bucket_leases() {
         budgets: Budgets { max_requeues: 0, requeue_tolerance: 0.0, max_reclaims: 0, max_failures: None },
         ops,
     });
-    let started = std::time::Instant::now();
-    let result = runner.run(&buckets_only, |case| runtime.block_on(run_case(&url, &case, false)));
-    eprintln!("differential (bucket leases): {cases} cases in {:.1} s", started.elapsed().as_secs_f64());
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    agree("bucket leases", 500, buckets_only, false);
 }

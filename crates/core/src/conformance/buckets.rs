@@ -316,3 +316,18 @@ pub async fn a_tick_reports_each_buckets_change_count(fx: Fixture) {
     assert!(after[&b(0)] > seen[&b(0)], "a key of bucket 0 changed");
     assert!(after[&b(1)] > seen[&b(1)], "an add and a delete leave the weight as it was, not the count");
 }
+
+/// A worker that joined counts before its first tick: another worker's tick
+/// claims only its own share.
+pub async fn a_joined_worker_counts_before_its_first_tick(fx: Fixture) {
+    set_weights(&fx, &ones(0..10)).await;
+    fx.buckets.join(&worker("w2"), MINUTE).await.unwrap();
+    let tick = fx.buckets.tick(&worker("w1"), &[], MINUTE, &BalancePolicy::default()).await.unwrap();
+    assert_eq!((tick.workers, tick.claimed.len()), (2, 5));
+    // Joining again after a tick keeps the recorded load.
+    let mut w2 = Member::new("w2");
+    step(&fx, &mut w2, &BalancePolicy::default()).await;
+    fx.buckets.join(&worker("w2"), MINUTE).await.unwrap();
+    let again = fx.buckets.tick(&worker("w1"), &tick.claimed, MINUTE, &BalancePolicy::default()).await.unwrap();
+    assert!(again.shed.is_empty(), "w2 holds its five: nothing to shed toward it");
+}

@@ -68,6 +68,9 @@ struct HeldBucket {
     seen: Option<u64>,
     /// A read of its accounts is under way.
     reading: bool,
+    /// The accounts this worker runs under it (so dropping or reading a
+    /// bucket costs its accounts, not every owned one).
+    accounts: BTreeSet<LeaseKey>,
 }
 
 /// Bucket ownership's state in the coordinator.
@@ -95,6 +98,25 @@ impl BucketOwnership {
 
     fn leases(&self) -> Vec<BucketLease> {
         self.held.values().map(|h| h.lease.clone()).collect()
+    }
+
+    /// `account` now runs under `bucket`.
+    pub(super) fn note_account(&mut self, bucket: BucketId, account: &LeaseKey) {
+        if let Some(h) = self.held.get_mut(&bucket) {
+            h.accounts.insert(account.clone());
+        }
+    }
+
+    /// `account` no longer runs under `bucket`.
+    pub(super) fn forget_account(&mut self, bucket: BucketId, account: &LeaseKey) {
+        if let Some(h) = self.held.get_mut(&bucket) {
+            h.accounts.remove(account);
+        }
+    }
+
+    /// The accounts running under `bucket`.
+    fn accounts_of(&self, bucket: BucketId) -> Vec<LeaseKey> {
+        self.held.get(&bucket).map(|h| h.accounts.iter().cloned().collect()).unwrap_or_default()
     }
 }
 
@@ -135,9 +157,14 @@ impl Coord {
             }
             for lease in &tick.claimed {
                 tracing::debug!(worker = %self.worker, bucket = %lease.bucket, token = %lease.token, "bucket claimed");
-                state
-                    .held
-                    .insert(lease.bucket, HeldBucket { lease: lease.clone(), deadline, seen: None, reading: false });
+                let held = HeldBucket {
+                    lease: lease.clone(),
+                    deadline,
+                    seen: None,
+                    reading: false,
+                    accounts: BTreeSet::new(),
+                };
+                state.held.insert(lease.bucket, held);
             }
         }
         // A full tick of claims while still under the share: more are free, claim again soon.
@@ -224,9 +251,9 @@ impl Coord {
 
     /// Forgets `bucket` and stops its accounts; answers its lease.
     async fn drop_bucket(&mut self, bucket: BucketId, stop: Stop) -> Option<BucketLease> {
-        let lease = self.buckets.as_mut()?.held.remove(&bucket).map(|h| h.lease);
-        let keys: Vec<LeaseKey> =
-            self.owned.iter().filter(|(_, o)| o.bucket == Some(bucket)).map(|(k, _)| k.clone()).collect();
+        let state = self.buckets.as_mut()?;
+        let keys = state.accounts_of(bucket);
+        let lease = state.held.remove(&bucket).map(|h| h.lease);
         let owned: Vec<Owned> = keys.iter().filter_map(|k| self.remove(k)).collect();
         let n = owned.len() as u64;
         if stop == Stop::Gracefully {
@@ -293,12 +320,7 @@ impl Coord {
                     _ => leases.push(Lease { key: key.clone(), owner: self.worker.clone(), token: h.lease.token }),
                 }
             }
-            stop.extend(
-                self.owned
-                    .iter()
-                    .filter(|(k, o)| o.bucket == Some(bucket) && !wanted.contains(*k))
-                    .map(|(k, _)| k.clone()),
-            );
+            stop.extend(h.accounts.iter().filter(|k| !wanted.contains(*k)).cloned());
             start.push((bucket, leases, h.deadline));
         }
         for key in stop {

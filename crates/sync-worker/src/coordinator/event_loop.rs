@@ -384,7 +384,11 @@ impl Coord {
 
     pub(super) fn remove(&mut self, key: &LeaseKey) -> Option<Owned> {
         self.shared.owned.lock().remove(key);
-        self.owned.remove(key)
+        let owned = self.owned.remove(key)?;
+        if let (Some(bucket), Some(state)) = (owned.bucket, &mut self.buckets) {
+            state.forget_account(bucket, key);
+        }
+        Some(owned)
     }
 
     /// Claims up to `deficit` free live accounts.
@@ -486,6 +490,9 @@ impl Coord {
                 key.clone(),
                 SharedEntry { token: lease.token, tier, user: user.clone(), status: runner.status_handle() },
             ));
+            if let (Some(bucket), Some(state)) = (bucket, &mut self.buckets) {
+                state.note_account(bucket, &key);
+            }
             self.owned.insert(key, Owned { lease, bucket, deadline, user, latest_mail_ms: None, runner });
         }
         self.shared.owned.lock().extend(shared);

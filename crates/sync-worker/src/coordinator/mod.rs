@@ -152,6 +152,9 @@ impl Coordinator {
         config.validate()?;
         let ttl = config.checked_lease_ttl()?;
         deps.store.register_worker(&worker, ttl).await?;
+        if config.ownership == crate::config::Ownership::Buckets {
+            deps.buckets.join(&worker, ttl).await?;
+        }
         let sub = deps.store.subscribe_user_active().await?;
         Ok(PreparedCoordinator { worker, config, ttl, deps, sub, events: None })
     }

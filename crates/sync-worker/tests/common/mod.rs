@@ -394,6 +394,10 @@ impl BucketLeases for Faulty {
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError> {
         self.inner.set_weights(weights).await
     }
+    async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
+        self.check("join", &key(owner.as_str()))?;
+        self.inner.join(owner, ttl).await
+    }
     async fn tick(
         &self,
         owner: &WorkerId,
