@@ -58,7 +58,14 @@ async fn no_token_or_password_is_logged_at_trace() {
     }
     let (st, _) = s.call("POST", "/v1/logout", Some(&token), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
-    let _ = next_json(&mut ws, std::time::Duration::from_secs(2)).await;
+    // The logout closes the socket (after any event already on its way):
+    // read until it does, so its end is logged too.
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        use futures::StreamExt as _;
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    assert!(closed.is_ok(), "the logout did not close the socket within 5 s");
     drop(s);
 
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();

@@ -34,14 +34,13 @@
 //! then releases the bucket, so the next claim (by anyone) is above them all.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::num::NonZeroU32;
 
-use leasehold_core::{BalancePolicy, BucketCount, BucketId, BucketLease, FencingToken, Lease, LeaseKey, WorkerId};
+use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey};
 use tokio::time::Instant;
 
+use super::bucket_state::HeldBucket;
 use super::event_loop::{Coord, Owned};
 use super::lookups;
-use super::Deps;
 use crate::errors::error_chain;
 
 /// Buckets whose weights one maintenance round recounts.
@@ -56,68 +55,6 @@ enum Stop {
     Now,
     /// Each after its poll in progress: the bucket is handed on.
     Gracefully,
-}
-
-/// One held bucket.
-struct HeldBucket {
-    lease: BucketLease,
-    /// Until when this worker may act on it (its TTL less a tenth from the
-    /// last renew sent, as for account leases).
-    deadline: Instant,
-    /// The change count its accounts were last read at.
-    seen: Option<u64>,
-    /// A read of its accounts is under way.
-    reading: bool,
-    /// The accounts this worker runs under it (so dropping or reading a
-    /// bucket costs its accounts, not every owned one).
-    accounts: BTreeSet<LeaseKey>,
-}
-
-/// Bucket ownership's state in the coordinator.
-pub(super) struct BucketOwnership {
-    count: BucketCount,
-    policy: BalancePolicy,
-    held: HashMap<BucketId, HeldBucket>,
-    next_maintenance: Instant,
-    repair_cursor: u32,
-}
-
-impl BucketOwnership {
-    pub(super) fn new(deps: &Deps, worker: &WorkerId) -> Self {
-        let count = deps.directory.bucket_count();
-        // Workers start their repair at different buckets.
-        let spread = worker.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-        Self {
-            count,
-            policy: BalancePolicy::new(10, NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN), 2).unwrap_or_default(),
-            held: HashMap::new(),
-            next_maintenance: Instant::now(),
-            repair_cursor: spread % count.get(),
-        }
-    }
-
-    fn leases(&self) -> Vec<BucketLease> {
-        self.held.values().map(|h| h.lease.clone()).collect()
-    }
-
-    /// `account` now runs under `bucket`.
-    pub(super) fn note_account(&mut self, bucket: BucketId, account: &LeaseKey) {
-        if let Some(h) = self.held.get_mut(&bucket) {
-            h.accounts.insert(account.clone());
-        }
-    }
-
-    /// `account` no longer runs under `bucket`.
-    pub(super) fn forget_account(&mut self, bucket: BucketId, account: &LeaseKey) {
-        if let Some(h) = self.held.get_mut(&bucket) {
-            h.accounts.remove(account);
-        }
-    }
-
-    /// The accounts running under `bucket`.
-    fn accounts_of(&self, bucket: BucketId) -> Vec<LeaseKey> {
-        self.held.get(&bucket).map(|h| h.accounts.iter().cloned().collect()).unwrap_or_default()
-    }
 }
 
 impl Coord {
@@ -214,8 +151,8 @@ impl Coord {
         match self.deps.buckets.bind_buckets(count).await {
             Ok(binding) if binding.count != count => tracing::error!(
                 worker = %self.worker, database = %count, key_space = %binding.count,
-                "the lease store's bucket count is not this database's: another deployment shares this key space \
-                 (REDIS_KEY_PREFIX); this worker claims nothing until that is fixed"
+                "the lease store's bucket count is not this database's: another deployment shares this key space; \
+                 give each deployment its own REDIS_KEY_PREFIX (its weights are not given again meanwhile)"
             ),
             Ok(binding) => {
                 let every_bucket = binding.recorded_now.then_some(());

@@ -11,7 +11,7 @@ use leasehold_core::{BucketId, FencingToken, Lease, LeaseKey, Tier, Ttl, UserAct
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
-use super::buckets::BucketOwnership;
+use super::bucket_state::BucketOwnership;
 use super::fenced::FenceBackoff;
 use super::handle::{CoordinatorStats, Shared, SharedEntry};
 use super::lookups::{self, Lookup};
@@ -89,7 +89,8 @@ impl Coord {
         events: Option<Arc<dyn EventSink>>,
     ) -> Self {
         let (lookups_tx, lookups_rx) = mpsc::unbounded_channel();
-        let buckets = (config.ownership == Ownership::Buckets).then(|| BucketOwnership::new(&deps, &worker));
+        let buckets = (config.ownership == Ownership::Buckets)
+            .then(|| BucketOwnership::new(deps.directory.bucket_count(), &worker));
         Coord {
             buckets,
             worker,

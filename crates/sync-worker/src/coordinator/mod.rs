@@ -73,6 +73,7 @@
 //! The coordinator depends only on the core traits: it runs on any
 //! [`LeaseStore`] and [`BucketLeases`] behind `Arc<dyn …>`.
 
+mod bucket_state;
 mod buckets;
 mod event_loop;
 mod fenced;
