@@ -154,6 +154,44 @@ pub(crate) fn spawn_worker(
     Ok((ready_rx, cmd_tx, thread))
 }
 
+/// Starts `n` worker threads named `{name}{i}` on `url` under `prefix`,
+/// lets them all register, then starts their loops together; answers them
+/// and the moment they started.
+pub(crate) async fn start_workers(
+    n: usize,
+    name: &str,
+    url: &str,
+    prefix: &str,
+    config: &Config,
+    source: &ScriptedSource,
+    directory: &MemoryDirectory,
+) -> Result<(Vec<Worker>, Instant)> {
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let mut pending = Vec::new();
+    for i in 0..n {
+        pending.push(spawn_worker(
+            format!("{name}{i}"),
+            url.to_owned(),
+            prefix.to_owned(),
+            config.clone(),
+            source.clone(),
+            directory.clone(),
+            barrier.clone(),
+        )?);
+    }
+    let b = barrier.clone();
+    tokio::task::spawn_blocking(move || b.wait()).await?;
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for (ready, cmd, thread) in pending {
+        let (observer, cpu_ns) = tokio::task::spawn_blocking(move || ready.recv())
+            .await?
+            .context("worker thread ended before it was ready")??;
+        workers.push(Worker { observer, cpu_ns, commands: Some(cmd), thread: Some(thread) });
+    }
+    Ok((workers, started))
+}
+
 pub(crate) fn owned_total(workers: &[Worker]) -> usize {
     workers.iter().map(|w| w.observer.owned_count()).sum()
 }
@@ -231,29 +269,8 @@ pub async fn run() -> Result<serde_json::Value> {
         ..Config::default()
     };
     let source = ScriptedSource::new();
-    let barrier = Arc::new(Barrier::new(WORKERS + 1));
-    let mut pending = Vec::new();
-    for i in 0..WORKERS {
-        pending.push(spawn_worker(
-            format!("bench-w{i}"),
-            url.clone(),
-            prefix.clone(),
-            config.clone(),
-            source.clone(),
-            MemoryDirectory::new(),
-            barrier.clone(),
-        )?);
-    }
-    let b = barrier.clone();
-    tokio::task::spawn_blocking(move || b.wait()).await?;
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for (ready, cmd, thread) in pending {
-        let (observer, cpu_ns) = tokio::task::spawn_blocking(move || ready.recv())
-            .await?
-            .context("worker thread ended before it was ready")??;
-        workers.push(Worker { observer, cpu_ns, commands: Some(cmd), thread: Some(thread) });
-    }
+    let (mut workers, started) =
+        start_workers(WORKERS, "bench-w", &url, &prefix, &config, &source, &MemoryDirectory::new()).await?;
 
     // Full ownership.
     let full = {

@@ -25,7 +25,6 @@
 //! Redis is one server: every bucket-lease key shares one hash tag, so a
 //! cluster would serve them from one node anyway.
 
-use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -37,7 +36,7 @@ use sync_worker::{Config, MemoryDirectory, ScriptedSource};
 use tokio::time::Instant;
 
 use crate::redis_stats;
-use crate::sync_ownership::{counts, owned_total, round3, settle, spawn_worker, time_until, Command, Worker};
+use crate::sync_ownership::{counts, owned_total, round3, settle, start_workers, time_until, Command};
 use crate::sync_support::rss_kib;
 
 const WORKERS: usize = 8;
@@ -100,29 +99,7 @@ async fn one_size(
     let memory_before = used_memory(conn).await?;
     let rss_before = rss_kib();
     let source = ScriptedSource::new();
-    let barrier = Arc::new(Barrier::new(WORKERS + 1));
-    let mut pending = Vec::new();
-    for i in 0..WORKERS {
-        pending.push(spawn_worker(
-            format!("scale-w{i}"),
-            url.to_owned(),
-            prefix.clone(),
-            config.clone(),
-            source.clone(),
-            directory.clone(),
-            barrier.clone(),
-        )?);
-    }
-    let b = barrier.clone();
-    tokio::task::spawn_blocking(move || b.wait()).await?;
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for (ready, cmd, thread) in pending {
-        let (observer, cpu_ns) = tokio::task::spawn_blocking(move || ready.recv())
-            .await?
-            .context("worker thread ended before it was ready")??;
-        workers.push(Worker { observer, cpu_ns, commands: Some(cmd), thread: Some(thread) });
-    }
+    let (mut workers, started) = start_workers(WORKERS, "scale-w", url, &prefix, &config, &source, &directory).await?;
     let full = {
         let ws = &workers;
         time_until(Duration::from_secs(600), "full ownership", || owned_total(ws) == accounts).await?
