@@ -30,8 +30,9 @@ pub trait AccountDirectory: Send + Sync + 'static {
     /// The accounts of `buckets`, each with its bucket, sorted by account.
     async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, DirectoryError>;
 
-    /// How many accounts each bucket holds (empty buckets left out).
-    async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, DirectoryError>;
+    /// How many accounts each bucket holds: with `only`, one answer per
+    /// bucket named (0 for an empty one); without, every bucket that holds any.
+    async fn bucket_weights(&self, only: Option<&[BucketId]>) -> Result<Vec<(BucketId, u64)>, DirectoryError>;
 
     /// The highest fencing token stored for an account of `bucket` (0 when
     /// none, or when this directory keeps no tokens).

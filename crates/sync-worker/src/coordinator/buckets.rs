@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey};
+use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, UserId};
 use tokio::time::Instant;
 
 use super::bucket_state::HeldBucket;
@@ -197,10 +197,10 @@ impl Coord {
             self.release_all(owned).await;
             self.stats(|s| s.shed += n);
         } else {
-            for o in owned {
-                o.runner.abort().await;
-                self.announce([(o.user.as_ref(), &o.lease.key)]);
-            }
+            let changed: Vec<(Option<UserId>, LeaseKey)> =
+                owned.iter().map(|o| (o.user.clone(), o.lease.key.clone())).collect();
+            futures::future::join_all(owned.into_iter().map(|o| o.runner.abort())).await;
+            self.announce(changed.iter().map(|(u, k)| (u.as_ref(), k)));
             self.stats(|s| s.lost += n);
         }
         lease

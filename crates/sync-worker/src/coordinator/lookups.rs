@@ -73,16 +73,7 @@ pub(super) fn repair_weights(
     tx: mpsc::UnboundedSender<Lookup>,
 ) {
     tokio::spawn(async move {
-        let weights = match &buckets {
-            None => directory.bucket_weights().await,
-            Some(slice) => directory.accounts_in_buckets(slice).await.map(|accounts| {
-                let mut counts: HashMap<BucketId, u64> = slice.iter().map(|b| (*b, 0)).collect();
-                for (bucket, _) in accounts {
-                    *counts.entry(bucket).or_insert(0) += 1;
-                }
-                counts.into_iter().collect()
-            }),
-        };
+        let weights = directory.bucket_weights(buckets.as_deref()).await;
         let weights = match weights {
             Ok(w) => w,
             Err(e) => {

@@ -619,8 +619,13 @@ impl AccountDirectory for Storage {
             .map_err(|e| DirectoryError { op: "accounts_in_buckets", source: Box::new(e) })
     }
 
-    async fn bucket_weights(&self) -> Result<Vec<(leasehold_core::BucketId, u64)>, DirectoryError> {
-        Storage::bucket_weights(self).await.map_err(|e| DirectoryError { op: "bucket_weights", source: Box::new(e) })
+    async fn bucket_weights(
+        &self,
+        only: Option<&[leasehold_core::BucketId]>,
+    ) -> Result<Vec<(leasehold_core::BucketId, u64)>, DirectoryError> {
+        Storage::bucket_weights(self, only)
+            .await
+            .map_err(|e| DirectoryError { op: "bucket_weights", source: Box::new(e) })
     }
 
     async fn highest_token_in_bucket(

@@ -78,8 +78,8 @@ impl Storage {
     pub async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, StorageError> {
         let mut out = Vec::new();
         for chunk in buckets.chunks(BUCKETS_PER_QUERY) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
-            let sql = format!("SELECT bucket, id FROM accounts WHERE bucket IN ({}) ORDER BY id", marks.join(", "));
+            let sql =
+                format!("SELECT bucket, id FROM accounts WHERE bucket IN ({}) ORDER BY id", placeholders(chunk.len()));
             // Built from placeholders only; the values are bound.
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for bucket in chunk {
@@ -98,21 +98,34 @@ impl Storage {
         Ok(out)
     }
 
-    /// How many accounts each bucket holds (buckets with none are left out):
-    /// the weights a lease store that lost them is given again.
-    pub async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, StorageError> {
-        let rows = sqlx::query("SELECT bucket, COUNT(*) FROM accounts WHERE bucket IS NOT NULL GROUP BY bucket")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_err("count the accounts per bucket"))?;
-        rows.iter()
-            .map(|row| {
-                let bucket: i64 = row.try_get(0).map_err(query_err("read a bucket"))?;
-                let count: i64 = row.try_get(1).map_err(query_err("read a bucket's account count"))?;
-                let bucket = u32::try_from(bucket).map_err(|_| corrupt("(bucket)", "bucket", bucket))?;
-                Ok((BucketId(bucket), count.max(0) as u64))
-            })
-            .collect()
+    /// How many accounts each bucket holds: with `only`, one answer per
+    /// bucket named (0 for an empty one); without, every bucket that holds
+    /// any. The weights a lease store that lost them is given again.
+    pub async fn bucket_weights(&self, only: Option<&[BucketId]>) -> Result<Vec<(BucketId, u64)>, StorageError> {
+        const GROUPED: &str = "SELECT bucket, COUNT(*) FROM accounts WHERE bucket IS NOT NULL";
+        let Some(only) = only else {
+            let sql = format!("{GROUPED} GROUP BY bucket");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_err("count the accounts per bucket"))?;
+            return rows.iter().map(weight_row).collect();
+        };
+        let mut counts: std::collections::BTreeMap<BucketId, u64> = only.iter().map(|b| (*b, 0)).collect();
+        for chunk in only.chunks(BUCKETS_PER_QUERY) {
+            // Built from placeholders only; the values are bound.
+            let sql = format!("{GROUPED} AND bucket IN ({}) GROUP BY bucket", placeholders(chunk.len()));
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for bucket in chunk {
+                query = query.bind(i64::from(bucket.0));
+            }
+            let rows = query.fetch_all(&self.pool).await.map_err(query_err("count the accounts of some buckets"))?;
+            for row in &rows {
+                let (bucket, count) = weight_row(row)?;
+                counts.insert(bucket, count);
+            }
+        }
+        Ok(counts.into_iter().collect())
     }
 
     /// The highest fencing token stored for an account of `bucket` (0 when
@@ -127,4 +140,17 @@ impl Storage {
         let highest: Option<i64> = row.try_get(0).map_err(query_err("read a fencing token"))?;
         Ok(FencingToken(highest.unwrap_or(0).max(0) as u64))
     }
+}
+
+/// `$1, $2, …, $n`.
+fn placeholders(n: usize) -> String {
+    (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// A `(bucket, COUNT(*))` row.
+fn weight_row(row: &sqlx::any::AnyRow) -> Result<(BucketId, u64), StorageError> {
+    let bucket: i64 = row.try_get(0).map_err(query_err("read a bucket"))?;
+    let count: i64 = row.try_get(1).map_err(query_err("read a bucket's account count"))?;
+    let bucket = u32::try_from(bucket).map_err(|_| corrupt("(bucket)", "bucket", bucket))?;
+    Ok((BucketId(bucket), count.max(0) as u64))
 }

@@ -65,14 +65,13 @@ impl AccountDirectory for MemoryDirectory {
         Ok(found)
     }
 
-    async fn bucket_weights(&self) -> Result<Vec<(BucketId, u64)>, DirectoryError> {
-        Ok(self
-            .buckets
-            .read()
-            .iter()
-            .filter(|(_, keys)| !keys.is_empty())
-            .map(|(b, keys)| (*b, keys.len() as u64))
-            .collect())
+    async fn bucket_weights(&self, only: Option<&[BucketId]>) -> Result<Vec<(BucketId, u64)>, DirectoryError> {
+        let index = self.buckets.read();
+        let count = |b: &BucketId| index.get(b).map_or(0, |keys| keys.len() as u64);
+        Ok(match only {
+            Some(only) => only.iter().map(|b| (*b, count(b))).collect(),
+            None => index.keys().map(|b| (*b, count(b))).filter(|(_, n)| *n > 0).collect(),
+        })
     }
 
     async fn highest_token_in_bucket(&self, _bucket: BucketId) -> Result<FencingToken, DirectoryError> {
