@@ -175,6 +175,14 @@ async fn a_first_sync_shows_every_message_once_and_a_disconnect_loses_nothing() 
     .await;
     b.wait_for("return document.getElementById('folder').innerText.includes('INBOX (3001,')", Duration::from_secs(10))
         .await;
+    // The reload after the reconnect kept the list as deep as it was paged.
+    b.wait_for(
+        &format!("return document.querySelectorAll('tr.message').length === {}", N + 1),
+        Duration::from_secs(10),
+    )
+    .await;
+    let (rows, distinct) = counts(&b).await;
+    assert_eq!((rows, distinct), (N as u64 + 1, N as u64 + 1), "rows after the reconnect, distinct ids");
     assert_eq!(b.eval(page_error()).await, "");
 }
 
