@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use leasehold_core::{LeaseKey, LeaseStore, Tier, TokioClock, WorkerId};
+use leasehold_core::{LeaseKey, LeaseStore, Presence, Tier, TokioClock, WorkerId};
 use serde_json::json;
 use sync_worker::imap::{ImapSettings, ImapSource};
 use sync_worker::testing::mail_gen;
@@ -73,7 +73,7 @@ pub async fn run() -> Result<serde_json::Value> {
     for i in 0..ACCOUNTS {
         let key = w.account(&format!("hot{i}")).await?;
         store.mark_live(&key).await?;
-        store.set_tier(&key, Tier::Hot).await?;
+        leases.set_tier(&key, Tier::Hot).await?;
         accounts.push(key);
     }
     let config = Config {
@@ -86,7 +86,8 @@ pub async fn run() -> Result<serde_json::Value> {
     let source = ImapSource::new(w.storage.clone(), ImapSettings::from(&config));
     let deps = Deps {
         store,
-        buckets: leases,
+        buckets: leases.clone(),
+        presence: leases,
         source: Arc::new(source.clone()),
         directory: Arc::new(w.storage.clone()),
         clock: Arc::new(TokioClock::new()),

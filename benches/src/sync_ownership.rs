@@ -117,7 +117,8 @@ pub(crate) fn spawn_worker(
                 let store: Arc<dyn LeaseStore> = leases.clone();
                 let deps = Deps {
                     store,
-                    buckets: leases,
+                    buckets: leases.clone(),
+                    presence: leases,
                     source: Arc::new(source),
                     directory: Arc::new(directory),
                     clock: Arc::new(TokioClock::new()),

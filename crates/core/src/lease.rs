@@ -3,13 +3,12 @@
 //! See [`LeaseStore`] for the contract.
 
 use std::fmt;
-use std::str::FromStr;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::errors::LeaseError;
-use crate::ids::{LeaseKey, UserId, WorkerId};
+use crate::ids::{LeaseKey, WorkerId};
 use crate::ttl::Ttl;
 
 /// A number that strictly increases with every successful claim of one key.
@@ -37,79 +36,9 @@ pub struct Lease {
     pub token: FencingToken,
 }
 
-/// How hard an owned account is watched (sync-worker's tiers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Persistent watch (IMAP IDLE) plus a secondary poll.
-    Hot,
-    /// Transient polls at the warm rate. The default on claim.
-    Warm,
-    /// Transient polls at the cold rate.
-    Cold,
-}
-
-impl Tier {
-    /// The stored name: `hot`, `warm` or `cold`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Hot => "hot",
-            Tier::Warm => "warm",
-            Tier::Cold => "cold",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Tier {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hot" => Ok(Tier::Hot),
-            "warm" => Ok(Tier::Warm),
-            "cold" => Ok(Tier::Cold),
-            other => Err(format!("unknown tier {other:?}: expected hot, warm or cold")),
-        }
-    }
-}
-
-/// A subscription to `user.active` events: each published user id, in order.
-///
-/// Events published before the subscription was made are not seen. A
-/// subscriber that falls far behind skips the oldest events (it is told how
-/// many were skipped through `tracing`) rather than blocking publishers.
-#[derive(Debug)]
-pub struct UserActiveSubscription {
-    rx: tokio::sync::broadcast::Receiver<UserId>,
-}
-
-impl UserActiveSubscription {
-    /// Wraps the receiving end of a broadcast channel that carries the events.
-    pub fn new(rx: tokio::sync::broadcast::Receiver<UserId>) -> Self {
-        Self { rx }
-    }
-
-    /// The next event; `None` once the store is gone.
-    pub async fn recv(&mut self) -> Option<UserId> {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match self.rx.recv().await {
-                Ok(user) => return Some(user),
-                Err(RecvError::Lagged(skipped)) => {
-                    tracing::warn!(skipped, "user.active subscriber fell behind; skipped events");
-                }
-                Err(RecvError::Closed) => return None,
-            }
-        }
-    }
-}
-
-/// Leases, the live set, the worker registry, tiers and presence.
+/// Leases, the live set and the worker registry. Tiers and user presence
+/// are [`Presence`](crate::Presence), bucket leases are
+/// [`BucketLeases`](crate::BucketLeases); every leasehold store is all three.
 ///
 /// # Contract
 ///
@@ -136,14 +65,10 @@ impl UserActiveSubscription {
 ///   recorded one ever after, so two deployments that share a key space can
 ///   tell and refuse to run on it.
 /// * [`LeaseStore::mark_not_live`] removes the key from the live set and drops
-///   its lease and tier: the owner's next renew answers `false`.
-/// * The **tier** of a key is `Warm` after a claim unless one is already set;
-///   it is dropped with the key's liveness.
+///   its lease (and, in a store that is also a [`Presence`](crate::Presence),
+///   its tier): the owner's next renew answers `false`.
 /// * **Workers** register with a TTL and must re-register before it runs out
 ///   to stay counted in [`LeaseStore::live_workers`].
-/// * **Presence**: [`LeaseStore::mark_user_active`] refreshes the user's
-///   presence for `grace` and publishes a `user.active` event to every current
-///   subscriber.
 /// * TTLs and graces are [`Ttl`]s: never zero, checked where they are made.
 ///   Backend failures are [`LeaseError::Backend`]; a caller that gets
 ///   one from `renew` must treat the lease as lost once its TTL has passed.
@@ -253,38 +178,4 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Registered workers whose registration has not expired, sorted.
     async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError>;
-
-    /// Sets the tier of `key`.
-    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError>;
-
-    /// The tier of `key`, if one is set.
-    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError>;
-
-    /// The tier of each of `keys`, in order, first setting `default` on those
-    /// that have none. Backends do this in few round trips (Redis: one
-    /// script call per chunk of keys), so an owner taking up many keys at
-    /// once does not pay a round trip per key.
-    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
-        let mut tiers = Vec::with_capacity(keys.len());
-        for key in keys {
-            let tier = match self.tier(key).await? {
-                Some(t) => t,
-                None => {
-                    self.set_tier(key, default).await?;
-                    default
-                }
-            };
-            tiers.push(tier);
-        }
-        Ok(tiers)
-    }
-
-    /// Refreshes `user`'s presence for `grace` and publishes `user.active`.
-    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError>;
-
-    /// Whether `user`'s presence is current.
-    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError>;
-
-    /// Subscribes to `user.active` events published from now on.
-    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError>;
 }

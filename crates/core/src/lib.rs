@@ -31,6 +31,7 @@ pub mod errors;
 pub mod events;
 pub mod ids;
 pub mod lease;
+pub mod presence;
 pub mod queue;
 pub mod run_log;
 pub mod timings;
@@ -45,7 +46,8 @@ pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use errors::{IdError, LeaseError, QueueError, SpecError};
 pub use events::{Event, EventId, EventRecord, UnitEventHeader};
 pub use ids::{EntryId, LeaseKey, RunId, UnitId, UserId, WorkerId};
-pub use lease::{FencingToken, Lease, LeaseStore, Tier, UserActiveSubscription};
+pub use lease::{FencingToken, Lease, LeaseStore};
+pub use presence::{Presence, Tier, UserActiveSubscription};
 pub use queue::{
     AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,
     HeartbeatReply, InitOutcome, LivenessReply, Outcome, PendingDelivery, Progress, ReleaseReply, RequeueReply,

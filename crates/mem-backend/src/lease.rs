@@ -3,18 +3,16 @@
 use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
-use leasehold_core::{
-    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, Ttl, UserActiveSubscription, UserId, WorkerId,
-};
+use leasehold_core::{FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Tier, Ttl, UserId, WorkerId};
 
 use crate::MemoryStore;
 
 /// An entry lives while `now <= expires_at_ms` (Redis expires a key once `now > when`).
-fn alive(expires_at_ms: u64, now: u64) -> bool {
+pub(crate) fn alive(expires_at_ms: u64, now: u64) -> bool {
     now <= expires_at_ms
 }
 
-fn deadline(now: u64, ttl: Ttl) -> u64 {
+pub(crate) fn deadline(now: u64, ttl: Ttl) -> u64 {
     now.saturating_add(ttl.as_millis())
 }
 
@@ -33,8 +31,8 @@ pub(crate) struct LeaseState {
     live: BTreeSet<LeaseKey>,
     deployment: Option<String>,
     workers: HashMap<WorkerId, u64>,
-    tiers: HashMap<LeaseKey, Tier>,
-    sessions: HashMap<UserId, u64>,
+    pub(crate) tiers: HashMap<LeaseKey, Tier>,
+    pub(crate) sessions: HashMap<UserId, u64>,
 }
 
 impl LeaseState {
@@ -156,45 +154,6 @@ impl LeaseStore for MemoryStore {
         let mut workers: Vec<WorkerId> = state.workers.keys().cloned().collect();
         workers.sort();
         Ok(workers)
-    }
-
-    async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError> {
-        self.inner.leases.lock().tiers.insert(key.clone(), tier);
-        Ok(())
-    }
-
-    async fn tier(&self, key: &LeaseKey) -> Result<Option<Tier>, LeaseError> {
-        Ok(self.inner.leases.lock().tiers.get(key).copied())
-    }
-
-    async fn tiers_or_default(&self, keys: &[LeaseKey], default: Tier) -> Result<Vec<Tier>, LeaseError> {
-        let mut state = self.inner.leases.lock();
-        Ok(keys.iter().map(|k| *state.tiers.entry(k.clone()).or_insert(default)).collect())
-    }
-
-    async fn mark_user_active(&self, user: &UserId, grace: Ttl) -> Result<(), LeaseError> {
-        let now = self.now_ms();
-        self.inner.leases.lock().sessions.insert(user.clone(), deadline(now, grace));
-        // No subscriber is not an error: presence is still recorded.
-        let _ = self.inner.user_active.send(user.clone());
-        Ok(())
-    }
-
-    async fn is_user_active(&self, user: &UserId) -> Result<bool, LeaseError> {
-        let now = self.now_ms();
-        let mut state = self.inner.leases.lock();
-        match state.sessions.get(user) {
-            Some(expires) if alive(*expires, now) => Ok(true),
-            Some(_) => {
-                state.sessions.remove(user);
-                Ok(false)
-            }
-            None => Ok(false),
-        }
-    }
-
-    async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
-        Ok(UserActiveSubscription::new(self.inner.user_active.subscribe()))
     }
 }
 

@@ -6,7 +6,8 @@
 //! differential property test compare their replies with this one's).
 //!
 //! [`MemoryStore`] implements [`leasehold_core::UnitQueue`] (the seed's
-//! `transition.lua`, transition by transition), [`leasehold_core::LeaseStore`]
+//! `transition.lua`, transition by transition), [`leasehold_core::LeaseStore`],
+//! [`leasehold_core::Presence`]
 //! and [`leasehold_core::BucketLeases`]. All state sits behind short
 //! `parking_lot` mutexes, never held across an `.await`, so a store is safe to
 //! share between many tasks (it is `Clone`; clones share state).
@@ -23,6 +24,7 @@
 mod buckets;
 mod bus;
 mod lease;
+mod presence;
 mod queue;
 mod timings;
 

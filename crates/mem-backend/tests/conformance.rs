@@ -28,7 +28,8 @@ impl Backend for MemBackend {
         Fixture {
             queue: Arc::new(store.clone()),
             leases: Arc::new(store.clone()),
-            buckets: Arc::new(store),
+            buckets: Arc::new(store.clone()),
+            presence: Arc::new(store),
             time: Arc::new(ManualTime(clock)),
         }
     }

@@ -1,7 +1,8 @@
 //! # leasehold-redis
 //!
 //! The Redis backend of leasehold: [`RedisStore`] implements
-//! [`leasehold_core::UnitQueue`] and [`leasehold_core::LeaseStore`] on one
+//! [`leasehold_core::UnitQueue`], [`leasehold_core::LeaseStore`],
+//! [`leasehold_core::Presence`] and [`leasehold_core::BucketLeases`] on one
 //! Redis server (`redis://host:port`) or a Redis Cluster
 //! (`redis+cluster://host:port,host:port`), with the same replies as the
 //! memory backend (the reference semantics; a shared conformance suite and a
@@ -50,6 +51,7 @@ mod config;
 mod conn;
 pub mod keys;
 mod lease;
+mod presence;
 mod pubsub;
 mod queue;
 mod reply;

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use leasehold_core::{
     BalancePolicy, BucketId, BucketLease, BucketLeases, Budgets, Delivery, EntryId, Event, FinalizeReason,
-    FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock, Outcome, RequeueRequest, ReserveReply, RunId, RunSpec,
-    StreamName, Tier, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, WorkerId,
+    FinalizeRequest, Lease, LeaseKey, LeaseStore, ManualClock, Outcome, Presence, RequeueRequest, ReserveReply, RunId,
+    RunSpec, StreamName, Tier, Ttl, UnitGroup, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
 use leasehold_mem::MemoryStore;
 use leasehold_redis::RedisStore;
@@ -238,6 +238,7 @@ struct Side {
     deliveries: Vec<(usize, Delivery)>,
     leases_held: Vec<Lease>,
     buckets: Arc<dyn BucketLeases>,
+    presence: Arc<dyn Presence>,
     /// Per worker: the bucket leases it holds, and those its last tick shed.
     buckets_held: Vec<Vec<BucketLease>>,
     buckets_shed: Vec<Vec<BucketLease>>,
@@ -460,7 +461,8 @@ async fn apply(side: &mut Side, case: &Case, run: &RunId, op: &Op) -> String {
         Op::SetTier { k, tier } => {
             format!(
                 "{:?}",
-                l.set_tier(&kid(*k), [Tier::Hot, Tier::Warm, Tier::Cold][*tier as usize])
+                side.presence
+                    .set_tier(&kid(*k), [Tier::Hot, Tier::Warm, Tier::Cold][*tier as usize])
                     .await
                     .map_err(|e| e.to_string())
             )
@@ -539,7 +541,7 @@ async fn final_state(side: &mut Side, case: &Case, run: &RunId) -> Vec<String> {
     }
     for k in 0..KEYS {
         out.push(format!("holder k{k} {:?}", l.holder(&kid(k)).await.expect("holder")));
-        out.push(format!("tier k{k} {:?}", l.tier(&kid(k)).await.expect("tier")));
+        out.push(format!("tier k{k} {:?}", side.presence.tier(&kid(k)).await.expect("tier")));
     }
     out.push(format!("live {:?}", l.live_keys().await.expect("live_keys")));
     out.push(format!("workers {:?}", l.live_workers().await.expect("live_workers")));
@@ -559,7 +561,8 @@ async fn run_case(url: &str, case: &Case, init: bool) -> Result<(), TestCaseErro
     let mut m = Side {
         queue: Arc::new(mem.clone()),
         leases: Arc::new(mem.clone()),
-        buckets: Arc::new(mem),
+        buckets: Arc::new(mem.clone()),
+        presence: Arc::new(mem),
         buckets_held: vec![Vec::new(); WORKERS],
         buckets_shed: vec![Vec::new(); WORKERS],
         redis: None,
@@ -572,6 +575,7 @@ async fn run_case(url: &str, case: &Case, init: bool) -> Result<(), TestCaseErro
         queue: Arc::new(redis.clone()),
         leases: Arc::new(redis.clone()),
         buckets: Arc::new(redis.clone()),
+        presence: Arc::new(redis.clone()),
         buckets_held: vec![Vec::new(); WORKERS],
         buckets_shed: vec![Vec::new(); WORKERS],
         redis: Some(redis),

@@ -6,8 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    Ack, Budgets, FinalizeRequest, InitOutcome, LeaseError, LeaseKey, LeaseStore, Outcome, QueueError, RequeueReply,
-    RequeueRequest, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId, WorkerId,
+    Ack, Budgets, FinalizeRequest, InitOutcome, LeaseError, LeaseKey, LeaseStore, Outcome, Presence, QueueError,
+    RequeueReply, RequeueRequest, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId,
+    WorkerId,
 };
 use leasehold_redis::test_support::RedisServer;
 use leasehold_redis::RedisStore;

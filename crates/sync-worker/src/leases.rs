@@ -1,14 +1,15 @@
 //! What sync-worker needs from its lease store, as one object: per-account
-//! leases, the live set, workers, tiers and presence ([`LeaseStore`]), and
-//! bucket leases ([`BucketLeases`]). Every leasehold store is both.
+//! leases, the live set and workers ([`LeaseStore`]), bucket leases
+//! ([`BucketLeases`]), and tiers and presence ([`Presence`]). Every
+//! leasehold store is all three.
 
-use leasehold_core::{BucketId, BucketLeases, Lease, LeaseError, LeaseKey, LeaseStore};
+use leasehold_core::{BucketId, BucketLeases, Lease, LeaseError, LeaseKey, LeaseStore, Presence};
 
-/// A store that is both a [`LeaseStore`] and [`BucketLeases`]. An
-/// `Arc<dyn Leases>` converts to either trait object.
-pub trait Leases: LeaseStore + BucketLeases {}
+/// A store that is a [`LeaseStore`], [`BucketLeases`] and [`Presence`]. An
+/// `Arc<dyn Leases>` converts to each trait object.
+pub trait Leases: LeaseStore + BucketLeases + Presence {}
 
-impl<T: LeaseStore + BucketLeases> Leases for T {}
+impl<T: LeaseStore + BucketLeases + Presence> Leases for T {}
 
 /// Tells the store that `account` (in `bucket`) was added: it joins the live
 /// set (per-account leases) and its bucket's weight (bucket leases), so

@@ -134,6 +134,7 @@ impl Rig {
         let deps = Deps {
             store: store.clone(),
             buckets: store.clone(),
+            presence: store.clone(),
             source: Arc::new(ImapSource::new(self.storage.clone(), ImapSettings::from(&config))),
             directory: Arc::new(self.storage.clone()),
             clock: Arc::new(TokioClock::new()),

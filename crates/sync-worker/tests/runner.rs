@@ -226,3 +226,35 @@ async fn a_runner_records_its_claim_before_it_connects_and_a_fenced_take_over_co
     }
     new.abort().await;
 }
+
+/// A hot runner whose INBOX watch is fenced (a newer owner wrote, then new
+/// mail woke the watch) ends as `Fenced` with both tokens, though its
+/// periodic poll is far off; a watch that outlives its lease deadline ends
+/// the runner as `LeaseExpired` and drops its connection.
+#[tokio::test(start_paused = true)]
+async fn a_fenced_inbox_watch_ends_its_runner_with_both_tokens() {
+    let source = ScriptedSource::new();
+    let mut idle = settings();
+    idle.poll_warm = 1000 * S;
+    let mut r = RunnerHandle::spawn(Arc::new(source.clone()), fence(1), Tier::Hot, far(), idle);
+    tokio::time::sleep(5 * S).await;
+    assert!(source.log().iter().any(|e| e.activity == Activity::Watch), "the watch connected");
+    assert_eq!(r.exit(), None);
+    // A newer owner records its token; then new mail wakes the old watch.
+    source.take_over(&fence(2)).await.expect("token 2 recorded");
+    source.deliver(&fence(1).account, 1);
+    tokio::time::sleep(5 * S).await;
+    assert_eq!(r.exit(), Some(RunnerExit::Fenced { held: FencingToken(1), stored: FencingToken(2) }));
+
+    let source = ScriptedSource::new();
+    let t0 = Instant::now();
+    let mut r = RunnerHandle::spawn(Arc::new(source.clone()), fence(1), Tier::Hot, t0 + 10 * S, idle);
+    source.deliver(&fence(1).account, 1);
+    tokio::time::sleep(5 * S).await;
+    assert_eq!(r.exit(), None, "within its deadline");
+    tokio::time::sleep(30 * S).await;
+    source.deliver(&fence(1).account, 2);
+    tokio::time::sleep(30 * S).await;
+    assert_eq!(r.exit(), Some(RunnerExit::LeaseExpired));
+    assert!(source.log().iter().all(|e| e.at <= 10 * S), "acted past its deadline: {:?}", source.log().last());
+}

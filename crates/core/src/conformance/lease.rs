@@ -1,26 +1,18 @@
 //! Conformance cases for [`LeaseStore`](crate::LeaseStore).
 //!
 //! Fencing tokens differ between backends, so cases compare them only with
-//! each other. Subscriptions are read with real-time timeouts (the fixture's
-//! clock may be a manual one, so tokio's paused time is never relied on).
+//! each other.
 
 use std::time::Duration;
 
 use super::support::{key, ms, ttl_ms, user, worker};
 use super::Fixture;
 use crate::errors::SpecError;
-use crate::ids::UserId;
-use crate::lease::{FencingToken, Lease, Tier, UserActiveSubscription};
+use crate::lease::{FencingToken, Lease};
+use crate::presence::Tier;
 use crate::ttl::Ttl;
 
 const MINUTE: Ttl = Ttl::from_secs(60);
-
-async fn next_user(sub: &mut UserActiveSubscription) -> UserId {
-    tokio::time::timeout(Duration::from_secs(5), sub.recv())
-        .await
-        .expect("a user.active event within 5 s")
-        .expect("the subscription is open")
-}
 
 /// Two claims of one key: the first wins, the second gets `None`; `holder`
 /// reports the exact lease.
@@ -155,39 +147,17 @@ pub async fn mark_not_live_drops_lease_and_tier(fx: Fixture) {
     let k = key("acct-1");
     fx.leases.mark_live(&k).await.unwrap();
     let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
-    fx.leases.set_tier(&k, Tier::Hot).await.unwrap();
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot));
+    fx.presence.set_tier(&k, Tier::Hot).await.unwrap();
+    assert_eq!(fx.presence.tier(&k).await.unwrap(), Some(Tier::Hot));
     fx.leases.mark_not_live(&k).await.unwrap();
     assert_eq!(fx.leases.holder(&k).await.unwrap(), None);
     assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap());
     assert!(!fx.leases.release(&lease).await.unwrap());
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
+    assert_eq!(fx.presence.tier(&k).await.unwrap(), None);
     assert!(fx.leases.live_keys().await.unwrap().is_empty());
     let again = fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
     assert!(again.token > lease.token);
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Warm));
-}
-
-/// A claim sets tier `Warm` unless a tier is already set; `set_tier` and
-/// `tier` read back, with or without a lease.
-pub async fn tier_defaults_to_warm_on_claim(fx: Fixture) {
-    let k = key("acct-1");
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), None);
-    let lease = fx.leases.claim(&k, &worker("w1"), MINUTE).await.unwrap().unwrap();
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Warm));
-    fx.leases.set_tier(&k, Tier::Hot).await.unwrap();
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot));
-    assert!(fx.leases.release(&lease).await.unwrap());
-    fx.leases.claim(&k, &worker("w2"), MINUTE).await.unwrap().unwrap();
-    assert_eq!(fx.leases.tier(&k).await.unwrap(), Some(Tier::Hot), "a claim keeps a tier already set");
-
-    let k2 = key("acct-2");
-    fx.leases.set_tier(&k2, Tier::Cold).await.unwrap();
-    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Cold));
-    fx.leases.claim(&k2, &worker("w1"), MINUTE).await.unwrap().unwrap();
-    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Cold));
-    fx.leases.set_tier(&k2, Tier::Warm).await.unwrap();
-    assert_eq!(fx.leases.tier(&k2).await.unwrap(), Some(Tier::Warm));
+    assert_eq!(fx.presence.tier(&k).await.unwrap(), Some(Tier::Warm));
 }
 
 /// Registered workers are listed sorted until their TTL runs out; a
@@ -218,47 +188,6 @@ pub async fn deregister_worker_removes_it(fx: Fixture) {
     assert_eq!(fx.leases.live_workers().await.unwrap(), [worker("w1"), worker("w2")]);
 }
 
-/// Presence lasts for its grace and then lapses; other users are not active.
-pub async fn presence_expires_after_grace(fx: Fixture) {
-    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
-    fx.leases.mark_user_active(&user("u1"), ttl_ms(100)).await.unwrap();
-    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
-    assert!(!fx.leases.is_user_active(&user("u2")).await.unwrap());
-    fx.time.advance(ms(300)).await;
-    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
-}
-
-/// Marking a user active again refreshes the grace from now.
-pub async fn presence_refresh_extends_grace(fx: Fixture) {
-    fx.leases.mark_user_active(&user("u1"), ttl_ms(600)).await.unwrap();
-    fx.time.advance(ms(400)).await;
-    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap());
-    fx.leases.mark_user_active(&user("u1"), ttl_ms(600)).await.unwrap();
-    fx.time.advance(ms(400)).await;
-    assert!(fx.leases.is_user_active(&user("u1")).await.unwrap(), "refreshed presence still current");
-}
-
-/// Every subscriber receives each published user id, in order; a later
-/// subscriber sees only later events.
-pub async fn subscribers_receive_user_active_in_order(fx: Fixture) {
-    let mut s1 = fx.leases.subscribe_user_active().await.unwrap();
-    let mut s2 = fx.leases.subscribe_user_active().await.unwrap();
-    for u in ["u1", "u2", "u1"] {
-        fx.leases.mark_user_active(&user(u), MINUTE).await.unwrap();
-    }
-    for sub in [&mut s1, &mut s2] {
-        let mut got = Vec::new();
-        for _ in 0..3 {
-            got.push(next_user(sub).await);
-        }
-        assert_eq!(got, [user("u1"), user("u2"), user("u1")]);
-    }
-    let mut s3 = fx.leases.subscribe_user_active().await.unwrap();
-    fx.leases.mark_user_active(&user("u3"), MINUTE).await.unwrap();
-    assert_eq!(next_user(&mut s3).await, user("u3"));
-    assert_eq!(next_user(&mut s1).await, user("u3"));
-}
-
 /// A zero (or sub-millisecond) TTL or grace cannot reach a store: making
 /// one is `SpecError::ZeroTtl`, naming what it was for. The shortest TTL,
 /// 1 ms, is taken by every call and expires like any other.
@@ -271,12 +200,12 @@ pub async fn zero_ttl_is_rejected_and_changes_nothing(fx: Fixture) {
     let lease = fx.leases.claim(&k, &worker("w1"), shortest).await.unwrap().expect("a free key");
     assert!(fx.leases.claim_many(std::slice::from_ref(&k), &worker("w2"), shortest).await.unwrap().len() <= 1);
     fx.leases.register_worker(&worker("w1"), shortest).await.unwrap();
-    fx.leases.mark_user_active(&user("u1"), shortest).await.unwrap();
+    fx.presence.mark_user_active(&user("u1"), shortest).await.unwrap();
     fx.time.advance(ms(300)).await;
     assert!(!fx.leases.renew(&lease, MINUTE).await.unwrap(), "a 1 ms lease has expired");
     assert_eq!(fx.leases.renew_many(std::slice::from_ref(&lease), MINUTE).await.unwrap(), vec![false]);
     assert!(fx.leases.live_workers().await.unwrap().is_empty());
-    assert!(!fx.leases.is_user_active(&user("u1")).await.unwrap());
+    assert!(!fx.presence.is_user_active(&user("u1")).await.unwrap());
 }
 
 /// `claim_many` claims each free key in order and skips held ones;
@@ -362,16 +291,4 @@ pub async fn bind_deployment_keeps_the_first_id(fx: Fixture) {
     assert_eq!(fx.leases.bind_deployment("dep-a").await.unwrap(), "dep-a");
     assert_eq!(fx.leases.bind_deployment("dep-a").await.unwrap(), "dep-a", "idempotent for its own id");
     assert_eq!(fx.leases.bind_deployment("dep-b").await.unwrap(), "dep-a", "another deployment sees the first");
-}
-
-/// `tiers_or_default` answers each key's tier in order, setting the default
-/// only on keys that had none.
-pub async fn tiers_or_default_sets_only_missing_tiers(fx: Fixture) {
-    let (hot, fresh) = (key("acct-hot"), key("acct-fresh"));
-    fx.leases.set_tier(&hot, Tier::Hot).await.unwrap();
-    let tiers = fx.leases.tiers_or_default(&[hot.clone(), fresh.clone()], Tier::Warm).await.unwrap();
-    assert_eq!(tiers, vec![Tier::Hot, Tier::Warm]);
-    assert_eq!(fx.leases.tier(&fresh).await.unwrap(), Some(Tier::Warm));
-    assert_eq!(fx.leases.tier(&hot).await.unwrap(), Some(Tier::Hot));
-    assert!(fx.leases.tiers_or_default(&[], Tier::Cold).await.unwrap().is_empty());
 }

@@ -25,11 +25,13 @@ use async_trait::async_trait;
 
 use crate::buckets::BucketLeases;
 use crate::lease::LeaseStore;
+use crate::presence::Presence;
 use crate::queue::UnitQueue;
 use crate::ttl::Ttl;
 
 pub mod buckets;
 pub mod lease;
+pub mod presence;
 pub mod queue;
 pub mod support;
 pub mod timings;
@@ -52,6 +54,8 @@ pub struct Fixture {
     pub leases: Arc<dyn LeaseStore>,
     /// The store's bucket leases.
     pub buckets: Arc<dyn BucketLeases>,
+    /// The store's tiers and presence.
+    pub presence: Arc<dyn Presence>,
     /// The store's clock.
     pub time: Arc<dyn TimeControl>,
 }

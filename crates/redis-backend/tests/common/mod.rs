@@ -42,6 +42,12 @@ pub async fn store(url: &str, tag: &str) -> RedisStore {
 impl Backend for RedisBackend {
     async fn fresh(&self) -> Fixture {
         let store = Arc::new(store(&self.url, self.tag).await);
-        Fixture { queue: store.clone(), leases: store.clone(), buckets: store, time: Arc::new(RealTime) }
+        Fixture {
+            queue: store.clone(),
+            leases: store.clone(),
+            buckets: store.clone(),
+            presence: store,
+            time: Arc::new(RealTime),
+        }
     }
 }

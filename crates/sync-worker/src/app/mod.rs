@@ -111,6 +111,7 @@ pub async fn start_worker(
     let deps = Deps {
         store,
         buckets: backend.store().clone(),
+        presence: backend.store().clone(),
         source: Arc::new(ImapSource::new(storage.clone(), ImapSettings::from(config))),
         directory: Arc::new(storage),
         clock: Arc::new(TokioClock::new()),

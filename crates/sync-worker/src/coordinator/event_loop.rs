@@ -461,7 +461,7 @@ impl Coord {
         let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
         // A per-account claim stores warm when no tier is set; a bucket's
         // accounts get it here, in one call per chunk of keys.
-        let tiers: Vec<Tier> = match self.deps.store.tiers_or_default(&keys, Tier::Warm).await {
+        let tiers: Vec<Tier> = match self.deps.presence.tiers_or_default(&keys, Tier::Warm).await {
             Ok(t) if t.len() == keys.len() => t,
             Ok(t) => {
                 tracing::error!(
@@ -571,11 +571,11 @@ impl Coord {
 
     /// Applies tier changes: the store first, then the runners.
     async fn apply_tiers(&mut self, changes: Vec<(LeaseKey, Tier)>) {
-        let store = self.deps.store.clone();
+        let presence = self.deps.presence.clone();
         each(changes.clone(), move |(k, t)| {
-            let store = store.clone();
+            let presence = presence.clone();
             async move {
-                if let Err(e) = store.set_tier(&k, t).await {
+                if let Err(e) = presence.set_tier(&k, t).await {
                     tracing::warn!(account = %k, tier = %t, error = %e, "could not store the tier");
                 }
             }
@@ -617,7 +617,7 @@ impl Coord {
         self.tier_eval_running = true;
         lookups::tier_inputs(
             self.deps.directory.clone(),
-            self.deps.store.clone(),
+            self.deps.presence.clone(),
             self.deps.source.clone(),
             keys,
             known,

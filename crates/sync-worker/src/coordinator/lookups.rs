@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{BucketId, BucketLeases, LeaseKey, LeaseStore, UserId};
+use leasehold_core::{BucketId, BucketLeases, LeaseKey, Presence, UserId};
 use tokio::sync::mpsc;
 
 use crate::directory::AccountDirectory;
@@ -110,7 +110,7 @@ pub(super) fn users(directory: Arc<dyn AccountDirectory>, keys: Vec<LeaseKey>, t
 /// far, are `known`) and sends them to the loop.
 pub(super) fn tier_inputs(
     directory: Arc<dyn AccountDirectory>,
-    store: Arc<dyn LeaseStore>,
+    presence: Arc<dyn Presence>,
     source: Arc<dyn MailSource>,
     keys: Vec<LeaseKey>,
     known: Vec<Option<UserId>>,
@@ -122,9 +122,9 @@ pub(super) fn tier_inputs(
         let all: HashSet<UserId> = users.as_ref().unwrap_or(&known).iter().flatten().cloned().collect();
         let active: HashMap<UserId, bool> = stream::iter(all)
             .map(|u| {
-                let store = store.clone();
+                let presence = presence.clone();
                 async move {
-                    let active = store.is_user_active(&u).await.unwrap_or_else(|e| {
+                    let active = presence.is_user_active(&u).await.unwrap_or_else(|e| {
                         tracing::warn!(user = %u, error = %e, "could not read presence; taking it as absent");
                         false
                     });

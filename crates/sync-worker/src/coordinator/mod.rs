@@ -86,7 +86,7 @@ pub mod tiers;
 
 use std::sync::Arc;
 
-use leasehold_core::{BucketLeases, Clock, LeaseStore, Ttl, UserActiveSubscription, WorkerId};
+use leasehold_core::{BucketLeases, Clock, LeaseStore, Presence, Ttl, UserActiveSubscription, WorkerId};
 
 use crate::config::Config;
 use crate::directory::AccountDirectory;
@@ -99,10 +99,12 @@ pub use handle::{AccountView, CoordinatorHandle, CoordinatorObserver, Coordinato
 /// What the coordinator needs from the outside world.
 #[derive(Clone)]
 pub struct Deps {
-    /// Leases, live set, workers, tiers and presence.
+    /// Per-account leases, the live set and workers.
     pub store: Arc<dyn LeaseStore>,
     /// Bucket leases (`OWNERSHIP=buckets`).
     pub buckets: Arc<dyn BucketLeases>,
+    /// Tiers and users' presence.
+    pub presence: Arc<dyn Presence>,
     /// The mail engine.
     pub source: Arc<dyn MailSource>,
     /// Account -> user.
@@ -156,7 +158,7 @@ impl Coordinator {
         if config.ownership == crate::config::Ownership::Buckets {
             deps.buckets.join(&worker, ttl).await?;
         }
-        let sub = deps.store.subscribe_user_active().await?;
+        let sub = deps.presence.subscribe_user_active().await?;
         Ok(PreparedCoordinator { worker, config, ttl, deps, sub, events: None })
     }
 }

@@ -40,7 +40,7 @@ use futures::FutureExt;
 use leasehold_core::duration::jitter;
 use leasehold_core::{FencingToken, Tier};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::task::AbortOnDrop;
@@ -116,31 +116,38 @@ pub enum RunnerExit {
     },
 }
 
+/// What the coordinator asks of a runner: one channel for both, since an
+/// owned account's handle is most of what it costs while it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Control {
+    tier: Tier,
+    stop: bool,
+}
+
 struct Ctx {
     source: Arc<dyn MailSource>,
     fence: Fence,
     settings: RunnerSettings,
-    tier: watch::Receiver<Tier>,
+    control: watch::Receiver<Control>,
     deadline: LeaseDeadline,
-    stop: watch::Receiver<bool>,
     status: Arc<Mutex<RunnerStatus>>,
     /// Whether this lease's token is recorded in storage: a runner restarted
     /// under the same lease must not record it again (the strict claim-time
     /// check would take its own token for a duplicate).
     taken_over: Arc<AtomicBool>,
-    /// The INBOX watch reports here that it was fenced (held, stored).
-    fenced_tx: mpsc::Sender<(FencingToken, FencingToken)>,
-    fenced_rx: mpsc::Receiver<(FencingToken, FencingToken)>,
 }
+
+/// The INBOX watch of a hot account. It ends when fenced, with the tokens
+/// (held, stored), or with `None` when the lease deadline passed.
+type Watch = AbortOnDrop<Option<(FencingToken, FencingToken)>>;
 
 /// A running account: change its tier, move its lease deadline, stop it.
 /// Dropping the handle aborts the runner and all its loops.
 #[derive(Debug)]
 pub struct RunnerHandle {
     fence: Fence,
-    tier: watch::Sender<Tier>,
+    control: watch::Sender<Control>,
     deadline: LeaseDeadline,
-    stop: watch::Sender<bool>,
     status: Arc<Mutex<RunnerStatus>>,
     taken_over: Arc<AtomicBool>,
     settings: RunnerSettings,
@@ -172,23 +179,18 @@ impl RunnerHandle {
         taken_over: Arc<AtomicBool>,
         settings: RunnerSettings,
     ) -> Self {
-        let (tier_tx, tier_rx) = watch::channel(tier);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (fenced_tx, fenced_rx) = mpsc::channel(1);
+        let (control_tx, control_rx) = watch::channel(Control { tier, stop: false });
         let ctx = Ctx {
             source,
             fence: fence.clone(),
             settings,
-            tier: tier_rx,
+            control: control_rx,
             deadline: deadline.clone(),
-            stop: stop_rx,
             status: status.clone(),
             taken_over: taken_over.clone(),
-            fenced_tx,
-            fenced_rx,
         };
         let task = AbortOnDrop(tokio::spawn(run(ctx)));
-        Self { fence, tier: tier_tx, deadline, stop: stop_tx, status, taken_over, settings, task }
+        Self { fence, control: control_tx, deadline, status, taken_over, settings, task }
     }
 
     /// A new runner for the same lease, tier, deadline and status, after this
@@ -222,12 +224,12 @@ impl RunnerHandle {
 
     /// The current tier.
     pub fn tier(&self) -> Tier {
-        *self.tier.borrow()
+        self.control.borrow().tier
     }
 
     /// Reshapes the loops for `tier` (no-op when unchanged).
     pub fn set_tier(&self, tier: Tier) {
-        self.tier.send_if_modified(|t| std::mem::replace(t, tier) != tier);
+        self.control.send_if_modified(|c| std::mem::replace(&mut c.tier, tier) != tier);
     }
 
     /// Moves the lease deadline (after a successful renew).
@@ -258,7 +260,7 @@ impl RunnerHandle {
         if self.task.0.is_finished() {
             return;
         }
-        self.stop.send_replace(true);
+        self.control.send_modify(|c| c.stop = true);
         if tokio::time::timeout(grace, &mut self.task.0).await.is_err() {
             tracing::warn!(account = %self.fence.account, ?grace, "runner did not stop within its grace; aborted");
             self.task.0.abort();
@@ -284,7 +286,7 @@ pub const POLL_STAGGER: f64 = 0.1;
 
 async fn run(mut ctx: Ctx) -> RunnerExit {
     let account = ctx.fence.account.clone();
-    tracing::debug!(%account, token = %ctx.fence.token, tier = %*ctx.tier.borrow(), "runner started");
+    tracing::debug!(%account, token = %ctx.fence.token, tier = %ctx.control.borrow().tier, "runner started");
     if !ctx.taken_over.load(Ordering::Acquire) {
         if let Err(exit) = take_over(&mut ctx).await {
             tracing::debug!(%account, ?exit, "runner ended before its take-over");
@@ -299,15 +301,15 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
     let mut stagger = 1.0;
     // After a failed periodic poll: when to retry, and the next backoff.
     let mut retry: Option<(Instant, Duration)> = None;
-    let mut watch: Option<AbortOnDrop<()>> = None;
+    let mut watch: Option<Watch> = None;
     let exit = loop {
-        if *ctx.stop.borrow_and_update() {
+        let Control { tier, stop } = *ctx.control.borrow_and_update();
+        if stop {
             break RunnerExit::Stopped;
         }
         if ctx.deadline.passed() {
             break RunnerExit::LeaseExpired;
         }
-        let tier = *ctx.tier.borrow_and_update();
         match (tier, watch.is_some()) {
             (Tier::Hot, false) => watch = Some(spawn_watch(&ctx)),
             (Tier::Warm | Tier::Cold, true) => watch = None,
@@ -320,9 +322,15 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
         };
         tokio::select! {
             biased;
-            r = ctx.stop.changed() => if r.is_err() { break RunnerExit::Stopped },
-            r = ctx.tier.changed() => if r.is_err() { break RunnerExit::Stopped },
-            Some((held, stored)) = ctx.fenced_rx.recv() => break RunnerExit::Fenced { held, stored },
+            r = ctx.control.changed() => if r.is_err() { break RunnerExit::Stopped },
+            ended = watch_ended(&mut watch) => match ended {
+                Ok(Some((held, stored))) => break RunnerExit::Fenced { held, stored },
+                Ok(None) => break RunnerExit::LeaseExpired,
+                Err(e) => {
+                    tracing::error!(%account, error = %e, "the INBOX watch panicked; starting it again");
+                    watch = None;
+                }
+            },
             _ = sleep_until(due) => {
                 if ctx.deadline.passed() {
                     break RunnerExit::LeaseExpired;
@@ -380,7 +388,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
 async fn take_over(ctx: &mut Ctx) -> Result<(), RunnerExit> {
     let mut backoff = ctx.settings.retry_base;
     loop {
-        if *ctx.stop.borrow_and_update() {
+        if ctx.control.borrow_and_update().stop {
             return Err(RunnerExit::Stopped);
         }
         if ctx.deadline.passed() {
@@ -401,7 +409,7 @@ async fn take_over(ctx: &mut Ctx) -> Result<(), RunnerExit> {
         ctx.status.lock().last_error = Some(error_chain(&e));
         tokio::select! {
             biased;
-            r = ctx.stop.changed() => if r.is_err() { return Err(RunnerExit::Stopped) },
+            r = ctx.control.changed() => if r.is_err() { return Err(RunnerExit::Stopped) },
             _ = tokio::time::sleep(wait) => {}
         }
         backoff = (backoff * 2).min(ctx.settings.poll_warm.max(ctx.settings.retry_base));
@@ -427,19 +435,28 @@ async fn transient_poll(ctx: &Ctx, scope: Scope) -> Result<(), SourceError> {
     Ok(())
 }
 
-fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
+/// Waits for the hot account's watch to end; never, when there is none.
+async fn watch_ended(
+    watch: &mut Option<Watch>,
+) -> Result<Option<(FencingToken, FencingToken)>, tokio::task::JoinError> {
+    match watch {
+        Some(w) => (&mut w.0).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn spawn_watch(ctx: &Ctx) -> Watch {
     let source = ctx.source.clone();
     let fence = ctx.fence.clone();
     let deadline = ctx.deadline.clone();
     let status = ctx.status.clone();
     let settings = ctx.settings;
-    let fenced = ctx.fenced_tx.clone();
     AbortOnDrop(tokio::spawn(async move {
         let mut backoff = settings.retry_base;
         loop {
             let lease_ok = || !deadline.passed();
             if !lease_ok() {
-                return;
+                return None;
             }
             let err = match source.connect(&fence).await {
                 Ok(mut conn) => 'conn: {
@@ -448,7 +465,7 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
                     loop {
                         if poll_inbox {
                             if !lease_ok() {
-                                return;
+                                return None;
                             }
                             match conn.poll(Scope::Inbox).await {
                                 Ok(_) => {
@@ -475,8 +492,7 @@ fn spawn_watch(ctx: &Ctx) -> AbortOnDrop<()> {
                 tracing::debug!(account = %fence.account, error = %err, "fenced; watch stopped");
                 status.lock().last_error = Some(err.to_string());
                 // The runner ends with it, so the coordinator learns the tokens.
-                let _ = fenced.try_send((token, current));
-                return;
+                return Some((token, current));
             }
             let wait = jitter(if err.is_permanent() { settings.poll_warm } else { backoff }, 0.2);
             tracing::warn!(account = %fence.account, error = %error_chain(&err), retry_in = ?wait, "INBOX watch failed; reconnecting");

@@ -36,7 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold_core::{
     BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock, FencingToken,
-    Lease, LeaseError, LeaseKey, LeaseStore, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
+    Lease, LeaseError, LeaseKey, LeaseStore, Presence, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 use sync_worker::config::Ownership;
 use sync_worker::{
@@ -245,7 +245,8 @@ impl Env {
     pub async fn start_on(&self, name: &str, store: Arc<dyn Leases>, config: Config) -> CoordinatorHandle {
         let deps = Deps {
             store: store.clone(),
-            buckets: store,
+            buckets: store.clone(),
+            presence: store,
             source: Arc::new(self.source.clone()),
             directory: Arc::new(self.directory.clone()),
             clock: self.clock.clone(),
@@ -363,6 +364,10 @@ impl LeaseStore for Faulty {
     async fn live_workers(&self) -> Result<Vec<WorkerId>, LeaseError> {
         self.inner.live_workers().await
     }
+}
+
+#[async_trait]
+impl Presence for Faulty {
     async fn set_tier(&self, key: &LeaseKey, tier: Tier) -> Result<(), LeaseError> {
         self.inner.set_tier(key, tier).await
     }
