@@ -7,12 +7,17 @@ use std::num::NonZeroU32;
 use leasehold_core::{BalancePolicy, BucketCount, BucketId, BucketLease, LeaseKey, WorkerId};
 use tokio::time::Instant;
 
+use crate::deadline::LeaseDeadline;
+
 /// One held bucket.
 pub(super) struct HeldBucket {
     pub(super) lease: BucketLease,
     /// Until when this worker may act on it (its TTL less a tenth from the
     /// last renew sent, as for account leases).
     pub(super) deadline: Instant,
+    /// The same deadline as its runners hold it: one cell for the bucket, so
+    /// a renew moves it once, whatever the number of accounts.
+    pub(super) runners_deadline: LeaseDeadline,
     /// The change count its accounts were last read at.
     pub(super) seen: Option<u64>,
     /// A read of its accounts is under way.
@@ -61,6 +66,11 @@ impl BucketOwnership {
         if let Some(h) = self.held.get_mut(&bucket) {
             h.accounts.remove(account);
         }
+    }
+
+    /// The deadline the runners of `bucket` share, if it is held.
+    pub(super) fn runners_deadline(&self, bucket: BucketId) -> Option<LeaseDeadline> {
+        self.held.get(&bucket).map(|h| h.runners_deadline.clone())
     }
 
     /// The accounts running under `bucket`.

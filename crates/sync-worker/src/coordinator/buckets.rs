@@ -33,7 +33,7 @@
 //! bucket's counter past the highest token stored for any of its accounts,
 //! then releases the bucket, so the next claim (by anyone) is above them all.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, UserId};
 use tokio::time::Instant;
@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use super::bucket_state::HeldBucket;
 use super::event_loop::{Coord, Owned};
 use super::lookups;
+use crate::deadline::LeaseDeadline;
 use crate::errors::error_chain;
 
 /// Buckets whose weights one maintenance round recounts.
@@ -79,17 +80,12 @@ impl Coord {
             tracing::info!(worker = %self.worker, bucket = %lease.bucket, "bucket lost; its accounts stopped");
             self.drop_bucket(lease.bucket, Stop::Now).await;
         }
-        let kept: HashSet<BucketId> = tick.kept.iter().map(|l| l.bucket).collect();
-        for o in self.owned.values_mut() {
-            if o.bucket.is_some_and(|b| kept.contains(&b)) {
-                o.deadline = deadline;
-                o.runner.extend(deadline);
-            }
-        }
         if let Some(state) = &mut self.buckets {
-            for bucket in &kept {
-                if let Some(h) = state.held.get_mut(bucket) {
+            // The bucket's runners share its deadline cell: moved once per bucket.
+            for lease in &tick.kept {
+                if let Some(h) = state.held.get_mut(&lease.bucket) {
                     h.deadline = deadline;
+                    h.runners_deadline.extend(deadline);
                 }
             }
             for lease in &tick.claimed {
@@ -97,6 +93,7 @@ impl Coord {
                 let held = HeldBucket {
                     lease: lease.clone(),
                     deadline,
+                    runners_deadline: LeaseDeadline::until(deadline),
                     seen: None,
                     reading: false,
                     accounts: BTreeSet::new(),

@@ -19,6 +19,7 @@ use super::runner::{RunnerExit, RunnerHandle, RunnerSettings};
 use super::tiers::{TierInputs, TierPolicy};
 use super::Deps;
 use crate::config::{Config, Ownership};
+use crate::deadline::LeaseDeadline;
 use crate::errors::SyncError;
 use crate::events::{AccountChanged, EventSink, SyncEvent};
 use crate::source::Fence;
@@ -48,7 +49,7 @@ pub(super) struct Coord {
     pub(super) worker: WorkerId,
     pub(super) config: Config,
     pub(super) ttl: Ttl,
-    settings: RunnerSettings,
+    settings: Arc<RunnerSettings>,
     policy: TierPolicy,
     pub(super) deps: Deps,
     pub(super) owned: HashMap<LeaseKey, Owned>,
@@ -94,7 +95,7 @@ impl Coord {
         Coord {
             buckets,
             worker,
-            settings: RunnerSettings::from(&config),
+            settings: Arc::new(RunnerSettings::from(&config)),
             policy: TierPolicy::from(&config),
             config,
             ttl,
@@ -257,8 +258,13 @@ impl Coord {
     /// Stops the runners whose lease deadline passed (renews kept failing).
     async fn expire_overdue(&mut self) {
         let now = Instant::now();
-        let overdue: Vec<LeaseKey> =
-            self.owned.iter().filter(|(_, o)| o.deadline <= now).map(|(k, _)| k.clone()).collect();
+        // A bucket's accounts go with their bucket (`drop_overdue_buckets`).
+        let overdue: Vec<LeaseKey> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.bucket.is_none() && o.deadline <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in overdue {
             if let Some(o) = self.remove(&key) {
                 tracing::warn!(worker = %self.worker, account = %key, "lease deadline passed without a renew; stopped");
@@ -484,8 +490,15 @@ impl Coord {
         for (lease, tier) in leases.into_iter().zip(tiers) {
             let user: Option<UserId> = None;
             let key = lease.key.clone();
-            let runner =
-                RunnerHandle::spawn(self.deps.source.clone(), Fence::from(&lease), tier, deadline, self.settings);
+            let shared_deadline = bucket.and_then(|b| self.buckets.as_ref()?.runners_deadline(b));
+            let cell = shared_deadline.unwrap_or_else(|| LeaseDeadline::until(deadline));
+            let runner = RunnerHandle::spawn_until(
+                self.deps.source.clone(),
+                Fence::from(&lease),
+                tier,
+                cell,
+                self.settings.clone(),
+            );
             tracing::debug!(worker = %self.worker, account = %key, token = %lease.token, %tier, "claimed");
             shared.push((
                 key.clone(),

@@ -31,7 +31,7 @@
 //! tell a newer owner from a lease store that lost its counters. The
 //! coordinator stops it at once when a renew answers that the lease is lost.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use futures::FutureExt;
 use leasehold_core::duration::jitter;
 use leasehold_core::{FencingToken, Tier};
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use super::task::AbortOnDrop;
@@ -116,25 +116,71 @@ pub enum RunnerExit {
     },
 }
 
-/// What the coordinator asks of a runner: one channel for both, since an
-/// owned account's handle is most of what it costs while it waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the coordinator asks of a runner (its tier, whether to stop), and
+/// whether the lease's token is recorded in storage: one small cell, since
+/// an owned account between polls costs little more than its runner.
+#[derive(Debug)]
 struct Control {
-    tier: Tier,
-    stop: bool,
+    /// Bits 0-1: the tier; bit 2: stop; bit 3: taken over.
+    state: AtomicU8,
+    /// Woken after every change of the tier or stop (one waiter, the runner:
+    /// a change made while it is busy leaves a permit, so none is missed).
+    changed: Notify,
+}
+
+const STOP: u8 = 1 << 2;
+/// A runner restarted under the same lease must not record its token again
+/// (the strict claim-time check would take its own token for a duplicate).
+const TAKEN_OVER: u8 = 1 << 3;
+const TIER_BITS: u8 = 0b11;
+
+fn tier_bits(tier: Tier) -> u8 {
+    match tier {
+        Tier::Hot => 0,
+        Tier::Warm => 1,
+        Tier::Cold => 2,
+    }
+}
+
+impl Control {
+    fn new(tier: Tier) -> Self {
+        Self { state: AtomicU8::new(tier_bits(tier)), changed: Notify::new() }
+    }
+
+    fn tier(&self) -> Tier {
+        match self.state.load(Ordering::Acquire) & TIER_BITS {
+            0 => Tier::Hot,
+            1 => Tier::Warm,
+            _ => Tier::Cold,
+        }
+    }
+
+    fn is(&self, flag: u8) -> bool {
+        self.state.load(Ordering::Acquire) & flag != 0
+    }
+
+    fn set(&self, flag: u8) {
+        self.state.fetch_or(flag, Ordering::AcqRel);
+    }
+
+    /// Sets the tier; `true` if it changed.
+    fn set_tier(&self, tier: Tier) -> bool {
+        let bits = tier_bits(tier);
+        let old = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some((s & !TIER_BITS) | bits))
+            .unwrap_or_else(|s| s);
+        old & TIER_BITS != bits
+    }
 }
 
 struct Ctx {
     source: Arc<dyn MailSource>,
     fence: Fence,
-    settings: RunnerSettings,
-    control: watch::Receiver<Control>,
+    settings: Arc<RunnerSettings>,
+    control: Arc<Control>,
     deadline: LeaseDeadline,
     status: Arc<Mutex<RunnerStatus>>,
-    /// Whether this lease's token is recorded in storage: a runner restarted
-    /// under the same lease must not record it again (the strict claim-time
-    /// check would take its own token for a duplicate).
-    taken_over: Arc<AtomicBool>,
 }
 
 /// The INBOX watch of a hot account. It ends when fenced, with the tokens
@@ -146,51 +192,59 @@ type Watch = AbortOnDrop<Option<(FencingToken, FencingToken)>>;
 #[derive(Debug)]
 pub struct RunnerHandle {
     fence: Fence,
-    control: watch::Sender<Control>,
+    control: Arc<Control>,
     deadline: LeaseDeadline,
     status: Arc<Mutex<RunnerStatus>>,
-    taken_over: Arc<AtomicBool>,
-    settings: RunnerSettings,
+    settings: Arc<RunnerSettings>,
     task: AbortOnDrop<RunnerExit>,
 }
 
 impl RunnerHandle {
     /// Starts the loops of `fence.account` in `tier`, valid until `deadline`.
+    /// (A coordinator shares one `Arc` of settings among all its runners.)
     pub fn spawn(
         source: Arc<dyn MailSource>,
         fence: Fence,
         tier: Tier,
         deadline: Instant,
-        settings: RunnerSettings,
+        settings: impl Into<Arc<RunnerSettings>>,
+    ) -> Self {
+        Self::spawn_until(source, fence, tier, LeaseDeadline::until(deadline), settings)
+    }
+
+    /// [`RunnerHandle::spawn`] with a deadline cell shared with others (the
+    /// accounts of one bucket lease): moving it moves all of theirs.
+    pub fn spawn_until(
+        source: Arc<dyn MailSource>,
+        fence: Fence,
+        tier: Tier,
+        deadline: LeaseDeadline,
+        settings: impl Into<Arc<RunnerSettings>>,
     ) -> Self {
         let mut fence = fence;
-        fence.deadline = LeaseDeadline::until(deadline);
-        let deadline = fence.deadline.clone();
+        fence.deadline = deadline.clone();
         let status = Arc::new(Mutex::new(RunnerStatus::default()));
-        Self::start(source, fence, tier, deadline, status, Arc::new(AtomicBool::new(false)), settings)
+        Self::start(source, fence, Arc::new(Control::new(tier)), deadline, status, settings.into())
     }
 
     fn start(
         source: Arc<dyn MailSource>,
         fence: Fence,
-        tier: Tier,
+        control: Arc<Control>,
         deadline: LeaseDeadline,
         status: Arc<Mutex<RunnerStatus>>,
-        taken_over: Arc<AtomicBool>,
-        settings: RunnerSettings,
+        settings: Arc<RunnerSettings>,
     ) -> Self {
-        let (control_tx, control_rx) = watch::channel(Control { tier, stop: false });
         let ctx = Ctx {
             source,
             fence: fence.clone(),
-            settings,
-            control: control_rx,
+            settings: settings.clone(),
+            control: control.clone(),
             deadline: deadline.clone(),
             status: status.clone(),
-            taken_over: taken_over.clone(),
         };
         let task = AbortOnDrop(tokio::spawn(run(ctx)));
-        Self { fence, control: control_tx, deadline, status, taken_over, settings, task }
+        Self { fence, control, deadline, status, settings, task }
     }
 
     /// A new runner for the same lease, tier, deadline and status, after this
@@ -200,11 +254,10 @@ impl RunnerHandle {
         Self::start(
             source,
             self.fence.clone(),
-            self.tier(),
+            self.control.clone(),
             self.deadline.clone(),
             self.status.clone(),
-            self.taken_over.clone(),
-            self.settings,
+            self.settings.clone(),
         )
     }
 
@@ -224,12 +277,14 @@ impl RunnerHandle {
 
     /// The current tier.
     pub fn tier(&self) -> Tier {
-        self.control.borrow().tier
+        self.control.tier()
     }
 
     /// Reshapes the loops for `tier` (no-op when unchanged).
     pub fn set_tier(&self, tier: Tier) {
-        self.control.send_if_modified(|c| std::mem::replace(&mut c.tier, tier) != tier);
+        if self.control.set_tier(tier) {
+            self.control.changed.notify_one();
+        }
     }
 
     /// Moves the lease deadline (after a successful renew).
@@ -260,7 +315,8 @@ impl RunnerHandle {
         if self.task.0.is_finished() {
             return;
         }
-        self.control.send_modify(|c| c.stop = true);
+        self.control.set(STOP);
+        self.control.changed.notify_one();
         if tokio::time::timeout(grace, &mut self.task.0).await.is_err() {
             tracing::warn!(account = %self.fence.account, ?grace, "runner did not stop within its grace; aborted");
             self.task.0.abort();
@@ -286,13 +342,15 @@ pub const POLL_STAGGER: f64 = 0.1;
 
 async fn run(mut ctx: Ctx) -> RunnerExit {
     let account = ctx.fence.account.clone();
-    tracing::debug!(%account, token = %ctx.fence.token, tier = %ctx.control.borrow().tier, "runner started");
-    if !ctx.taken_over.load(Ordering::Acquire) {
-        if let Err(exit) = take_over(&mut ctx).await {
+    tracing::debug!(%account, token = %ctx.fence.token, tier = %ctx.control.tier(), "runner started");
+    if !ctx.control.is(TAKEN_OVER) {
+        // Boxed: the runner's own state, which every owned account keeps
+        // while it waits, need not hold room for this one-off.
+        if let Err(exit) = Box::pin(take_over(&mut ctx)).await {
             tracing::debug!(%account, ?exit, "runner ended before its take-over");
             return exit;
         }
-        ctx.taken_over.store(true, Ordering::Release);
+        ctx.control.set(TAKEN_OVER);
     }
     // Start of the last successful periodic poll: the one schedule kept across
     // tiers; and the share of the tier's interval to wait after it, drawn per
@@ -303,8 +361,9 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
     let mut retry: Option<(Instant, Duration)> = None;
     let mut watch: Option<Watch> = None;
     let exit = loop {
-        let Control { tier, stop } = *ctx.control.borrow_and_update();
-        if stop {
+        // Read before waiting: a change after this leaves a permit on `changed`.
+        let tier = ctx.control.tier();
+        if ctx.control.is(STOP) {
             break RunnerExit::Stopped;
         }
         if ctx.deadline.passed() {
@@ -322,7 +381,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
         };
         tokio::select! {
             biased;
-            r = ctx.control.changed() => if r.is_err() { break RunnerExit::Stopped },
+            () = ctx.control.changed.notified() => {}
             ended = watch_ended(&mut watch) => match ended {
                 Ok(Some((held, stored))) => break RunnerExit::Fenced { held, stored },
                 Ok(None) => break RunnerExit::LeaseExpired,
@@ -388,7 +447,7 @@ async fn run(mut ctx: Ctx) -> RunnerExit {
 async fn take_over(ctx: &mut Ctx) -> Result<(), RunnerExit> {
     let mut backoff = ctx.settings.retry_base;
     loop {
-        if ctx.control.borrow_and_update().stop {
+        if ctx.control.is(STOP) {
             return Err(RunnerExit::Stopped);
         }
         if ctx.deadline.passed() {
@@ -409,7 +468,7 @@ async fn take_over(ctx: &mut Ctx) -> Result<(), RunnerExit> {
         ctx.status.lock().last_error = Some(error_chain(&e));
         tokio::select! {
             biased;
-            r = ctx.control.changed() => if r.is_err() { return Err(RunnerExit::Stopped) },
+            () = ctx.control.changed.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
         backoff = (backoff * 2).min(ctx.settings.poll_warm.max(ctx.settings.retry_base));
@@ -450,7 +509,7 @@ fn spawn_watch(ctx: &Ctx) -> Watch {
     let fence = ctx.fence.clone();
     let deadline = ctx.deadline.clone();
     let status = ctx.status.clone();
-    let settings = ctx.settings;
+    let settings = ctx.settings.clone();
     AbortOnDrop(tokio::spawn(async move {
         let mut backoff = settings.retry_base;
         loop {
