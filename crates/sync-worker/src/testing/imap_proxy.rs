@@ -1,11 +1,15 @@
 //! A TCP proxy in front of an IMAP server that records every command the
 //! client sends, so a test can check what the engine asked for (e.g. that an
 //! unchanged account costs no FETCH), and can cut every connection at once.
+//! It also records each connection's life (who logged in, from which
+//! client process, when it opened and closed), so a test can check that no
+//! two workers were connected for one account at the same moment.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::{HarnessError, Result};
 
@@ -21,9 +25,38 @@ pub struct ImapCommand {
     pub line: String,
 }
 
-#[derive(Debug, Default)]
+/// One proxied connection's life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxiedSession {
+    /// Which proxied connection (1, 2, ... in accept order).
+    pub connection: u64,
+    /// The user it logged in as (LOGIN's first argument), once it has.
+    pub user: Option<String>,
+    /// The client, as [`ImapProxy::identify_clients`] named it.
+    pub client: Option<String>,
+    /// When the proxy accepted it.
+    pub opened: Instant,
+    /// When the client closed its side (or the proxy cut it).
+    pub closed: Option<Instant>,
+}
+
+impl ProxiedSession {
+    /// Whether the two were open at one moment.
+    pub fn overlaps(&self, other: &ProxiedSession) -> bool {
+        let now = Instant::now();
+        self.opened < other.closed.unwrap_or(now) && other.opened < self.closed.unwrap_or(now)
+    }
+}
+
+/// Names the client process of a connection from its address (its local
+/// end, as the proxy sees the peer).
+type Identify = dyn Fn(SocketAddr) -> Option<String> + Send + Sync;
+
+#[derive(Default)]
 struct Shared {
     commands: Mutex<Vec<ImapCommand>>,
+    sessions: Mutex<Vec<ProxiedSession>>,
+    identify: Mutex<Option<Arc<Identify>>>,
     open: Mutex<Vec<TcpStream>>,
     connections: AtomicU64,
     closed: AtomicBool,
@@ -32,6 +65,12 @@ struct Shared {
     /// A command line containing this text cuts its connection instead of
     /// reaching the server.
     cut_on: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("connections", &self.connections).finish_non_exhaustive()
+    }
 }
 
 /// A recording proxy on a free loopback port in front of `127.0.0.1:<upstream>`.
@@ -79,6 +118,59 @@ impl ImapProxy {
     /// Forgets the commands recorded so far.
     pub fn clear(&self) {
         self.shared.commands.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Every connection's life so far, in accept order.
+    pub fn sessions(&self) -> Vec<ProxiedSession> {
+        self.shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// From now on, each accepted connection's client is named by
+    /// `identify` (for example, which worker process owns the socket:
+    /// [`process_of_local_port`]).
+    pub fn identify_clients(&self, identify: impl Fn(SocketAddr) -> Option<String> + Send + Sync + 'static) {
+        *self.shared.identify.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(identify));
+    }
+
+    /// Where one user's sessions since `since` were not exclusive to one
+    /// client at a time, each described: two clients connected at one
+    /// moment, or a user that went back to a client it had left (an old
+    /// owner still at work after the hand-off). Sessions closed before
+    /// `since`, and those whose client was not named, are left out; a
+    /// client's own sessions may overlap (a hot account's IDLE beside its
+    /// periodic poll).
+    pub fn not_exclusive(&self, since: Instant) -> Vec<String> {
+        let mut sessions: Vec<ProxiedSession> = self
+            .sessions()
+            .into_iter()
+            .filter(|s| s.user.is_some() && s.client.is_some() && s.closed.is_none_or(|c| c >= since))
+            .collect();
+        sessions.sort_by_key(|s| s.opened);
+        let mut out = Vec::new();
+        for (i, a) in sessions.iter().enumerate() {
+            for b in &sessions[i + 1..] {
+                if a.user == b.user && a.client != b.client && a.overlaps(b) {
+                    out.push(format!("{:?} and {:?} at once: {a:?} / {b:?}", a.client, b.client));
+                }
+            }
+        }
+        let mut users: Vec<&Option<String>> = sessions.iter().map(|s| &s.user).collect();
+        users.sort();
+        users.dedup();
+        for user in users {
+            let mut clients: Vec<&Option<String>> =
+                sessions.iter().filter(|s| &s.user == user).map(|s| &s.client).collect();
+            clients.dedup();
+            let mut seen: Vec<&Option<String>> = Vec::new();
+            for c in &clients {
+                if seen.contains(c) {
+                    out.push(format!("{user:?} went back to {c:?}: clients in turn {clients:?}"));
+                    break;
+                }
+                seen.push(c);
+            }
+        }
+        out
     }
 
     /// How many connections the proxy has accepted.
@@ -132,6 +224,15 @@ fn accept_loop(listener: TcpListener, upstream_port: u16, shared: Arc<Shared>) {
         };
         let _ = (client.set_nodelay(true), server.set_nodelay(true));
         let connection = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        let identify = shared.identify.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let who = identify.zip(client.peer_addr().ok()).and_then(|(identify, peer)| identify(peer));
+        shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).push(ProxiedSession {
+            connection,
+            user: None,
+            client: who,
+            opened: Instant::now(),
+            closed: None,
+        });
         let clones = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone());
         let (Ok(client_read), Ok(server_write), Ok(client_keep), Ok(server_keep)) = clones else {
             continue;
@@ -155,6 +256,7 @@ fn accept_loop(listener: TcpListener, upstream_port: u16, shared: Arc<Shared>) {
 fn relay_commands(client: TcpStream, mut server: TcpStream, connection: u64, shared: &Shared) {
     let mut reader = BufReader::new(client);
     let mut line = Vec::new();
+    let mut sasl_plain_next = false;
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
@@ -164,12 +266,32 @@ fn relay_commands(client: TcpStream, mut server: TcpStream, connection: u64, sha
         // Recorded before it is sent: once the server's answer reaches the
         // client, the command is in the record.
         let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+        if sasl_plain_next {
+            sasl_plain_next = false;
+            if let Some(user) = sasl_plain_user(&text) {
+                session(shared, connection, |s| s.user = Some(user));
+            }
+        }
         if let Some(command) = parse_command(connection, &text) {
+            let words: Vec<&str> = text.split(' ').collect();
+            let user = match command.verb.as_str() {
+                "LOGIN" => words.get(2).map(|u| u.trim_matches('"').to_owned()),
+                "AUTHENTICATE" if words.get(2).is_some_and(|m| m.eq_ignore_ascii_case("PLAIN")) => {
+                    // SASL-IR: the credentials are on this line; else on the next.
+                    sasl_plain_next = words.get(3).is_none();
+                    words.get(3).and_then(|r| sasl_plain_user(r))
+                }
+                _ => None,
+            };
+            if let Some(user) = user {
+                session(shared, connection, |s| s.user = Some(user));
+            }
             shared.commands.lock().unwrap_or_else(|p| p.into_inner()).push(command);
         }
         let cut = shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|t| text.contains(t));
         if cut {
             let _ = (reader.get_ref().shutdown(Shutdown::Both), server.shutdown(Shutdown::Both));
+            session(shared, connection, |s| s.closed = Some(Instant::now()));
             return;
         }
         if server.write_all(&line).is_err() {
@@ -182,6 +304,44 @@ fn relay_commands(client: TcpStream, mut server: TcpStream, connection: u64, sha
         }
     }
     let _ = server.shutdown(Shutdown::Write);
+    session(shared, connection, |s| s.closed = Some(Instant::now()));
+}
+
+/// The user of a SASL PLAIN response (`base64(authzid NUL user NUL password)`).
+fn sasl_plain_user(response: &str) -> Option<String> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD.decode(response.trim()).ok()?;
+    let user = raw.split(|b| *b == 0).nth(1)?;
+    Some(String::from_utf8_lossy(user).into_owned())
+}
+
+fn session(shared: &Shared, connection: u64, change: impl FnOnce(&mut ProxiedSession)) {
+    let mut sessions = shared.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = sessions.iter_mut().rev().find(|s| s.connection == connection) {
+        change(s);
+    }
+}
+
+/// Which of `pids` has a TCP socket whose local end is `addr` (Linux: the
+/// socket's inode from `/proc/net/tcp`, then each process's open files).
+pub fn process_of_local_port(addr: SocketAddr, pids: &[u32]) -> Option<u32> {
+    let port = format!(":{:04X}", addr.port());
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|table| {
+        let text = std::fs::read_to_string(table).ok()?;
+        // A closed socket of an earlier connection may linger on the same
+        // port (TIME_WAIT, inode 0): only a live one has an owner.
+        text.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let inode = *fields.get(9)?;
+            (fields.get(1)?.ends_with(&port) && inode != "0").then(|| inode.to_owned())
+        })
+    })?;
+    let wanted = format!("socket:[{inode}]");
+    pids.iter().copied().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == wanted))
+        })
+    })
 }
 
 /// A literal announced at a line's end.
@@ -232,5 +392,7 @@ mod tests {
         assert_eq!(parse_command(1, "DONE").expect("done").verb, "DONE");
         assert_eq!(parse_command(1, "AGFsaWNlAHNlY3JldA=="), None, "an AUTHENTICATE response is no command");
         assert_eq!(trailing_literal("a APPEND INBOX {310+}"), Some(310));
+        assert_eq!(sasl_plain_user("AGFsaWNlAHNlY3JldA==").as_deref(), Some("alice"));
+        assert_eq!(sasl_plain_user("not base64!"), None);
     }
 }
