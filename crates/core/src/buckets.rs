@@ -78,6 +78,36 @@ impl fmt::Display for BucketId {
     }
 }
 
+/// A subscription to change notices ([`BucketLeases::add_weight`]'s
+/// buckets), each in the order published. A subscriber that falls far
+/// behind skips the oldest (told through `tracing`), rather than block
+/// publishers: notices are hints, the change counts are the record.
+#[derive(Debug)]
+pub struct BucketChanges {
+    rx: tokio::sync::broadcast::Receiver<BucketId>,
+}
+
+impl BucketChanges {
+    /// Wraps the receiving end of a broadcast channel that carries the notices.
+    pub fn new(rx: tokio::sync::broadcast::Receiver<BucketId>) -> Self {
+        Self { rx }
+    }
+
+    /// The next notice; `None` once the store is gone.
+    pub async fn recv(&mut self) -> Option<BucketId> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match self.rx.recv().await {
+                Ok(bucket) => return Some(bucket),
+                Err(RecvError::Lagged(skipped)) => {
+                    tracing::warn!(skipped, "bucket change subscriber fell behind; skipped notices");
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
 /// A held bucket lease. Its token fences every write of the bucket's keys:
 /// a bucket's token only grows, so storage that keeps the highest token it
 /// has seen per key refuses a stale owner's writes exactly as with per-key
@@ -267,6 +297,11 @@ pub struct BucketTick {
 ///   buckets it keeps or claims: this is how an owner learns, within one
 ///   tick and without a message that could be lost, that a key was added to
 ///   or removed from its bucket.
+/// * **Change notices**: [`BucketLeases::add_weight`] also publishes its
+///   bucket to every current [`BucketChanges`] subscription, so an owner can
+///   take up an added key at once instead of at its next tick. A notice is a
+///   hint: one published while a subscriber reconnects, or one it fell too
+///   far behind to keep, is lost; the change count stays the record.
 /// * **A tick** ([`BucketLeases::tick`]) is one worker's whole periodic
 ///   call, atomic: it registers the worker as live for `ttl`, forgets
 ///   workers whose registration ran out, renews the held leases that are
@@ -295,8 +330,12 @@ pub trait BucketLeases: Send + Sync + 'static {
     async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError>;
 
     /// Sets each bucket's weight, keeping the total consistent, and counts up
-    /// each one's change count.
+    /// each one's change count (a repair: no change notice is published).
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError>;
+
+    /// Subscribes to change notices: the bucket of each
+    /// [`BucketLeases::add_weight`] made from now on, in order.
+    async fn subscribe_bucket_changes(&self) -> Result<BucketChanges, LeaseError>;
 
     /// Counts `owner` as a live worker for `ttl`, holding nothing, without
     /// claiming: workers that start together join first, so their first

@@ -40,7 +40,9 @@ pub mod ttl;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use buckets::{BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick};
+pub use buckets::{
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick,
+};
 pub use bus::{BusError, BusSubscription, UserBus};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use errors::{IdError, LeaseError, QueueError, SpecError};

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
     LeaseError, Ttl, WorkerId,
 };
 
@@ -201,10 +201,19 @@ impl BucketLeases for MemoryStore {
     }
 
     async fn add_weight(&self, bucket: BucketId, delta: i64) -> Result<u64, LeaseError> {
-        let mut state = self.inner.buckets.lock();
-        let weight = state.weight(bucket).saturating_add_signed(delta);
-        state.set_weight(bucket, weight);
+        let weight = {
+            let mut state = self.inner.buckets.lock();
+            let weight = state.weight(bucket).saturating_add_signed(delta);
+            state.set_weight(bucket, weight);
+            weight
+        };
+        // No subscriber is not an error: the change count is the record.
+        let _ = self.inner.bucket_changes.send(bucket);
         Ok(weight)
+    }
+
+    async fn subscribe_bucket_changes(&self) -> Result<BucketChanges, LeaseError> {
+        Ok(BucketChanges::new(self.inner.bucket_changes.subscribe()))
     }
 
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError> {

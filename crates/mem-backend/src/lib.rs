@@ -37,9 +37,9 @@ use std::sync::Arc;
 use leasehold_core::{Clock, TokioClock, UserId};
 use parking_lot::Mutex;
 
-/// How many `user.active` events a slow subscriber may fall behind before it
-/// skips the oldest.
-const USER_ACTIVE_CAPACITY: usize = 4096;
+/// How many `user.active` events or bucket change notices a slow subscriber
+/// may fall behind before it skips the oldest.
+const NOTICE_CAPACITY: usize = 4096;
 
 /// The in-memory store: leases and unit queues of one process.
 #[derive(Clone, Debug)]
@@ -54,6 +54,7 @@ struct Inner {
     leases: Mutex<lease::LeaseState>,
     buckets: Mutex<buckets::BucketState>,
     user_active: tokio::sync::broadcast::Sender<UserId>,
+    bucket_changes: tokio::sync::broadcast::Sender<leasehold_core::BucketId>,
     timings: Mutex<HashMap<String, u64>>,
     streaks: Mutex<HashMap<String, leasehold_core::PassStreak>>,
     /// Woken after every queue call that may have changed a run (and so
@@ -69,7 +70,8 @@ impl MemoryStore {
 
     /// A store reading time from `clock`.
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
-        let (user_active, _) = tokio::sync::broadcast::channel(USER_ACTIVE_CAPACITY);
+        let (user_active, _) = tokio::sync::broadcast::channel(NOTICE_CAPACITY);
+        let (bucket_changes, _) = tokio::sync::broadcast::channel(NOTICE_CAPACITY);
         Self {
             inner: Arc::new(Inner {
                 clock,
@@ -77,6 +79,7 @@ impl MemoryStore {
                 leases: Mutex::new(lease::LeaseState::default()),
                 buckets: Mutex::new(buckets::BucketState::default()),
                 user_active,
+                bucket_changes,
                 timings: Mutex::new(HashMap::new()),
                 streaks: Mutex::new(HashMap::new()),
                 changed: tokio::sync::Notify::new(),

@@ -5,14 +5,18 @@
 --
 -- Each bucket's change count (versions) counts up.
 --
+-- In "add" mode each bucket is also published on the change channel (a
+-- notice for its owner; in a cluster, PUBLISH reaches every node).
+--
 -- KEYS: sync:buckets:meta, :weights, :owners, :expiry, :versions
--- ARGV: mode ("add" or "set"), then pairs of bucket, value
+-- ARGV: mode ("add" or "set"), the change channel, then pairs of bucket, value
 -- Reply: each bucket's new weight.
 
 local meta, weights, owners, expiry, versions = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local add = ARGV[1] == "add"
+local channel = ARGV[2]
 local reply = {}
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local bucket = ARGV[i]
   local old = tonumber(redis.call("HGET", weights, bucket) or "0")
   local new = tonumber(ARGV[i + 1])
@@ -31,5 +35,8 @@ for i = 2, #ARGV, 2 do
     redis.call("ZADD", expiry, "NX", 0, bucket)
   end
   reply[#reply + 1] = new
+  if add then
+    redis.call("PUBLISH", channel, bucket)
+  end
 end
 return reply

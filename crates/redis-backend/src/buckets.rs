@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
     LeaseError, Ttl, WorkerId,
 };
 use redis::Value;
@@ -32,7 +32,9 @@ impl RedisStore {
         pairs: &[(BucketId, i64)],
     ) -> Result<Vec<u64>, LeaseError> {
         let k = self.lease_keys().buckets();
-        let mut call = Call::new([&k.meta, &k.weights, &k.owners, &k.expiry, &k.versions]).arg(mode);
+        let mut call = Call::new([&k.meta, &k.weights, &k.owners, &k.expiry, &k.versions])
+            .arg(mode)
+            .arg(self.lease_keys().bucket_change_channel());
         for (bucket, value) in pairs {
             call.push(bucket.0);
             call.push(*value);
@@ -92,6 +94,15 @@ impl BucketLeases for RedisStore {
             self.weights_call("set_weights", "set", &pairs).await?;
         }
         Ok(())
+    }
+
+    async fn subscribe_bucket_changes(&self) -> Result<BucketChanges, LeaseError> {
+        let rx = self.inner.bucket_changes.subscribe().await.map_err(|detail| LeaseError::Backend {
+            op: "subscribe_bucket_changes",
+            key: self.lease_keys().bucket_change_channel().to_owned(),
+            source: detail.into(),
+        })?;
+        Ok(BucketChanges::new(rx))
     }
 
     async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {

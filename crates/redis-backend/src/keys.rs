@@ -22,6 +22,7 @@
 //! | bucket leases: count and total weight, weights, fence counters, owners, expiries, workers, loads | `{P}:sync:buckets:{meta,weights,versions,fences,owners,expiry,workers,loads}` |
 //! | a user's presence | `{P}:sess:active:<user>` |
 //! | the `user.active` channel | `P:user.active` |
+//! | the bucket change channel | `P:sync:bucket.changed` |
 //!
 //! **Entries.** A stream entry is one field, the unit id valued its kind
 //! (`XADD … <unit> <kind>`); entries of older versions hold `id` and `type`
@@ -147,12 +148,17 @@ pub struct BucketKeys {
 pub struct LeaseKeys {
     tag: String,
     channel: String,
+    bucket_channel: String,
 }
 
 impl LeaseKeys {
     /// The lease space of `prefix`.
     pub fn new(prefix: &str) -> Self {
-        Self { tag: format!("{{{prefix}}}"), channel: format!("{prefix}:user.active") }
+        Self {
+            tag: format!("{{{prefix}}}"),
+            channel: format!("{prefix}:user.active"),
+            bucket_channel: format!("{prefix}:sync:bucket.changed"),
+        }
     }
 
     /// `sync:lease:{id}`.
@@ -213,6 +219,11 @@ impl LeaseKeys {
     /// The pub/sub channel of `user.active` events.
     pub fn user_active_channel(&self) -> &str {
         &self.channel
+    }
+
+    /// The pub/sub channel of bucket change notices (`add_weight`'s buckets).
+    pub fn bucket_change_channel(&self) -> &str {
+        &self.bucket_channel
     }
 }
 

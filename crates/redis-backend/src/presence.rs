@@ -71,10 +71,11 @@ impl Presence for RedisStore {
     }
 
     async fn subscribe_user_active(&self) -> Result<UserActiveSubscription, LeaseError> {
-        self.inner.user_active.subscribe().await.map_err(|detail| LeaseError::Backend {
+        let rx = self.inner.user_active.subscribe().await.map_err(|detail| LeaseError::Backend {
             op: "subscribe_user_active",
             key: self.lease_keys().user_active_channel().to_owned(),
             source: detail.into(),
-        })
+        })?;
+        Ok(UserActiveSubscription::new(rx))
     }
 }

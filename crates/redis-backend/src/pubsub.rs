@@ -1,5 +1,6 @@
-//! `user.active` events: Redis pub/sub on a connection of its own, forwarded
-//! into a broadcast channel.
+//! Pub/sub channels (`user.active` events, bucket change notices): Redis
+//! pub/sub on a connection of its own per channel, forwarded into a
+//! broadcast channel.
 //!
 //! The subscriber task starts with the first subscription and keeps its
 //! connection up (reconnecting with backoff, trying each node of a cluster in
@@ -10,30 +11,52 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold_core::{UserActiveSubscription, UserId};
+use leasehold_core::{BucketId, UserId};
 use tokio::sync::{broadcast, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
 /// How many events a slow subscriber may fall behind before it skips the oldest.
 const CAPACITY: usize = 4096;
 
+/// What a channel carries, parsed from each message's payload.
+pub(crate) trait Notice: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// The channel's name in logs.
+    const WHAT: &'static str;
+    /// The notice in `payload`; `None` if it is not one (logged, skipped).
+    fn parse(payload: &str) -> Option<Self>;
+}
+
+impl Notice for UserId {
+    const WHAT: &'static str = "user.active";
+    fn parse(payload: &str) -> Option<Self> {
+        UserId::new(payload).ok()
+    }
+}
+
+impl Notice for BucketId {
+    const WHAT: &'static str = "bucket change";
+    fn parse(payload: &str) -> Option<Self> {
+        payload.parse().ok().map(BucketId)
+    }
+}
+
 #[derive(Debug)]
-pub(crate) struct UserActive {
-    tx: broadcast::Sender<UserId>,
+pub(crate) struct Channel<T: Notice> {
+    tx: broadcast::Sender<T>,
     nodes: Vec<String>,
     channel: String,
     connect_timeout: Duration,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl UserActive {
+impl<T: Notice> Channel<T> {
     pub(crate) fn new(nodes: Vec<String>, channel: String, connect_timeout: Duration) -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
         Self { tx, nodes, channel, connect_timeout, task: Mutex::new(None) }
     }
 
-    /// A subscription that sees every event published after it returns.
-    pub(crate) async fn subscribe(&self) -> Result<UserActiveSubscription, String> {
+    /// A receiver of every notice published after it returns.
+    pub(crate) async fn subscribe(&self) -> Result<broadcast::Receiver<T>, String> {
         let rx = self.tx.subscribe();
         let mut task = self.task.lock().await;
         if task.as_ref().is_none_or(|t| t.is_finished()) {
@@ -49,14 +72,14 @@ impl UserActive {
             match ready_rx.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err("the user.active subscriber stopped before it was ready".to_owned()),
+                Err(_) => return Err(format!("the {} subscriber stopped before it was ready", T::WHAT)),
             }
         }
-        Ok(UserActiveSubscription::new(rx))
+        Ok(rx)
     }
 }
 
-impl Drop for UserActive {
+impl<T: Notice> Drop for Channel<T> {
     fn drop(&mut self) {
         if let Some(task) = self.task.get_mut().take() {
             task.abort();
@@ -78,11 +101,11 @@ async fn connect(url: &str, channel: &str, timeout: Duration) -> Result<redis::a
     }
 }
 
-async fn forward(
+async fn forward<T: Notice>(
     nodes: Vec<String>,
     channel: String,
     timeout: Duration,
-    tx: broadcast::Sender<UserId>,
+    tx: broadcast::Sender<T>,
     ready: oneshot::Sender<Result<(), String>>,
 ) {
     let mut ready = Some(ready);
@@ -95,7 +118,7 @@ async fn forward(
                 if let Some(ready) = ready.take() {
                     let _ = ready.send(Ok(()));
                 } else {
-                    tracing::info!(url, channel, "user.active subscription restored");
+                    tracing::info!(url, channel, what = T::WHAT, "subscription restored");
                 }
                 backoff = Duration::from_millis(50);
                 let mut messages = pubsub.into_on_message();
@@ -103,19 +126,19 @@ async fn forward(
                     let payload: String = match msg.get_payload() {
                         Ok(p) => p,
                         Err(e) => {
-                            tracing::warn!(error = %e, "user.active message is not a string; ignored");
+                            tracing::warn!(error = %e, what = T::WHAT, "a message that is not a string; ignored");
                             continue;
                         }
                     };
-                    match UserId::new(&payload) {
+                    match T::parse(&payload) {
                         // No receiver is not an error.
-                        Ok(user) => {
-                            let _ = tx.send(user);
+                        Some(notice) => {
+                            let _ = tx.send(notice);
                         }
-                        Err(e) => tracing::warn!(error = %e, "user.active message is not a user id; ignored"),
+                        None => tracing::warn!(payload, what = T::WHAT, "a message that is no notice; ignored"),
                     }
                 }
-                tracing::warn!(url, channel, "user.active subscription lost; reconnecting");
+                tracing::warn!(url, channel, what = T::WHAT, "subscription lost; reconnecting");
             }
             Err(e) => {
                 if let Some(ready) = ready.take() {
@@ -124,7 +147,7 @@ async fn forward(
                     let _ = ready.send(Err(e));
                     return;
                 }
-                tracing::warn!(error = %e, retry_in = ?backoff, "user.active subscriber cannot reconnect yet");
+                tracing::warn!(error = %e, retry_in = ?backoff, what = T::WHAT, "subscriber cannot reconnect yet");
                 node += 1;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));

@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use leasehold_core::{LeaseError, QueueError, RunId};
+use leasehold_core::{BucketId, LeaseError, QueueError, RunId, UserId};
 use redis::RedisError;
 
 use crate::config::{ConnectError, RedisConfig};
 use crate::conn::{self, Call, Conn};
 use crate::keys::{LeaseKeys, RunKeys};
-use crate::pubsub::UserActive;
+use crate::pubsub::Channel;
 use crate::reply::ReplyError;
 use crate::scripts;
 
@@ -27,7 +27,8 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     pub(crate) config: RedisConfig,
     pub(crate) lease_keys: LeaseKeys,
-    pub(crate) user_active: UserActive,
+    pub(crate) user_active: Channel<UserId>,
+    pub(crate) bucket_changes: Channel<BucketId>,
     /// A connection of its own for blocking reads (`XREAD BLOCK`), made on
     /// first use: a blocked call on the shared connection would hold up
     /// every call pipelined behind it.
@@ -46,14 +47,19 @@ impl RedisStore {
         config.validate()?;
         let conn = Conn::connect(&config).await?;
         let lease_keys = LeaseKeys::new(&config.prefix);
-        let user_active = UserActive::new(
+        let user_active = Channel::new(
             config.node_urls()?,
             lease_keys.user_active_channel().to_owned(),
             config.connection_timeout,
         );
+        let bucket_changes = Channel::new(
+            config.node_urls()?,
+            lease_keys.bucket_change_channel().to_owned(),
+            config.connection_timeout,
+        );
         tracing::debug!(url = %config.url, prefix = %config.prefix, "connected to Redis");
         let blocking = tokio::sync::Mutex::new(None);
-        Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active, blocking }) })
+        Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active, bucket_changes, blocking }) })
     }
 
     /// The settings this store was made with.

@@ -331,3 +331,31 @@ pub async fn a_joined_worker_counts_before_its_first_tick(fx: Fixture) {
     let again = fx.buckets.tick(&worker("w1"), &tick.claimed, MINUTE, &BalancePolicy::default()).await.unwrap();
     assert!(again.shed.is_empty(), "w2 holds its five: nothing to shed toward it");
 }
+
+/// Every subscription gets each `add_weight`'s bucket, in order (removals
+/// too); `set_weights`, a repair, publishes nothing; a later subscription
+/// sees only later notices. Read with real-time timeouts (the fixture's
+/// clock may be a manual one).
+pub async fn add_weight_notifies_every_subscriber_in_order(fx: Fixture) {
+    use std::time::Duration;
+    async fn next(sub: &mut crate::buckets::BucketChanges) -> BucketId {
+        tokio::time::timeout(Duration::from_secs(5), sub.recv())
+            .await
+            .expect("a bucket change notice within 5 s")
+            .expect("the subscription is open")
+    }
+    let mut s1 = fx.buckets.subscribe_bucket_changes().await.unwrap();
+    let mut s2 = fx.buckets.subscribe_bucket_changes().await.unwrap();
+    fx.buckets.set_weights(&[(b(9), 4)]).await.unwrap();
+    fx.buckets.add_weight(b(3), 1).await.unwrap();
+    fx.buckets.add_weight(b(7), 2).await.unwrap();
+    fx.buckets.add_weight(b(3), -1).await.unwrap();
+    for sub in [&mut s1, &mut s2] {
+        let got = [next(sub).await, next(sub).await, next(sub).await];
+        assert_eq!(got, [b(3), b(7), b(3)], "set_weights publishes nothing; add_weight each bucket in order");
+    }
+    let mut s3 = fx.buckets.subscribe_bucket_changes().await.unwrap();
+    fx.buckets.add_weight(b(5), 1).await.unwrap();
+    assert_eq!(next(&mut s3).await, b(5));
+    assert_eq!(next(&mut s1).await, b(5));
+}

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock, FencingToken,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock, FencingToken,
     Lease, LeaseError, LeaseKey, LeaseStore, Presence, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
 };
 use sync_worker::config::Ownership;
@@ -398,6 +398,9 @@ impl BucketLeases for Faulty {
     }
     async fn set_weights(&self, weights: &[(BucketId, u64)]) -> Result<(), LeaseError> {
         self.inner.set_weights(weights).await
+    }
+    async fn subscribe_bucket_changes(&self) -> Result<BucketChanges, LeaseError> {
+        self.inner.subscribe_bucket_changes().await
     }
     async fn join(&self, owner: &WorkerId, ttl: Ttl) -> Result<(), LeaseError> {
         self.check("join", &key(owner.as_str()))?;
