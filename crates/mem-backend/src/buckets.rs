@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
-    LeaseError, Ttl, WorkerId,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick,
+    FencingToken, LeaseError, Ttl, WorkerId,
 };
 
 use crate::MemoryStore;

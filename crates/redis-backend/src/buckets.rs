@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, FencingToken,
-    LeaseError, Ttl, WorkerId,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick,
+    FencingToken, LeaseError, Ttl, WorkerId,
 };
 use redis::Value;
 

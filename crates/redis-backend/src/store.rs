@@ -47,16 +47,10 @@ impl RedisStore {
         config.validate()?;
         let conn = Conn::connect(&config).await?;
         let lease_keys = LeaseKeys::new(&config.prefix);
-        let user_active = Channel::new(
-            config.node_urls()?,
-            lease_keys.user_active_channel().to_owned(),
-            config.connection_timeout,
-        );
-        let bucket_changes = Channel::new(
-            config.node_urls()?,
-            lease_keys.bucket_change_channel().to_owned(),
-            config.connection_timeout,
-        );
+        let user_active =
+            Channel::new(config.node_urls()?, lease_keys.user_active_channel().to_owned(), config.connection_timeout);
+        let bucket_changes =
+            Channel::new(config.node_urls()?, lease_keys.bucket_change_channel().to_owned(), config.connection_timeout);
         tracing::debug!(url = %config.url, prefix = %config.prefix, "connected to Redis");
         let blocking = tokio::sync::Mutex::new(None);
         Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active, bucket_changes, blocking }) })

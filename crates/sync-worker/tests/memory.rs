@@ -26,6 +26,12 @@ mod buckets {
     }
 
     acceptance_cases!(memory_bucket_cases);
+
+    /// Bucket ownership only: the change notice of an added account.
+    #[tokio::test(start_paused = true)]
+    async fn an_account_added_to_a_held_bucket_starts_at_once() {
+        crate::common::cases::an_account_added_to_a_held_bucket_starts_at_once(crate::common::Mem::buckets()).await;
+    }
 }
 
 /// Warm accounts claimed together poll together once (each new owner

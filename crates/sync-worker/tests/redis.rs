@@ -82,4 +82,10 @@ mod buckets {
     }
 
     acceptance_cases!(redis_bucket_cases);
+
+    /// Bucket ownership only: the change notice of an added account.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_account_added_to_a_held_bucket_starts_at_once() {
+        common::cases::an_account_added_to_a_held_bucket_starts_at_once(redis_buckets()).await;
+    }
 }

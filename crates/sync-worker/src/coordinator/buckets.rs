@@ -127,6 +127,19 @@ impl Coord {
         self.check_finished_runners().await;
     }
 
+    /// A change notice for `bucket` (an account added or removed): read its
+    /// accounts now if this worker holds it and no read is under way. The
+    /// read is taken at the change count last seen, so the next tick, which
+    /// reports the moved count, reads once more: a notice can only make a
+    /// change arrive sooner.
+    pub(super) fn on_bucket_notice(&mut self, bucket: BucketId) {
+        let Some(state) = &mut self.buckets else { return };
+        let Some(h) = state.held.get_mut(&bucket) else { return };
+        let Some(seen) = h.seen.filter(|_| !h.reading) else { return };
+        h.reading = true;
+        lookups::bucket_accounts(self.deps.directory.clone(), vec![(bucket, seen)], self.lookups_tx.clone());
+    }
+
     /// Every `RECONCILE_INTERVAL`: bind the count (repairing every weight
     /// if the store lost its state), recount a slice of buckets, and read
     /// the held buckets' accounts again.

@@ -7,7 +7,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{BucketId, FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId};
+use leasehold_core::{
+    BucketChanges, BucketId, FencingToken, Lease, LeaseKey, Tier, Ttl, UserActiveSubscription, UserId, WorkerId,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
@@ -150,8 +152,10 @@ impl Coord {
         mut self,
         mut shutdown: watch::Receiver<bool>,
         sub: UserActiveSubscription,
+        changes: Option<BucketChanges>,
     ) -> Result<(), SyncError> {
         let mut sub = Some(sub);
+        let mut changes = changes;
         // `run` consumes the coordinator, so the receiver is always there.
         let mut lookups_rx = self.lookups_rx.take().unwrap_or_else(|| {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -176,6 +180,13 @@ impl Coord {
                     None => {
                         tracing::warn!(worker = %self.worker, "user.active subscription closed");
                         sub = None;
+                    }
+                },
+                notice = async { changes.as_mut()?.recv().await }, if changes.is_some() => match notice {
+                    Some(bucket) => self.on_bucket_notice(bucket),
+                    None => {
+                        tracing::warn!(worker = %self.worker, "bucket change subscription closed");
+                        changes = None;
                     }
                 },
                 _ = async { if let Some(at) = retry { sleep_until(at).await } }, if retry.is_some() => {

@@ -86,7 +86,7 @@ pub mod tiers;
 
 use std::sync::Arc;
 
-use leasehold_core::{BucketLeases, Clock, LeaseStore, Presence, Ttl, UserActiveSubscription, WorkerId};
+use leasehold_core::{BucketChanges, BucketLeases, Clock, LeaseStore, Presence, Ttl, UserActiveSubscription, WorkerId};
 
 use crate::config::Config;
 use crate::directory::AccountDirectory;
@@ -131,6 +131,7 @@ pub struct PreparedCoordinator {
     ttl: Ttl,
     deps: Deps,
     sub: UserActiveSubscription,
+    changes: Option<BucketChanges>,
     events: Option<Arc<dyn EventSink>>,
 }
 
@@ -155,11 +156,21 @@ impl Coordinator {
         config.validate()?;
         let ttl = config.checked_lease_ttl()?;
         deps.store.register_worker(&worker, ttl).await?;
+        let mut changes = None;
         if config.ownership == crate::config::Ownership::Buckets {
             deps.buckets.join(&worker, ttl).await?;
+            // Notices are hints (the change counts are the record): without
+            // them an added account waits for the next tick.
+            changes = match deps.buckets.subscribe_bucket_changes().await {
+                Ok(changes) => Some(changes),
+                Err(e) => {
+                    tracing::warn!(%worker, error = %crate::errors::error_chain(&e), "no bucket change notices: added accounts start at the next tick");
+                    None
+                }
+            };
         }
         let sub = deps.presence.subscribe_user_active().await?;
-        Ok(PreparedCoordinator { worker, config, ttl, deps, sub, events: None })
+        Ok(PreparedCoordinator { worker, config, ttl, deps, sub, changes, events: None })
     }
 }
 
@@ -175,12 +186,12 @@ impl PreparedCoordinator {
 
     /// Starts the coordinator task; the first tick runs at once.
     pub fn spawn(self) -> CoordinatorHandle {
-        let PreparedCoordinator { worker, config, ttl, deps, sub, events } = self;
+        let PreparedCoordinator { worker, config, ttl, deps, sub, changes, events } = self;
         let shared = Arc::new(handle::Shared::default());
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let coord = event_loop::Coord::new(worker.clone(), config, ttl, deps, shared.clone(), events);
         tracing::info!(%worker, "coordinator started");
-        let task = tokio::spawn(coord.run(shutdown_rx, sub));
+        let task = tokio::spawn(coord.run(shutdown_rx, sub, changes));
         CoordinatorHandle { worker, shutdown: shutdown_tx, task, shared }
     }
 }

@@ -480,3 +480,44 @@ pub async fn tier_budget_demotion(b: Arc<dyn Backend>) {
     assert_eq!(stored_tier(&env, &a2).await, Some(Tier::Warm));
     a.shutdown().await.expect("shutdown");
 }
+
+// ---------------------------------------------------- bucket ownership only
+
+/// An account added to a bucket its owner holds (as every bucket is held at
+/// scale) starts at once: the bucket's change notice reaches the owner, so
+/// its first poll comes within half a tick interval of the add, where the
+/// owner's next tick is a whole interval away.
+pub async fn an_account_added_to_a_held_bucket_starts_at_once(b: Arc<dyn Backend>) {
+    assert_eq!(b.ownership(), Ownership::Buckets, "a case of bucket ownership");
+    let env = Env::new(b).await;
+    let first = env.accounts("nt", 3).await;
+    let w = env.start("w-n").await;
+    assert!(env.wait_for(env.s.ttl * 2, || w.owned_count() == 3).await, "not all owned: {}", w.owned_count());
+    env.sleep(env.s.tick()).await;
+    // An account name that hashes into a bucket the worker holds.
+    let bucket = env.bucket_of(&first[0]);
+    let added = (0..)
+        .map(|i| super::key(&format!("nt-added-{i}")))
+        .find(|k| env.bucket_of(k) == bucket)
+        .expect("some name hashes into the bucket");
+    // Right after a tick, so the next one is a whole interval away.
+    let ticks = w.stats().ticks;
+    assert!(env.wait_for(env.s.tick() * 2, || w.stats().ticks > ticks).await, "no tick");
+    let at = Instant::now();
+    env.directory.insert(added.clone(), user("u-nt-added"));
+    env.mark_live(&added).await;
+    let within = env.s.tick() / 2;
+    loop {
+        if env.source.polls_of(&added).iter().any(|r| r.accepted) {
+            break;
+        }
+        assert!(
+            at.elapsed() < within,
+            "the added account was not polled within {within:?} (a tick is {:?})",
+            env.s.tick()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("an account added to a held bucket was polled {:?} after the add", at.elapsed());
+    w.shutdown().await.expect("shutdown");
+}

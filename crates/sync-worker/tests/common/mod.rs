@@ -35,8 +35,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::{
-    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock, FencingToken,
-    Lease, LeaseError, LeaseKey, LeaseStore, Presence, Tier, TokioClock, Ttl, UserActiveSubscription, UserId, WorkerId,
+    BalancePolicy, BucketBinding, BucketChanges, BucketCount, BucketId, BucketLease, BucketLeases, BucketTick, Clock,
+    FencingToken, Lease, LeaseError, LeaseKey, LeaseStore, Presence, Tier, TokioClock, Ttl, UserActiveSubscription,
+    UserId, WorkerId,
 };
 use sync_worker::config::Ownership;
 use sync_worker::{
