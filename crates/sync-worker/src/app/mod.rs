@@ -11,6 +11,7 @@
 pub mod serve;
 pub mod wiring;
 
+use std::num::NonZeroU16;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ use crate::coordinator::{Coordinator, CoordinatorHandle, Deps};
 use crate::errors::SyncError;
 use crate::imap::{ImapSettings, ImapSource};
 use crate::secret::{SecretError, SecretKey};
-use crate::storage::{ConnectionSettings, Storage, StorageError, DEFAULT_DATABASE_URL};
+use crate::storage::{ConnectionSettings, PartitionError, Storage, StorageError, DEFAULT_DATABASE_URL};
 use crate::webhooks::{self, DispatcherHandle};
 use wiring::Backend;
 
@@ -35,6 +36,17 @@ pub enum OpenError {
     /// The database could not be opened.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// `PG_MESSAGE_PARTITIONS` is not a count of partitions.
+    #[error(
+        "PG_MESSAGE_PARTITIONS={value:?} is invalid: expected a whole number of partitions from 1 to 65535 (or unset)"
+    )]
+    BadPartitions {
+        /// The value given.
+        value: String,
+    },
+    /// `messages` could not be partitioned as `PG_MESSAGE_PARTITIONS` asks.
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
 }
 
 /// Opens the storage that `DATABASE_URL` (absent: [`DEFAULT_DATABASE_URL`])
@@ -55,7 +67,16 @@ async fn open_storage_with(connection: &ConnectionSettings) -> Result<Storage, O
     let secret = SecretKey::load(std::env::var("SECRET_KEY").ok().as_deref(), &key_file)?;
     let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
     let url = url.as_deref().unwrap_or(DEFAULT_DATABASE_URL);
-    Ok(Storage::open_with(url, secret, connection).await?)
+    let partitions = match std::env::var("PG_MESSAGE_PARTITIONS").ok().filter(|v| !v.trim().is_empty()) {
+        None => None,
+        Some(value) => Some(value.trim().parse::<NonZeroU16>().map_err(|_| OpenError::BadPartitions { value })?),
+    };
+    let storage = Storage::open_with(url, secret, connection).await?;
+    // After the migrations, once: a table partitioned already is left as it is.
+    if let Some(partitions) = partitions {
+        storage.partition_messages(partitions).await?;
+    }
+    Ok(storage)
 }
 
 /// A running worker: its coordinator and the reconciler of the live set.

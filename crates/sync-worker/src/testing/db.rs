@@ -21,6 +21,9 @@ enum Keep {
     Postgres(Postgres),
 }
 
+/// How many partitions [`TestDb::postgres_partitioned`] makes.
+pub const TEST_PARTITIONS: u16 = 4;
+
 /// A database of one test's own, removed when this is dropped.
 #[derive(Debug)]
 pub struct TestDb {
@@ -52,6 +55,35 @@ impl TestDb {
     /// A fresh database on the tests' Postgres server ([`Postgres::server_url`]).
     pub fn postgres(tag: &str) -> Result<Self> {
         Self::postgres_on(&Postgres::server_url(), tag)
+    }
+
+    /// A fresh Postgres database, migrated, whose `messages` is
+    /// hash-partitioned by account into [`TEST_PARTITIONS`] partitions (as
+    /// `PG_MESSAGE_PARTITIONS` makes it), for the suite to run on the
+    /// partitioned schema: every later opener, in this process or another,
+    /// finds it so.
+    pub fn postgres_partitioned(tag: &str) -> Result<Self> {
+        let db = Self::postgres(tag)?;
+        let url = db.url.clone();
+        let partitioned = std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let storage =
+                    Storage::open(&url, SecretKey::generate()).await.map_err(|e| crate::errors::error_chain(&e))?;
+                let partitions = std::num::NonZeroU16::new(TEST_PARTITIONS).ok_or("no partitions")?;
+                storage.partition_messages(partitions).await.map_err(|e| crate::errors::error_chain(&e))?;
+                storage.close().await;
+                Ok::<_, String>(())
+            })
+        })
+        .join()
+        .map_err(|_| super::HarnessError::Invalid("partitioning a test database panicked".into()))?;
+        partitioned.map_err(|e| super::HarnessError::Unexpected {
+            what: format!("partition messages of test database {tag}"),
+            answer: e,
+        })?;
+        Ok(db)
     }
 
     /// A fresh database on the Postgres server at `server_url` (any database
@@ -98,10 +130,11 @@ impl TestDb {
     }
 }
 
-/// Runs each named case once on SQLite and once on Postgres: it expands to
-/// `mod sqlite` and `mod postgres`, each with one test per case that calls
-/// the case (`super::name`) with a fresh [`TestDb`] of that kind, tagged with
-/// the case's name. `async:` cases run on a two-thread tokio runtime,
+/// Runs each named case once on SQLite, once on Postgres and once on
+/// Postgres with `messages` hash-partitioned ([`TestDb::postgres_partitioned`]):
+/// it expands to `mod sqlite`, `mod postgres` and `mod postgres_partitioned`,
+/// each with one test per case that calls the case (`super::name`) with a
+/// fresh [`TestDb`] of that kind, tagged with the case's name. `async:` cases run on a two-thread tokio runtime,
 /// `sync:` cases are plain tests.
 ///
 /// ```no_run
@@ -120,10 +153,12 @@ macro_rules! both_databases {
     (async: $($name:ident),+ $(,)?) => {
         $crate::both_databases!(@each async sqlite Sqlite $($name),+);
         $crate::both_databases!(@each async postgres Postgres $($name),+);
+        $crate::both_databases!(@each async postgres_partitioned PostgresPartitioned $($name),+);
     };
     (sync: $($name:ident),+ $(,)?) => {
         $crate::both_databases!(@each sync sqlite Sqlite $($name),+);
         $crate::both_databases!(@each sync postgres Postgres $($name),+);
+        $crate::both_databases!(@each sync postgres_partitioned PostgresPartitioned $($name),+);
     };
     (@each async $module:ident $kind:ident $($name:ident),+) => {
         mod $module {
@@ -144,6 +179,10 @@ macro_rules! both_databases {
                 }
             )+
         }
+    };
+    (@db PostgresPartitioned $name:ident) => {
+        $crate::testing::TestDb::postgres_partitioned(stringify!($name))
+            .unwrap_or_else(|e| panic!("a partitioned Postgres test database: {e}"))
     };
     (@db $kind:ident $name:ident) => {
         $crate::testing::TestDb::fresh($crate::storage::DbKind::$kind, stringify!($name))
