@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::errors::{LeaseError, SpecError};
 use crate::ids::WorkerId;
 use crate::lease::FencingToken;
+use crate::notices::Notices;
 use crate::ttl::Ttl;
 
 /// How many buckets keys hash into. Fixed for the life of a key space:
@@ -78,35 +79,10 @@ impl fmt::Display for BucketId {
     }
 }
 
-/// A subscription to change notices ([`BucketLeases::add_weight`]'s
-/// buckets), each in the order published. A subscriber that falls far
-/// behind skips the oldest (told through `tracing`), rather than block
-/// publishers: notices are hints, the change counts are the record.
-#[derive(Debug)]
-pub struct BucketChanges {
-    rx: tokio::sync::broadcast::Receiver<BucketId>,
-}
-
-impl BucketChanges {
-    /// Wraps the receiving end of a broadcast channel that carries the notices.
-    pub fn new(rx: tokio::sync::broadcast::Receiver<BucketId>) -> Self {
-        Self { rx }
-    }
-
-    /// The next notice; `None` once the store is gone.
-    pub async fn recv(&mut self) -> Option<BucketId> {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match self.rx.recv().await {
-                Ok(bucket) => return Some(bucket),
-                Err(RecvError::Lagged(skipped)) => {
-                    tracing::warn!(skipped, "bucket change subscriber fell behind; skipped notices");
-                }
-                Err(RecvError::Closed) => return None,
-            }
-        }
-    }
-}
+/// A subscription to change notices: the bucket of each
+/// [`BucketLeases::add_weight`], in order, from the moment of subscribing
+/// (see [`Notices`]). Notices are hints; the change counts are the record.
+pub type BucketChanges = Notices<BucketId>;
 
 /// A held bucket lease. Its token fences every write of the bucket's keys:
 /// a bucket's token only grows, so storage that keeps the highest token it

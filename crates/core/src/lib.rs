@@ -31,6 +31,7 @@ pub mod errors;
 pub mod events;
 pub mod ids;
 pub mod lease;
+pub mod notices;
 pub mod presence;
 pub mod queue;
 pub mod run_log;
@@ -49,6 +50,7 @@ pub use errors::{IdError, LeaseError, QueueError, SpecError};
 pub use events::{Event, EventId, EventRecord, UnitEventHeader};
 pub use ids::{EntryId, LeaseKey, RunId, UnitId, UserId, WorkerId};
 pub use lease::{FencingToken, Lease, LeaseStore};
+pub use notices::Notices;
 pub use presence::{Presence, Tier, UserActiveSubscription};
 pub use queue::{
     AbandonReply, Ack, Budgets, Delivery, DeliveryOrigin, FinalizeReason, FinalizeReply, FinalizeRequest,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::errors::LeaseError;
 use crate::ids::{LeaseKey, UserId};
+use crate::notices::Notices;
 use crate::ttl::Ttl;
 
 /// How hard an owned account is watched (sync-worker's tiers).
@@ -54,36 +55,9 @@ impl FromStr for Tier {
     }
 }
 
-/// A subscription to `user.active` events: each published user id, in order.
-///
-/// Events published before the subscription was made are not seen. A
-/// subscriber that falls far behind skips the oldest events (it is told how
-/// many were skipped through `tracing`) rather than blocking publishers.
-#[derive(Debug)]
-pub struct UserActiveSubscription {
-    rx: tokio::sync::broadcast::Receiver<UserId>,
-}
-
-impl UserActiveSubscription {
-    /// Wraps the receiving end of a broadcast channel that carries the events.
-    pub fn new(rx: tokio::sync::broadcast::Receiver<UserId>) -> Self {
-        Self { rx }
-    }
-
-    /// The next event; `None` once the store is gone.
-    pub async fn recv(&mut self) -> Option<UserId> {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match self.rx.recv().await {
-                Ok(user) => return Some(user),
-                Err(RecvError::Lagged(skipped)) => {
-                    tracing::warn!(skipped, "user.active subscriber fell behind; skipped events");
-                }
-                Err(RecvError::Closed) => return None,
-            }
-        }
-    }
-}
+/// A subscription to `user.active` events: each published user id, in
+/// order, from the moment of subscribing (see [`Notices`]).
+pub type UserActiveSubscription = Notices<UserId>;
 
 /// Per-key tiers and per-user presence, shared by every worker of a
 /// deployment.
