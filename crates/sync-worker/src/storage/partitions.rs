@@ -88,6 +88,16 @@ impl Storage {
             return Err(PartitionError::NotPostgres);
         }
         let asked = partitions.get();
+        // Every start with the option comes here: once partitioned, a look
+        // at the catalog answers, with no lock that would queue every query
+        // of messages behind the running transactions.
+        match self.messages_layout().await? {
+            MessagesLayout::Partitioned(have) if have != asked => {
+                return Err(PartitionError::OtherCount { have, asked });
+            }
+            MessagesLayout::Partitioned(have) => return Ok(MessagesLayout::Partitioned(have)),
+            MessagesLayout::Table => {}
+        }
         let mut tx = self.pool.begin().await.map_err(query_err("begin partitioning messages"))?;
         // Whoever comes second waits here, then finds the work done.
         sqlx::query("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
