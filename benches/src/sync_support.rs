@@ -9,25 +9,34 @@ use anyhow::{Context, Result};
 use leasehold_core::{FencingToken, LeaseKey, WorkerId};
 use sync_worker::deadline::LeaseDeadline;
 use sync_worker::storage::{AccountAuth, Email, NewAccount, Security, Storage};
-use sync_worker::testing::{mail_gen, Dovecot, TestDb};
+use sync_worker::testing::{mail_gen, Dovecot, DovecotOptions, TestDb};
 use sync_worker::Fence;
 
 pub struct World {
     pub dovecot: Dovecot,
     pub storage: Storage,
     pub database: String,
+    /// How accounts reach the server: plain on its port, or TLS from the
+    /// first byte on its TLS port.
+    security: Security,
     _db: TestDb,
 }
 
 pub async fn world() -> Result<World> {
-    let dovecot = Dovecot::start().context("start Dovecot")?;
+    world_with(&DovecotOptions::default()).await
+}
+
+/// A world whose Dovecot has these options; accounts use TLS when it does.
+pub async fn world_with(options: &DovecotOptions) -> Result<World> {
+    let dovecot = Dovecot::start_with(options).context("start Dovecot")?;
+    let security = if options.tls.is_some() { Security::Tls } else { Security::Plain };
     let db = match std::env::var("DATABASE_URL") {
         Ok(u) if u.starts_with("postgres") => TestDb::postgres_on(&u, "bench")?,
         _ => TestDb::sqlite("bench")?,
     };
     let storage = db.open().await.context("open the storage")?;
     let database = format!("{:?}", storage.kind()).to_lowercase();
-    Ok(World { dovecot, storage, database, _db: db })
+    Ok(World { dovecot, storage, database, security, _db: db })
 }
 
 impl World {
@@ -41,8 +50,11 @@ impl World {
             .add_account(&NewAccount {
                 user: u.id,
                 host: self.dovecot.host().to_string(),
-                port: self.dovecot.port(),
-                security: Security::Plain,
+                port: match self.security {
+                    Security::Tls => self.dovecot.tls_port().context("a TLS world's Dovecot has a TLS port")?,
+                    _ => self.dovecot.port(),
+                },
+                security: self.security,
                 username: user.to_string(),
                 auth: AccountAuth::Password("pw".into()),
             })

@@ -234,3 +234,89 @@ fn the_binary_honours_ssl_cert_file_and_imap_ca_file() {
     let (ok, err) = run(&[("IMAP_CA_FILE", &ca.ca_file())], &starttls);
     assert!(ok, "{err}");
 }
+
+/// A hot account over TLS, on a Dovecot that hands idle sessions to
+/// `imap-hibernate` after a second: the first sync of 300 messages goes
+/// through the connection with its capped send buffer, the IDLE then
+/// hibernates on the server (no imap process is left), and each new message
+/// still wakes it and reaches the database within 3 s.
+#[tokio::test]
+async fn a_hot_account_over_tls_wakes_from_a_hibernated_idle() {
+    use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
+    use std::sync::Arc;
+    use sync_worker::deadline::LeaseDeadline;
+    use sync_worker::storage::{Email, NewAccount};
+    use sync_worker::testing::{mail_gen, TestDb};
+    use sync_worker::{Fence, RunnerHandle, RunnerSettings};
+
+    let ca = PrivateCa::new().unwrap();
+    let cert = ca.issue("server", &["IP:127.0.0.1"], 2).unwrap();
+    let options = DovecotOptions { hibernate_idle_after: Some(Duration::from_secs(1)), ..DovecotOptions::tls(&cert) };
+    let d = Dovecot::start_with(&options).unwrap();
+    d.add_user(USER, PASSWORD).unwrap();
+    let msgs: Vec<Vec<u8>> = (0..300).map(|i| mail_gen::message(3, i).raw).collect();
+    d.append_many(USER, "INBOX", msgs.iter().map(|m| m.as_slice())).unwrap();
+
+    let db = TestDb::sqlite("tls-hot").unwrap();
+    let storage = db.open().await.unwrap();
+    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.unwrap();
+    let account: LeaseKey = storage
+        .add_account(&NewAccount {
+            user: user.id,
+            host: "127.0.0.1".into(),
+            port: d.tls_port().unwrap(),
+            security: Security::Tls,
+            username: USER.into(),
+            auth: AccountAuth::Password(PASSWORD.into()),
+        })
+        .await
+        .unwrap();
+    let count = || async {
+        match storage.folder_state(&account, "INBOX").await.unwrap() {
+            Some(st) => storage.message_count(&account, "INBOX", st.uidvalidity).await.unwrap(),
+            None => 0,
+        }
+    };
+    let fence = Fence {
+        account: account.clone(),
+        worker: WorkerId::new("w1").unwrap(),
+        token: FencingToken(1),
+        deadline: LeaseDeadline::unbounded(),
+    };
+    let runner_settings = RunnerSettings {
+        poll_warm: Duration::from_secs(600),
+        poll_cold: Duration::from_secs(600),
+        idle_reissue: Duration::from_secs(600),
+        retry_base: Duration::from_secs(1),
+        poll_stagger: sync_worker::POLL_STAGGER,
+    };
+    let source = ImapSource::new(storage.clone(), settings(Some(&ca)));
+    let runner = RunnerHandle::spawn(
+        Arc::new(source),
+        fence,
+        Tier::Hot,
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+        runner_settings,
+    );
+    let started = std::time::Instant::now();
+    while count().await < 300 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the first sync over TLS stopped at {}", count().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for round in 0..3u64 {
+        // The session hibernates: no imap process holds it.
+        let waited = std::time::Instant::now();
+        while d.imap_process_count().unwrap() > 0 {
+            assert!(waited.elapsed() < Duration::from_secs(10), "round {round}: the IDLE never hibernated");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let raw = mail_gen::message(4, round).raw;
+        d.append_many(USER, "INBOX", std::iter::once(raw.as_slice())).unwrap();
+        let appended = std::time::Instant::now();
+        while count().await < 301 + round {
+            assert!(appended.elapsed() < Duration::from_secs(3), "round {round}: new mail not in the DB within 3 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    runner.stop(Duration::from_secs(1)).await;
+}

@@ -352,7 +352,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
             let mut chunk = [0u8; READ_CHUNK];
             let mut read = ReadBuf::new(&mut chunk);
             match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // The server has nothing more for now, and a connection
+                    // may now sit in IDLE for days: it keeps no buffer sized
+                    // by the largest response it ever read.
+                    if this.held.is_empty() && this.held.capacity() > 0 {
+                        this.held = Vec::new();
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) => {}
             }
@@ -455,6 +463,33 @@ mod tests {
         let mut b = Bounded::new((), limits());
         b.scan(b"* OK hello {world}\r\n").unwrap();
         assert_eq!(b.line, 0);
+    }
+
+    /// A connection that read a big response and then waits (a hot
+    /// account's IDLE) keeps no buffer the size of that response.
+    #[tokio::test]
+    async fn a_waiting_connection_keeps_no_read_buffer() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut server, client) = tokio::io::duplex(1 << 20);
+        let mut b = Bounded::new(client, Limits::new(1000, 100_000, 1_000_000));
+        let mut response = b"* 1 FETCH (BODY[] {60000}\r\n".to_vec();
+        response.extend(std::iter::repeat_n(b'x', 60_000));
+        response.extend_from_slice(b")\r\n");
+        server.write_all(&response).await.unwrap();
+        let mut got = vec![0u8; response.len()];
+        b.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, response);
+        assert!(b.held.capacity() > 0, "the response passed through the held buffer");
+        // Nothing more comes: the next read waits, and the buffer goes.
+        let mut one = [0u8; 1];
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), b.read(&mut one)).await;
+        assert!(waited.is_err(), "nothing was sent, so the read should wait");
+        assert_eq!(b.held.capacity(), 0);
+        // The next response still reads whole.
+        server.write_all(b"* 2 EXISTS\r\n").await.unwrap();
+        let mut line = [0u8; 12];
+        b.read_exact(&mut line).await.unwrap();
+        assert_eq!(&line, b"* 2 EXISTS\r\n");
     }
 
     #[test]

@@ -202,11 +202,22 @@ async fn addresses(creds: &Credentials, settings: &ImapSettings) -> Result<Vec<S
     Ok(found)
 }
 
+/// The most plaintext rustls buffers for sending once the handshake is
+/// done (its default is 64 KiB). Only commands go out then, the longest a
+/// UID set; a write past the limit is taken in part and waits for the
+/// socket, so the buffer never grows past it.
+pub(crate) const TLS_SEND_BUFFER_LIMIT: usize = 16 * 1024;
+
 async fn tls(host: &str, tcp: TcpStream, settings: &ImapSettings) -> Result<Box<dyn Io>, ConnectError> {
     // An IP address literal is checked against the certificate's IP names.
     let name = ServerName::try_from(host.to_string()).map_err(|e| ConnectError::Tls(std::io::Error::other(e)))?;
     match TlsConnector::from(settings.tls.client_config()).connect(name, tcp).await {
-        Ok(s) => Ok(Box::new(s)),
+        Ok(mut s) => {
+            // After the handshake only IMAP commands go out: a hot account's
+            // connection lives for days, so it keeps no room for more.
+            s.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER_LIMIT));
+            Ok(Box::new(s))
+        }
         Err(e) => Err(match certificate_problem(&e) {
             Some(p) => ConnectError::Certificate(p),
             None => ConnectError::Tls(e),

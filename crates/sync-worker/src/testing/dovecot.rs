@@ -59,6 +59,14 @@ pub struct DovecotOptions {
     /// OAuth2 logins (OAUTHBEARER and XOAUTH2, or those given), with
     /// tokens checked at this introspection URL (an [`super::OAuthServer`]'s).
     pub oauth2: Option<DovecotOAuth2>,
+    /// Hand a session that has been in IDLE this long to `imap-hibernate`
+    /// (Dovecot's `imap_hibernate_timeout`): a held IDLE then costs the
+    /// server a few KiB in one process, not an imap process of its own.
+    pub hibernate_idle_after: Option<Duration>,
+    /// How many connections it must hold at once (default 2,000): sizes the
+    /// process and client limits, and spreads TLS sessions (which the login
+    /// processes keep, two descriptors each) over several login processes.
+    pub max_clients: usize,
 }
 
 /// How a [`Dovecot`] takes OAuth2 logins.
@@ -95,9 +103,15 @@ impl Default for DovecotOptions {
             auth_mechanisms: "plain login".into(),
             extra_capabilities: Vec::new(),
             oauth2: None,
+            hibernate_idle_after: None,
+            max_clients: DEFAULT_MAX_CLIENTS,
         }
     }
 }
+
+/// What a default [`Dovecot`] is sized for: 500 hot accounts and the
+/// transient sessions beside them.
+const DEFAULT_MAX_CLIENTS: usize = 2000;
 
 impl DovecotOptions {
     /// The default, with `ssl = required` and this certificate.
@@ -447,6 +461,13 @@ impl Dovecot {
         Ok(imap_processes(master, "")?.into_iter().filter(|(_, title)| title.ends_with(" IDLE]")).count())
     }
 
+    /// How many imap processes run right now: one per session, except the
+    /// sessions handed to `imap-hibernate` (see
+    /// [`DovecotOptions::hibernate_idle_after`]).
+    pub fn imap_process_count(&self) -> Result<usize> {
+        Ok(imap_processes(self.master_pid()?, "")?.len())
+    }
+
     fn master_pid(&self) -> Result<u32> {
         self.child
             .lock()
@@ -618,6 +639,33 @@ fn config(dir: &Path, port: u16, tls_port: Option<u16>, options: &DovecotOptions
         ),
         None => (options.auth_mechanisms.clone(), String::new(), String::new()),
     };
+    let clients = options.max_clients.max(DEFAULT_MAX_CLIENTS);
+    // Every held IDLE is an imap process unless it hibernates.
+    let limits = format!(
+        "# {clients} connections at once, each its own imap process until it hibernates.\n\
+         default_process_limit = {}\ndefault_client_limit = {}\n",
+        clients + 100,
+        (3 * clients + 400).max(6400),
+    );
+    // A login process keeps a TLS session and its proxy socket, so one
+    // process serves at most a few thousand under the descriptor limit.
+    let login_processes = if clients > DEFAULT_MAX_CLIENTS {
+        format!("  process_min_avail = {}\n  client_limit = 4000\n", clients.div_ceil(4000))
+    } else {
+        "  process_min_avail = 1\n".to_string()
+    };
+    let hibernate = match options.hibernate_idle_after {
+        Some(after) => format!(
+            "imap_hibernate_timeout = {}s\n\
+             service imap {{\n  unix_listener imap-master {{\n    user = $default_internal_user\n  }}\n  \
+             extra_groups = $default_internal_group\n}}\n\
+             service imap-hibernate {{\n  client_limit = {}\n  unix_listener imap-hibernate {{\n    mode = 0660\n    \
+             group = $default_internal_group\n  }}\n}}\n",
+            after.as_secs().max(1),
+            clients + 100,
+        ),
+        None => String::new(),
+    };
     format!(
         r#"# A private Dovecot for leasehold's tests (sync_worker::testing::Dovecot).
 protocols = imap
@@ -636,10 +684,7 @@ first_valid_uid = 1
 mail_location = maildir:~/Maildir
 mail_fsync = never
 verbose_proctitle = yes
-# 500 hot accounts hold 500 imap processes at once, plus transient ones.
-default_process_limit = 2100
-default_client_limit = 6400
-{oauth2_passdb}passdb {{
+{limits}{oauth2_passdb}passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%u {dir}/users{password_mechanisms}
 }}
@@ -651,8 +696,7 @@ service imap-login {{
   chroot =
   # High-performance mode: a few login processes serve every connection.
   service_count = 0
-  process_min_avail = 1
-  inet_listener imap {{
+{login_processes}  inet_listener imap {{
     address = 127.0.0.1
     port = {port}
   }}
@@ -660,7 +704,7 @@ service imap-login {{
 service anvil {{
   chroot =
 }}
-protocol imap {{
+{hibernate}protocol imap {{
   mail_max_userip_connections = 1000
 {capability}}}
 namespace inbox {{
