@@ -142,6 +142,23 @@ pub async fn run() -> Result<serde_json::Value> {
     }))
 }
 
+/// How long the bench watches for churn once every account is watching:
+/// past the 30 s lease TTL, so an account that loses its lease shows.
+const CHURN_WINDOW: Duration = Duration::from_secs(45);
+
+/// Dovecot's "Disconnected" log lines, counted by their reason's first words.
+fn disconnections(log: &std::path::Path) -> std::collections::BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some((_, reason)) = line.split_once("Disconnected: ") {
+            let words: String = reason.split(['(', ':']).next().unwrap_or(reason).trim().to_string();
+            *counts.entry(words).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// This bench again, in a child process, for one way in; its run's figures.
 fn run_in_child(security: Security) -> Result<serde_json::Value> {
     use std::io::BufRead;
@@ -235,6 +252,15 @@ async fn one_run(n: usize, security: Security) -> Result<serde_json::Value> {
     let settle = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = rss_kib();
+    // Held, not churned: an account whose IDLE keeps ending shows as more
+    // IDLE commands and more disconnections than mail explains.
+    let idles_before = source.commands().get("IDLE").copied().unwrap_or(0);
+    tokio::time::sleep(CHURN_WINDOW).await;
+    let idles_in_window = source.commands().get("IDLE").copied().unwrap_or(0) - idles_before;
+    println!(
+        "IDLE commands in the {CHURN_WINDOW:?} after: {idles_in_window}; Dovecot's disconnections by reason: {:?}",
+        disconnections(&w.dovecot.log_path())
+    );
     let per_account = rss.saturating_sub(base) as f64 / n as f64;
     let imap_processes = w.dovecot.imap_process_count()?;
     println!(
@@ -248,10 +274,11 @@ async fn one_run(n: usize, security: Security) -> Result<serde_json::Value> {
         let key = accounts[idx].clone();
         let before = inbox_count(&w.storage, &key).await?;
         let user = format!("hot{idx}");
+        let appender = user.clone();
         let raw = mail_gen::message(7, i as u64).raw;
         let port = w.dovecot.port();
         tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut s = sync_worker::testing::ImapSession::login(port, &user, "pw")?;
+            let mut s = sync_worker::testing::ImapSession::login(port, &appender, "pw")?;
             s.append("INBOX", &[], &raw)?;
             s.logout();
             Ok(())
@@ -260,7 +287,21 @@ async fn one_run(n: usize, security: Security) -> Result<serde_json::Value> {
         let appended = Instant::now();
         while inbox_count(&w.storage, &key).await? <= before {
             if appended.elapsed() > Duration::from_secs(30) {
-                bail!("APPEND {i} to hot{idx} never reached the DB");
+                let last_error = w.storage.account(key.as_str()).await?.and_then(|a| a.last_error);
+                let log = std::fs::read_to_string(w.dovecot.log_path()).unwrap_or_default();
+                let (tagged, named) = (format!("<{user}>"), format!("({user})"));
+                let theirs: Vec<&str> = log.lines().filter(|l| l.contains(&tagged) || l.contains(&named)).collect();
+                let trouble: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("Error") || l.contains("Warning") || l.contains("Fatal"))
+                    .collect();
+                bail!(
+                    "APPEND {i} to {user} never reached the DB; its last error: {last_error:?}; \
+                     IDLE commands so far: {:?}; Dovecot's log of {user}:\n{}\nDovecot's last errors and warnings:\n{}",
+                    source.commands().get("IDLE"),
+                    theirs[theirs.len().saturating_sub(30)..].join("\n"),
+                    trouble[trouble.len().saturating_sub(20)..].join("\n"),
+                );
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -282,6 +323,7 @@ async fn one_run(n: usize, security: Security) -> Result<serde_json::Value> {
         "rss_kib": rss,
         "rss_kib_per_hot_account": (per_account * 10.0).round() / 10.0,
         "dovecot_imap_processes": imap_processes,
+        "idle_commands_in_churn_window": idles_in_window,
         "append_to_db_p50_ms": p50,
         "append_to_db_p99_ms": p99,
         "appends": APPENDS,

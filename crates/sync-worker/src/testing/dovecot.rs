@@ -647,10 +647,12 @@ fn config(dir: &Path, port: u16, tls_port: Option<u16>, options: &DovecotOptions
         clients + 100,
         (3 * clients + 400).max(6400),
     );
-    // A login process keeps a TLS session and its proxy socket, so one
-    // process serves at most a few thousand under the descriptor limit.
+    // A login process keeps each TLS session (OpenSSL's buffers and its
+    // proxy socket) for the session's life: a thousand per process stays
+    // well inside its descriptors and its 1 GiB of address space, where one
+    // process of 3,000 sessions ran out and dropped them all at once.
     let login_processes = if clients > DEFAULT_MAX_CLIENTS {
-        format!("  process_min_avail = {}\n  client_limit = 4000\n", clients.div_ceil(4000))
+        format!("  process_min_avail = {}\n  client_limit = 1000\n  vsz_limit = 1G\n", clients.div_ceil(1000))
     } else {
         "  process_min_avail = 1\n".to_string()
     };
