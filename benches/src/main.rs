@@ -42,7 +42,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
     ("sync-scale", "bucket ownership at 10k and 100k accounts (SYNC_SCALE_SIZES), 8 workers: ownership, spread, takeover, Redis work per tick, bytes per account"),
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
-    ("sync-hot", "500 hot accounts on one worker: RSS per hot account, APPEND-to-DB latency p50/p99"),
+    ("sync-hot", "hot accounts on one worker (SYNC_HOT_ACCOUNTS, default 500), plain and over TLS: RSS per hot account, APPEND-to-DB latency p50/p99, churn"),
     ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
     ("sync-api", "sync-worker serve from a client: push latency, message-list and login requests/s"),
 ];
