@@ -258,7 +258,7 @@ async fn one_run(n: usize, security: Security) -> Result<serde_json::Value> {
     tokio::time::sleep(CHURN_WINDOW).await;
     let idles_in_window = source.commands().get("IDLE").copied().unwrap_or(0) - idles_before;
     println!(
-        "IDLE commands in the {CHURN_WINDOW:?} after: {idles_in_window}; Dovecot's disconnections by reason: {:?}",
+        "IDLE commands in the {CHURN_WINDOW:?} after: {idles_in_window}; Dovecot's disconnections so far, by reason: {:?}",
         disconnections(&w.dovecot.log_path())
     );
     let per_account = rss.saturating_sub(base) as f64 / n as f64;
