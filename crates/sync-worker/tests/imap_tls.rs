@@ -235,88 +235,151 @@ fn the_binary_honours_ssl_cert_file_and_imap_ca_file() {
     assert!(ok, "{err}");
 }
 
-/// A hot account over TLS, on a Dovecot that hands idle sessions to
-/// `imap-hibernate` after a second: the first sync of 300 messages goes
-/// through the connection with its capped send buffer, the IDLE then
-/// hibernates on the server (no imap process is left), and each new message
-/// still wakes it and reaches the database within 3 s.
-#[tokio::test]
-async fn a_hot_account_over_tls_wakes_from_a_hibernated_idle() {
-    use leasehold_core::{FencingToken, LeaseKey, Tier, WorkerId};
-    use std::sync::Arc;
-    use sync_worker::deadline::LeaseDeadline;
-    use sync_worker::storage::{Email, NewAccount};
-    use sync_worker::testing::{mail_gen, TestDb};
-    use sync_worker::{Fence, RunnerHandle, RunnerSettings};
+/// A hot account over TLS from the first byte, on a Dovecot that hands
+/// sessions idle for a second to `imap-hibernate`, its INBOX holding 300
+/// messages; its runner started, and its first sync waited for.
+struct HotTls {
+    dovecot: Dovecot,
+    storage: sync_worker::storage::Storage,
+    account: leasehold_core::LeaseKey,
+    runner: sync_worker::RunnerHandle,
+    _db: sync_worker::testing::TestDb,
+    _ca: PrivateCa,
+}
 
-    let ca = PrivateCa::new().unwrap();
-    let cert = ca.issue("server", &["IP:127.0.0.1"], 2).unwrap();
-    let options = DovecotOptions { hibernate_idle_after: Some(Duration::from_secs(1)), ..DovecotOptions::tls(&cert) };
-    let d = Dovecot::start_with(&options).unwrap();
-    d.add_user(USER, PASSWORD).unwrap();
-    let msgs: Vec<Vec<u8>> = (0..300).map(|i| mail_gen::message(3, i).raw).collect();
-    d.append_many(USER, "INBOX", msgs.iter().map(|m| m.as_slice())).unwrap();
+impl HotTls {
+    async fn start() -> Self {
+        use leasehold_core::{FencingToken, Tier, WorkerId};
+        use std::sync::Arc;
+        use sync_worker::deadline::LeaseDeadline;
+        use sync_worker::storage::{Email, NewAccount};
+        use sync_worker::testing::{mail_gen, TestDb};
+        use sync_worker::{Fence, RunnerHandle, RunnerSettings};
 
-    let db = TestDb::sqlite("tls-hot").unwrap();
-    let storage = db.open().await.unwrap();
-    let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.unwrap();
-    let account: LeaseKey = storage
-        .add_account(&NewAccount {
-            user: user.id,
-            host: "127.0.0.1".into(),
-            port: d.tls_port().unwrap(),
-            security: Security::Tls,
-            username: USER.into(),
-            auth: AccountAuth::Password(PASSWORD.into()),
-        })
-        .await
-        .unwrap();
-    let count = || async {
-        match storage.folder_state(&account, "INBOX").await.unwrap() {
-            Some(st) => storage.message_count(&account, "INBOX", st.uidvalidity).await.unwrap(),
+        let ca = PrivateCa::new().unwrap();
+        let cert = ca.issue("server", &["IP:127.0.0.1"], 2).unwrap();
+        let options =
+            DovecotOptions { hibernate_idle_after: Some(Duration::from_secs(1)), ..DovecotOptions::tls(&cert) };
+        let dovecot = Dovecot::start_with(&options).unwrap();
+        dovecot.add_user(USER, PASSWORD).unwrap();
+        let msgs: Vec<Vec<u8>> = (0..300).map(|i| mail_gen::message(3, i).raw).collect();
+        dovecot.append_many(USER, "INBOX", msgs.iter().map(|m| m.as_slice())).unwrap();
+        let db = TestDb::sqlite("tls-hot").unwrap();
+        let storage = db.open().await.unwrap();
+        let user = storage.add_user(&"alice@example.org".parse::<Email>().unwrap()).await.unwrap();
+        let account = storage
+            .add_account(&NewAccount {
+                user: user.id,
+                host: "127.0.0.1".into(),
+                port: dovecot.tls_port().unwrap(),
+                security: Security::Tls,
+                username: USER.into(),
+                auth: AccountAuth::Password(PASSWORD.into()),
+            })
+            .await
+            .unwrap();
+        let fence = Fence {
+            account: account.clone(),
+            worker: WorkerId::new("w1").unwrap(),
+            token: FencingToken(1),
+            deadline: LeaseDeadline::unbounded(),
+        };
+        let runner_settings = RunnerSettings {
+            poll_warm: Duration::from_secs(600),
+            poll_cold: Duration::from_secs(600),
+            idle_reissue: Duration::from_secs(600),
+            retry_base: Duration::from_secs(1),
+            poll_stagger: sync_worker::POLL_STAGGER,
+        };
+        let runner = RunnerHandle::spawn(
+            Arc::new(ImapSource::new(storage.clone(), settings(Some(&ca)))),
+            fence,
+            Tier::Hot,
+            tokio::time::Instant::now() + Duration::from_secs(3600),
+            runner_settings,
+        );
+        let hot = Self { dovecot, storage, account, runner, _db: db, _ca: ca };
+        hot.wait_for(300, Duration::from_secs(30), "the first sync over TLS").await;
+        hot
+    }
+
+    /// INBOX's messages in the database.
+    async fn stored(&self) -> u64 {
+        match self.storage.folder_state(&self.account, "INBOX").await.unwrap() {
+            Some(st) => self.storage.message_count(&self.account, "INBOX", st.uidvalidity).await.unwrap(),
             None => 0,
         }
-    };
-    let fence = Fence {
-        account: account.clone(),
-        worker: WorkerId::new("w1").unwrap(),
-        token: FencingToken(1),
-        deadline: LeaseDeadline::unbounded(),
-    };
-    let runner_settings = RunnerSettings {
-        poll_warm: Duration::from_secs(600),
-        poll_cold: Duration::from_secs(600),
-        idle_reissue: Duration::from_secs(600),
-        retry_base: Duration::from_secs(1),
-        poll_stagger: sync_worker::POLL_STAGGER,
-    };
-    let source = ImapSource::new(storage.clone(), settings(Some(&ca)));
-    let runner = RunnerHandle::spawn(
-        Arc::new(source),
-        fence,
-        Tier::Hot,
-        tokio::time::Instant::now() + Duration::from_secs(3600),
-        runner_settings,
-    );
-    let started = std::time::Instant::now();
-    while count().await < 300 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the first sync over TLS stopped at {}", count().await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for round in 0..3u64 {
-        // The session hibernates: no imap process holds it.
-        let waited = std::time::Instant::now();
-        while d.imap_process_count().unwrap() > 0 {
-            assert!(waited.elapsed() < Duration::from_secs(10), "round {round}: the IDLE never hibernated");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let raw = mail_gen::message(4, round).raw;
-        d.append_many(USER, "INBOX", std::iter::once(raw.as_slice())).unwrap();
-        let appended = std::time::Instant::now();
-        while count().await < 301 + round {
-            assert!(appended.elapsed() < Duration::from_secs(3), "round {round}: new mail not in the DB within 3 s");
+
+    async fn wait_for(&self, count: u64, within: Duration, what: &str) {
+        let started = std::time::Instant::now();
+        while self.stored().await < count {
+            assert!(started.elapsed() < within, "{what}: {} of {count} messages after {within:?}", self.stored().await);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    runner.stop(Duration::from_secs(1)).await;
+
+    /// Waits until no imap process holds the session: it hibernated.
+    async fn hibernated(&self, what: &str) {
+        let waited = std::time::Instant::now();
+        while self.dovecot.imap_process_count().unwrap() > 0 {
+            assert!(waited.elapsed() < Duration::from_secs(10), "{what}: the IDLE never hibernated");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Dovecot's count of logins by the account over TLS so far.
+    fn tls_logins(&self) -> usize {
+        let log = std::fs::read_to_string(self.dovecot.log_path()).unwrap_or_default();
+        log.lines().filter(|l| l.contains(&format!("Login: user=<{USER}>")) && l.contains(", TLS")).count()
+    }
+
+    /// Delivers one new message (seed 4, `n`) to INBOX on the server.
+    fn deliver(&self, n: u64) {
+        let raw = sync_worker::testing::mail_gen::message(4, n).raw;
+        self.dovecot.append_many(USER, "INBOX", std::iter::once(raw.as_slice())).unwrap();
+    }
+}
+
+/// The first sync of 300 messages goes through the TLS connection with its
+/// capped send buffer; then, three times, the IDLE hibernates on the server
+/// (no imap process is left) and a new message still wakes it and reaches
+/// the database within 3 s.
+#[tokio::test]
+async fn a_hot_account_over_tls_wakes_from_a_hibernated_idle() {
+    let hot = HotTls::start().await;
+    for round in 0..3u64 {
+        hot.hibernated(&format!("round {round}")).await;
+        hot.deliver(round);
+        hot.wait_for(301 + round, Duration::from_secs(3), &format!("round {round}: new mail")).await;
+    }
+    hot.runner.stop(Duration::from_secs(1)).await;
+}
+
+/// The server's login processes die, and every TLS session with them (seen
+/// when one login process outgrew its memory): the hot account connects
+/// again on its own, and mail delivered after the drop reaches the
+/// database, then its new IDLE hibernates and wakes as before.
+#[tokio::test]
+async fn a_hot_account_over_tls_comes_back_after_the_servers_login_processes_die() {
+    let hot = HotTls::start().await;
+    hot.hibernated("before the kill").await;
+    let logins = hot.tls_logins();
+    assert!(hot.dovecot.kill_login_processes().unwrap() > 0, "no login process to kill");
+    hot.deliver(0);
+    // The watch retries after about a second (its retry base), then polls.
+    hot.wait_for(301, Duration::from_secs(15), "mail delivered after the drop").await;
+    // Dovecot's log process may write the login a moment after it happened.
+    let looked = std::time::Instant::now();
+    while hot.tls_logins() <= logins {
+        assert!(
+            looked.elapsed() < Duration::from_secs(5),
+            "the session was not dropped: no new TLS login after the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hot.hibernated("after the reconnect").await;
+    hot.deliver(1);
+    hot.wait_for(302, Duration::from_secs(3), "mail to the new IDLE").await;
+    hot.runner.stop(Duration::from_secs(1)).await;
 }

@@ -482,18 +482,16 @@ impl Dovecot {
     pub fn kill_imap_processes(&self, user: &str) -> Result<usize> {
         let master = self.master_pid()?;
         let pids: Vec<i32> = imap_processes(master, &format!("{user} "))?.into_iter().map(|(pid, _)| pid).collect();
-        for pid in &pids {
-            // A process that already exited is fine: it is gone either way.
-            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
-        }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while pids.iter().any(|pid| is_running(*pid)) {
-            if Instant::now() > deadline {
-                return Err(HarnessError::Invalid(format!("imap processes {pids:?} of {user} survived SIGKILL")));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(pids.len())
+        kill_all(&pids, &format!("imap processes of {user}"))
+    }
+
+    /// SIGKILLs the login processes, and with them every TLS session they
+    /// carry (a login process keeps a session's TLS for its whole life; the
+    /// master starts new ones). Returns how many were killed.
+    pub fn kill_login_processes(&self) -> Result<usize> {
+        let master = self.master_pid()?;
+        let pids: Vec<i32> = children_titled(master, "dovecot/imap-login")?.into_iter().map(|(pid, _)| pid).collect();
+        kill_all(&pids, "the login service")
     }
 
     /// Starts Dovecot again on the same port with the same users and mail
@@ -736,7 +734,28 @@ fn parse_status(out: &str) -> Option<MailboxStatus> {
 /// (`verbose_proctitle`: `dovecot/imap [<user> <ip> <state>]`) continues
 /// with `user_prefix` after the bracket (`"alice "`: alice's; `""`: all).
 fn imap_processes(master: u32, user_prefix: &str) -> Result<Vec<(i32, String)>> {
-    let title = format!("dovecot/imap [{user_prefix}");
+    children_titled(master, &format!("dovecot/imap [{user_prefix}"))
+}
+
+/// SIGKILLs `pids` (processes of `whose`) and waits until they are gone;
+/// returns how many there were.
+fn kill_all(pids: &[i32], whose: &str) -> Result<usize> {
+    for pid in pids {
+        // A process that already exited is fine: it is gone either way.
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while pids.iter().any(|pid| is_running(*pid)) {
+        if Instant::now() > deadline {
+            return Err(HarnessError::Invalid(format!("processes {pids:?} of {whose} survived SIGKILL")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(pids.len())
+}
+
+/// The children of `master` (pid, title) whose title starts with `title`.
+fn children_titled(master: u32, title: &str) -> Result<Vec<(i32, String)>> {
     let mut pids = Vec::new();
     let proc_dir = std::fs::read_dir("/proc").map_err(HarnessError::io("list /proc"))?;
     for entry in proc_dir.flatten() {
@@ -751,7 +770,7 @@ fn imap_processes(master: u32, user_prefix: &str) -> Result<Vec<(i32, String)>> 
         };
         let cmdline = String::from_utf8_lossy(&cmdline);
         let cmdline = cmdline.trim_end_matches('\0');
-        if parent_of(&stat) == Some(master) && cmdline.starts_with(&title) {
+        if parent_of(&stat) == Some(master) && cmdline.starts_with(title) {
             pids.push((pid, cmdline.to_owned()));
         }
     }
