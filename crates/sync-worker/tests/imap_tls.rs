@@ -284,13 +284,13 @@ impl HotTls {
             token: FencingToken(1),
             deadline: LeaseDeadline::unbounded(),
         };
-        let runner_settings = RunnerSettings {
+        // Only the INBOX watch acts within a test; it retries after 1 s.
+        let runner_settings = RunnerSettings::from(&sync_worker::Config {
             poll_warm: Duration::from_secs(600),
             poll_cold: Duration::from_secs(600),
             idle_reissue: Duration::from_secs(600),
-            retry_base: Duration::from_secs(1),
-            poll_stagger: sync_worker::POLL_STAGGER,
-        };
+            ..sync_worker::Config::default()
+        });
         let runner = RunnerHandle::spawn(
             Arc::new(ImapSource::new(storage.clone(), settings(Some(&ca)))),
             fence,
