@@ -206,7 +206,7 @@ async fn addresses(creds: &Credentials, settings: &ImapSettings) -> Result<Vec<S
 /// done (its default is 64 KiB). Only commands go out then, the longest a
 /// UID set; a write past the limit is taken in part and waits for the
 /// socket, so the buffer never grows past it.
-pub(crate) const TLS_SEND_BUFFER_LIMIT: usize = 16 * 1024;
+const TLS_SEND_BUFFER_LIMIT: usize = 16 * 1024;
 
 async fn tls(host: &str, tcp: TcpStream, settings: &ImapSettings) -> Result<Box<dyn Io>, ConnectError> {
     // An IP address literal is checked against the certificate's IP names.
