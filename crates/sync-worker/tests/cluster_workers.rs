@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use sync_worker::config::Ownership;
 use sync_worker::directory::AccountDirectory;
 use sync_worker::leases::account_holder;
-use sync_worker::testing::{process_of_local_port, FenceAudit, Postgres};
+use sync_worker::testing::{process_of_connection, FenceAudit, Postgres};
 
 mod rig;
 use rig::*;
@@ -70,10 +70,10 @@ async fn worker_processes_on_a_redis_cluster_share_hand_over_and_fence_buckets()
     let (ttl, poll) = (Duration::from_secs(3), Duration::from_secs(1));
     let names: Names = Arc::default();
     let lookup = names.clone();
-    rig.proxy.identify_clients(move |addr| {
+    rig.proxy.identify_clients(move |client, proxy| {
         let names = lookup.lock().expect("names").clone();
         let pids: Vec<u32> = names.iter().map(|(pid, _)| *pid).collect();
-        let pid = process_of_local_port(addr, &pids)?;
+        let pid = process_of_connection(client, proxy, &pids)?;
         names.into_iter().find(|(p, _)| *p == pid).map(|(_, n)| n)
     });
 

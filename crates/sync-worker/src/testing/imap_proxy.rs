@@ -50,7 +50,7 @@ impl ProxiedSession {
 
 /// Names the client process of a connection from its address (its local
 /// end, as the proxy sees the peer).
-type Identify = dyn Fn(SocketAddr) -> Option<String> + Send + Sync;
+type Identify = dyn Fn(SocketAddr, SocketAddr) -> Option<String> + Send + Sync;
 
 #[derive(Default)]
 struct Shared {
@@ -126,9 +126,13 @@ impl ImapProxy {
     }
 
     /// From now on, each accepted connection's client is named by
-    /// `identify` (for example, which worker process owns the socket:
-    /// [`process_of_local_port`]).
-    pub fn identify_clients(&self, identify: impl Fn(SocketAddr) -> Option<String> + Send + Sync + 'static) {
+    /// `identify`, given the connection's two ends: the client's address and
+    /// the proxy's (for example, which worker process owns the socket:
+    /// [`process_of_connection`]).
+    pub fn identify_clients(
+        &self,
+        identify: impl Fn(SocketAddr, SocketAddr) -> Option<String> + Send + Sync + 'static,
+    ) {
         *self.shared.identify.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(identify));
     }
 
@@ -225,7 +229,8 @@ fn accept_loop(listener: TcpListener, upstream_port: u16, shared: Arc<Shared>) {
         let _ = (client.set_nodelay(true), server.set_nodelay(true));
         let connection = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
         let identify = shared.identify.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let who = identify.zip(client.peer_addr().ok()).and_then(|(identify, peer)| identify(peer));
+        let ends = client.peer_addr().ok().zip(client.local_addr().ok());
+        let who = identify.zip(ends).and_then(|(identify, (peer, local))| identify(peer, local));
         shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).push(ProxiedSession {
             connection,
             user: None,
@@ -322,19 +327,20 @@ fn session(shared: &Shared, connection: u64, change: impl FnOnce(&mut ProxiedSes
     }
 }
 
-/// Which of `pids` has a TCP socket whose local end is `addr` (Linux: the
-/// socket's inode from `/proc/net/tcp`, then each process's open files).
-pub fn process_of_local_port(addr: SocketAddr, pids: &[u32]) -> Option<u32> {
-    let port = format!(":{:04X}", addr.port());
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|table| {
-        let text = std::fs::read_to_string(table).ok()?;
-        // A closed socket of an earlier connection may linger on the same
-        // port (TIME_WAIT, inode 0): only a live one has an owner.
-        text.lines().skip(1).find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let inode = *fields.get(9)?;
-            (fields.get(1)?.ends_with(&port) && inode != "0").then(|| inode.to_owned())
-        })
+/// Which of `pids` holds the TCP socket from `client` to `server` (Linux:
+/// the socket's inode from `/proc/net/tcp`, then each process's open files).
+/// Both ends are matched: one local port can carry several live connections
+/// at once, each to another server.
+pub fn process_of_connection(client: SocketAddr, server: SocketAddr, pids: &[u32]) -> Option<u32> {
+    let (local, remote) = (proc_net_address(client), proc_net_address(server));
+    let table = if client.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let text = std::fs::read_to_string(table).ok()?;
+    // A closed socket of an earlier connection may linger on the same
+    // ends (TIME_WAIT, inode 0): only a live one has an owner.
+    let inode = text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let inode = *fields.get(9)?;
+        (*fields.get(1)? == local && *fields.get(2)? == remote && inode != "0").then(|| inode.to_owned())
     })?;
     let wanted = format!("socket:[{inode}]");
     pids.iter().copied().find(|pid| {
@@ -342,6 +348,17 @@ pub fn process_of_local_port(addr: SocketAddr, pids: &[u32]) -> Option<u32> {
             fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == wanted))
         })
     })
+}
+
+/// `addr` as `/proc/net/tcp{,6}` writes it: the address's 32-bit words in
+/// host byte order, in hex, then `:` and the port in hex.
+fn proc_net_address(addr: SocketAddr) -> String {
+    let words: Vec<[u8; 4]> = match addr.ip() {
+        std::net::IpAddr::V4(ip) => vec![ip.octets()],
+        std::net::IpAddr::V6(ip) => ip.octets().chunks_exact(4).map(|w| [w[0], w[1], w[2], w[3]]).collect(),
+    };
+    let ip: String = words.iter().map(|w| format!("{:08X}", u32::from_ne_bytes(*w))).collect();
+    format!("{ip}:{:04X}", addr.port())
 }
 
 /// A literal announced at a line's end.
@@ -379,6 +396,23 @@ fn parse_command(connection: u64, line: &str) -> Option<ImapCommand> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_is_found_by_both_its_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (_accepted, _) = listener.accept().expect("accept");
+        let (local, remote) = (client.local_addr().expect("local"), client.peer_addr().expect("peer"));
+        let me = std::process::id();
+        assert_eq!(process_of_connection(local, remote, &[me]), Some(me));
+        // The same local port towards another server is another connection.
+        let elsewhere = SocketAddr::new(remote.ip(), remote.port().wrapping_add(1));
+        assert_eq!(process_of_connection(local, elsewhere, &[me]), None);
+        assert_eq!(
+            proc_net_address("127.0.0.1:258".parse().expect("addr")),
+            format!("{:08X}:0102", u32::from_ne_bytes([127, 0, 0, 1]))
+        );
+    }
 
     #[test]
     fn commands_are_named_with_their_uid_prefix_and_passwords_hidden() {

@@ -61,7 +61,7 @@ pub use db::TestDb;
 pub use dovecot::{Appended, Dovecot, DovecotOAuth2, DovecotOptions, DovecotTls, MailboxStatus, SPECIAL_FOLDERS};
 pub use fence_audit::{AuditRow, FenceAudit};
 pub use imap::{ImapReply, ImapSession};
-pub use imap_proxy::{process_of_local_port, ImapCommand, ImapProxy, ProxiedSession};
+pub use imap_proxy::{process_of_connection, ImapCommand, ImapProxy, ProxiedSession};
 pub use imap_world::{CollectedEvents, ImapWorld};
 pub use memory_directory::MemoryDirectory;
 pub use oauth_server::{OAuthServer, OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET};

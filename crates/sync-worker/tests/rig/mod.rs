@@ -203,7 +203,8 @@ impl Rig {
             .env("LEASE_TTL", format!("{}ms", ttl.as_millis()))
             .env("POLL_WARM", format!("{}ms", poll.as_millis()))
             .env("RECONCILE_INTERVAL", "1")
-            .env("RUST_LOG", "info")
+            // RIG_WORKER_LOG sets the workers' RUST_LOG when chasing a failure.
+            .env("RUST_LOG", std::env::var("RIG_WORKER_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
@@ -315,6 +316,28 @@ impl WorkerProcess {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).expect("signal the worker");
     }
 }
+
+impl Drop for Rig {
+    /// A failing test shows the end of each worker's log: a CI run keeps
+    /// nothing else of them.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(self.logs.path()) else { return };
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+            eprintln!("--- the last {} lines of {} ---\n{}", tail.len(), path.display(), tail.join("\n"));
+        }
+    }
+}
+
+/// Lines of each worker's log a failing test shows.
+const LOG_TAIL: usize = 80;
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
