@@ -21,6 +21,7 @@ mod sync_initial;
 mod sync_noop;
 mod sync_ownership;
 mod sync_scale;
+mod sync_scale_worker;
 mod sync_support;
 mod sync_webhooks;
 
@@ -40,7 +41,7 @@ const BENCHES: &[(&str, &str)] = &[
     ),
     ("hopper-nextest", "2,000 Rust tests after a warm build: hopper -j 2 against cargo nextest run -j 2"),
     ("sync-ownership", "10,000 accounts, 4 workers: time to full ownership, spread, takeover"),
-    ("sync-scale", "bucket ownership at 10k and 100k accounts (SYNC_SCALE_SIZES), 8 workers: ownership, spread, takeover, Redis work per tick, bytes per account"),
+    ("sync-scale", "bucket ownership at 10k and 100k accounts (SYNC_SCALE_SIZES), 8 worker processes, Redis Cluster, Postgres: ownership, spread, takeover, Redis work per tick, bytes per account"),
     ("sync-initial", "initial IMAP sync of a 10,000-message Dovecot INBOX: messages/s, peak RSS"),
     ("sync-hot", "hot accounts on one worker (SYNC_HOT_ACCOUNTS, default 500), plain and over TLS: RSS per hot account, APPEND-to-DB latency p50/p99, churn"),
     ("sync-noop", "poll of an unchanged 20-folder account: IMAP commands sent, wall time"),
@@ -56,6 +57,10 @@ fn main() -> Result<()> {
         return Ok(());
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Not a benchmark: one worker process of `sync-scale`, started by it.
+    if name == "sync-scale-worker" {
+        return runtime.block_on(sync_scale_worker::run());
+    }
     let figures = runtime.block_on(async {
         match name {
             "mem-queue" => mem_queue::run().await,

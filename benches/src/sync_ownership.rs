@@ -204,13 +204,24 @@ pub(crate) fn counts(workers: &[Worker]) -> Vec<usize> {
 /// Waits until the workers' counts stay unchanged, and sum to `total`, for
 /// `quiet`; answers them, or an error after `limit`.
 pub(crate) async fn settle(workers: &[Worker], total: usize, quiet: Duration, limit: Duration) -> Result<Vec<usize>> {
-    let mut last = counts(workers);
+    settle_counts(|| counts(workers), total, quiet, limit).await
+}
+
+/// Waits until the owned counts `counts` reads add up to `total` and stay
+/// put for `quiet`; the counts then, or an error after `limit`.
+pub(crate) async fn settle_counts(
+    counts: impl Fn() -> Vec<usize>,
+    total: usize,
+    quiet: Duration,
+    limit: Duration,
+) -> Result<Vec<usize>> {
+    let mut last = counts();
     let mut stable_since = Instant::now();
     let started = Instant::now();
     while stable_since.elapsed() < quiet {
-        ensure!(started.elapsed() < limit, "ownership never settled: {:?}", counts(workers));
+        ensure!(started.elapsed() < limit, "ownership never settled: {:?}", counts());
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = counts(workers);
+        let now = counts();
         if now != last || now.iter().sum::<usize>() != total {
             last = now;
             stable_since = Instant::now();

@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, UserId};
+use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, UserId};
 use tokio::time::Instant;
 
 use super::bucket_state::HeldBucket;
@@ -48,6 +48,18 @@ use crate::errors::error_chain;
 const REPAIR_SLICE: u32 = 64;
 /// The wait before claiming again after a tick whose claims were all taken.
 const CLAIM_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// About how many queued accounts one turn of the loop starts.
+const START_SLICE: usize = 1024;
+
+/// A held bucket's new accounts, their tiers read, waiting to start.
+pub(super) struct PendingStart {
+    bucket: BucketId,
+    /// The bucket's token when its accounts were read.
+    token: FencingToken,
+    leases: Vec<Lease>,
+    tiers: Vec<Tier>,
+}
 
 /// How a dropped bucket's accounts stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,22 +242,25 @@ impl Coord {
         }
     }
 
-    /// A read of buckets' accounts arrived: start the accounts that are new
-    /// to a bucket this worker still holds, stop those that left it.
+    /// A read of buckets' accounts arrived: stop those that left a bucket
+    /// this worker still holds, and look up the tiers of those new to it (off
+    /// the loop: [`Coord::start_bucket_accounts`] starts them). A bucket
+    /// stays `reading` until its new accounts start, so no second read
+    /// starts them twice.
     pub(super) async fn apply_bucket_accounts(
         &mut self,
         buckets: Vec<(BucketId, u64)>,
         accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
     ) {
         let Some(state) = &mut self.buckets else { return };
-        for (bucket, _) in &buckets {
-            if let Some(h) = state.held.get_mut(bucket) {
-                h.reading = false;
-            }
-        }
         let accounts = match accounts {
             Ok(a) => a,
             Err(e) => {
+                for (bucket, _) in &buckets {
+                    if let Some(h) = state.held.get_mut(bucket) {
+                        h.reading = false;
+                    }
+                }
                 tracing::warn!(worker = %self.worker, error = %e, "could not read the accounts of owned buckets; trying at the next tick");
                 return;
             }
@@ -254,7 +269,7 @@ impl Coord {
         for (bucket, key) in accounts {
             wanted.entry(bucket).or_default().insert(key);
         }
-        let mut start: Vec<(BucketId, Vec<Lease>, Instant)> = Vec::new();
+        let mut starts: Vec<(BucketId, FencingToken, Vec<Lease>)> = Vec::new();
         let mut stop: Vec<LeaseKey> = Vec::new();
         for (bucket, version) in buckets {
             let Some(h) = state.held.get_mut(&bucket) else { continue };
@@ -268,7 +283,11 @@ impl Coord {
                 }
             }
             stop.extend(h.accounts.iter().filter(|k| !wanted.contains(*k)).cloned());
-            start.push((bucket, leases, h.deadline));
+            if leases.is_empty() {
+                h.reading = false;
+            } else {
+                starts.push((bucket, h.lease.token, leases));
+            }
         }
         for key in stop {
             if let Some(o) = self.remove(&key) {
@@ -278,14 +297,51 @@ impl Coord {
                 self.stats(|s| s.lost += 1);
             }
         }
-        for (bucket, leases, deadline) in start {
-            // An account still running under an older lease of this bucket starts over under the new one.
-            for lease in &leases {
-                if let Some(o) = self.remove(&lease.key) {
-                    o.runner.abort().await;
-                }
+        // An account still running under an older lease of its bucket starts over under the new one.
+        for lease in starts.iter().flat_map(|(_, _, leases)| leases) {
+            if let Some(o) = self.remove(&lease.key) {
+                o.runner.abort().await;
             }
-            self.adopt(leases, deadline, Some(bucket)).await;
+        }
+        if !starts.is_empty() {
+            lookups::bucket_starts(self.deps.presence.clone(), starts, self.lookups_tx.clone());
+        }
+    }
+
+    /// The tiers of a read's new accounts arrived: queue them to start, a
+    /// slice a turn of the loop ([`Coord::start_pending`]).
+    pub(super) fn start_bucket_accounts(
+        &mut self,
+        starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
+        tiers: Result<Vec<Tier>, String>,
+    ) {
+        let asked = starts.iter().map(|(_, _, leases)| leases.len()).sum();
+        let mut tiers = super::event_loop::checked_tiers(asked, tiers).into_iter();
+        for (bucket, token, leases) in starts {
+            let tiers: Vec<Tier> = tiers.by_ref().take(leases.len()).collect();
+            self.pending_starts.push_back(PendingStart { bucket, token, leases, tiers });
+        }
+    }
+
+    /// Starts the next [`START_SLICE`] or so queued accounts, each bucket's
+    /// at once, in each bucket still held under the token its read came in
+    /// under (a bucket lost or claimed again meanwhile reads its accounts
+    /// anew). A takeover of a hundred thousand accounts would otherwise
+    /// queue as many runners' first turns ahead of the loop's next renew.
+    pub(super) fn start_pending(&mut self) {
+        let mut started = 0;
+        while started < START_SLICE {
+            let Some(PendingStart { bucket, token, leases, tiers }) = self.pending_starts.pop_front() else { break };
+            let Some(h) = self.buckets.as_mut().and_then(|s| s.held.get_mut(&bucket)) else { continue };
+            if h.lease.token != token {
+                continue;
+            }
+            h.reading = false;
+            let deadline = h.deadline;
+            let (leases, tiers): (Vec<Lease>, Vec<Tier>) =
+                leases.into_iter().zip(tiers).filter(|(l, _)| !self.owned.contains_key(&l.key)).unzip();
+            started += leases.len();
+            self.start_runners(leases, tiers, deadline, Some(bucket));
         }
     }
 

@@ -65,6 +65,9 @@ pub(super) struct Coord {
     ticks_since_sweep: u32,
     sweep_cursor: usize,
     pub(super) retry_claim_at: Option<Instant>,
+    /// New accounts of held buckets, their tiers read, waiting to start: a
+    /// slice a turn of the loop (see `buckets.rs`).
+    pub(super) pending_starts: std::collections::VecDeque<super::buckets::PendingStart>,
     events: Option<Arc<dyn EventSink>>,
     fence_backoff: FenceBackoff,
     /// Answers of lookups done off the loop (see [`lookups`]).
@@ -111,6 +114,7 @@ impl Coord {
             ticks_since_sweep: 0,
             sweep_cursor: 0,
             retry_claim_at: None,
+            pending_starts: std::collections::VecDeque::new(),
             events,
             fence_backoff: FenceBackoff::default(),
             lookups_tx,
@@ -199,6 +203,12 @@ impl Coord {
                     next_eval = started + self.config.tier_eval_interval;
                 }
                 Some(lookup) = lookups_rx.recv() => self.on_lookup(lookup).await,
+                // Last: everything above comes first, so a takeover's starts never hold up a renew.
+                () = std::future::ready(()), if !self.pending_starts.is_empty() => {
+                    self.start_pending();
+                    // The runners just started take their first turn before the next slice.
+                    tokio::task::yield_now().await;
+                }
             }
         }
         self.shutdown().await
@@ -464,35 +474,36 @@ impl Coord {
             remaining -= won.len();
             total += won.len();
             let deadline = self.deadline_from(sent_at);
-            self.adopt(won, deadline, None).await;
+            self.adopt(won, deadline).await;
         }
         total
     }
 
-    /// Starts runners for freshly claimed leases (of `bucket`, under bucket
-    /// ownership), valid until `deadline`.
-    pub(super) async fn adopt(&mut self, leases: Vec<Lease>, deadline: Instant, bucket: Option<BucketId>) {
+    /// Starts runners for freshly claimed leases (account ownership), valid
+    /// until `deadline`, each at its stored tier.
+    async fn adopt(&mut self, leases: Vec<Lease>, deadline: Instant) {
         if leases.is_empty() {
             return;
         }
         let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
-        // A per-account claim stores warm when no tier is set; a bucket's
-        // accounts get it here, in one call per chunk of keys.
-        let tiers: Vec<Tier> = match self.deps.presence.tiers_or_default(&keys, Tier::Warm).await {
-            Ok(t) if t.len() == keys.len() => t,
-            Ok(t) => {
-                tracing::error!(
-                    asked = keys.len(),
-                    answered = t.len(),
-                    "tiers_or_default answered the wrong number of keys; starting warm"
-                );
-                vec![Tier::Warm; keys.len()]
-            }
-            Err(e) => {
-                tracing::warn!(accounts = keys.len(), error = %e, "could not read the tiers; starting warm");
-                vec![Tier::Warm; keys.len()]
-            }
-        };
+        // A per-account claim stores warm when no tier is set.
+        let tiers = checked_tiers(keys.len(), self.deps.presence.tiers_or_default(&keys, Tier::Warm).await);
+        self.start_runners(leases, tiers, deadline, None);
+    }
+
+    /// Starts a runner for each of `leases` (of `bucket`, under bucket
+    /// ownership) at its tier, valid until `deadline`.
+    pub(super) fn start_runners(
+        &mut self,
+        leases: Vec<Lease>,
+        tiers: Vec<Tier>,
+        deadline: Instant,
+        bucket: Option<BucketId>,
+    ) {
+        if leases.is_empty() {
+            return;
+        }
+        let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
         // Off the loop: a slow database must not delay the next renew. The
         // users arrive as a `Lookup::Users`, and the claims are announced then.
         lookups::users(self.deps.directory.clone(), keys, self.lookups_tx.clone());
@@ -666,6 +677,7 @@ impl Coord {
                 self.apply_tier_inputs(keys, users, active, latest).await;
             }
             Lookup::BucketAccounts { buckets, accounts } => self.apply_bucket_accounts(buckets, accounts).await,
+            Lookup::BucketStarts { starts, tiers } => self.start_bucket_accounts(starts, tiers),
             // Every weight is back: claim now rather than at the next tick.
             Lookup::WeightsGiven => self.tick(false).await,
         }
@@ -735,4 +747,24 @@ fn live_signature(live: &[LeaseKey]) -> (usize, u64) {
     let mut h = DefaultHasher::new();
     live.hash(&mut h);
     (live.len(), h.finish())
+}
+
+/// The tiers a lookup of `asked` keys answered, or warm for each (logged)
+/// when it failed or answered the wrong number.
+pub(super) fn checked_tiers<E: std::fmt::Display>(asked: usize, answer: Result<Vec<Tier>, E>) -> Vec<Tier> {
+    match answer {
+        Ok(t) if t.len() == asked => t,
+        Ok(t) => {
+            tracing::error!(
+                asked,
+                answered = t.len(),
+                "tiers_or_default answered the wrong number of keys; starting warm"
+            );
+            vec![Tier::Warm; asked]
+        }
+        Err(e) => {
+            tracing::warn!(accounts = asked, error = %e, "could not read the tiers; starting warm");
+            vec![Tier::Warm; asked]
+        }
+    }
 }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{BucketId, BucketLeases, LeaseKey, Presence, UserId};
+use leasehold_core::{BucketId, BucketLeases, FencingToken, Lease, LeaseKey, Presence, Tier, UserId};
 use tokio::sync::mpsc;
 
 use crate::directory::AccountDirectory;
@@ -45,6 +45,15 @@ pub(super) enum Lookup {
         /// Their accounts.
         accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
     },
+    /// The tiers of accounts new to held buckets, to start them at: each
+    /// bucket with the token it was held under and the leases to start.
+    BucketStarts {
+        /// (bucket, its token when the read came in, the leases to start).
+        starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
+        /// The tier of each lease, in order over every bucket (warm where
+        /// none was stored), or why they could not be read.
+        tiers: Result<Vec<Tier>, String>,
+    },
     /// Every bucket's weight was given to the lease store again.
     WeightsGiven,
 }
@@ -59,6 +68,22 @@ pub(super) fn bucket_accounts(
         let ids: Vec<BucketId> = buckets.iter().map(|(b, _)| *b).collect();
         let accounts = directory.accounts_in_buckets(&ids).await.map_err(|e| crate::errors::error_chain(&e));
         let _ = tx.send(Lookup::BucketAccounts { buckets, accounts });
+    });
+}
+
+/// Reads the tiers of the accounts in `starts` (storing warm where none is
+/// stored) and sends them to the loop: a takeover of many buckets costs the
+/// loop no wait on the lease store, so its ticks keep renewing.
+pub(super) fn bucket_starts(
+    presence: Arc<dyn Presence>,
+    starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
+    tx: mpsc::UnboundedSender<Lookup>,
+) {
+    tokio::spawn(async move {
+        let keys: Vec<LeaseKey> =
+            starts.iter().flat_map(|(_, _, leases)| leases.iter().map(|l| l.key.clone())).collect();
+        let tiers = presence.tiers_or_default(&keys, Tier::Warm).await.map_err(|e| crate::errors::error_chain(&e));
+        let _ = tx.send(Lookup::BucketStarts { starts, tiers });
     });
 }
 
