@@ -4,7 +4,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU32;
 
-use leasehold_core::{BalancePolicy, BucketCount, BucketId, BucketLease, LeaseKey, WorkerId};
+use leasehold_core::{
+    BalancePolicy, BucketCount, BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, WorkerId,
+};
 use tokio::time::Instant;
 
 use crate::deadline::LeaseDeadline;
@@ -25,6 +27,15 @@ pub(super) struct HeldBucket {
     /// The accounts this worker runs under it (so dropping or reading a
     /// bucket costs its accounts, not every owned one).
     pub(super) accounts: BTreeSet<LeaseKey>,
+}
+
+/// A held bucket's new accounts, their tiers read, waiting to start.
+pub(super) struct PendingStart {
+    pub(super) bucket: BucketId,
+    /// The bucket's token when its accounts were read.
+    pub(super) token: FencingToken,
+    pub(super) leases: Vec<Lease>,
+    pub(super) tiers: Vec<Tier>,
 }
 
 /// Bucket ownership's state in the coordinator.

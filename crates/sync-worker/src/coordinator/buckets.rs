@@ -38,7 +38,7 @@ use std::collections::{BTreeSet, HashMap};
 use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, UserId};
 use tokio::time::Instant;
 
-use super::bucket_state::HeldBucket;
+use super::bucket_state::{HeldBucket, PendingStart};
 use super::event_loop::{Coord, Owned};
 use super::lookups;
 use crate::deadline::LeaseDeadline;
@@ -51,15 +51,6 @@ const CLAIM_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// About how many queued accounts one turn of the loop starts.
 const START_SLICE: usize = 1024;
-
-/// A held bucket's new accounts, their tiers read, waiting to start.
-pub(super) struct PendingStart {
-    bucket: BucketId,
-    /// The bucket's token when its accounts were read.
-    token: FencingToken,
-    leases: Vec<Lease>,
-    tiers: Vec<Tier>,
-}
 
 /// How a dropped bucket's accounts stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -67,7 +67,7 @@ pub(super) struct Coord {
     pub(super) retry_claim_at: Option<Instant>,
     /// New accounts of held buckets, their tiers read, waiting to start: a
     /// slice a turn of the loop (see `buckets.rs`).
-    pub(super) pending_starts: std::collections::VecDeque<super::buckets::PendingStart>,
+    pub(super) pending_starts: std::collections::VecDeque<super::bucket_state::PendingStart>,
     events: Option<Arc<dyn EventSink>>,
     fence_backoff: FenceBackoff,
     /// Answers of lookups done off the loop (see [`lookups`]).
