@@ -27,6 +27,10 @@
 //!   scripted source's record of each account it was asked about, which a
 //!   real IMAP source does not keep.
 //!
+//! `SYNC_SCALE_SOURCE=quiet` gives the workers a source that finds nothing
+//! new and keeps nothing per account, instead of the test suite's
+//! `ScriptedSource` (the default), whose record of every poll, under one
+//! lock, is the bottleneck of a million accounts' first polls.
 //! `SYNC_SCALE_LOG` sets the workers' `RUST_LOG` (default `warn`) and keeps
 //! their logs, whose folder the run prints.
 
@@ -46,7 +50,7 @@ use tokio::time::Instant;
 
 use crate::redis_stats;
 use crate::sync_ownership::{round3, settle_counts, time_until};
-use crate::sync_scale_worker::{ENV_DATABASE, ENV_PREFIX, ENV_REDIS, ENV_TTL_MS, ENV_WORKER, SECRET_KEY};
+use crate::sync_scale_worker::{ENV_DATABASE, ENV_PREFIX, ENV_REDIS, ENV_SOURCE, ENV_TTL_MS, ENV_WORKER, SECRET_KEY};
 
 const WORKERS: usize = 8;
 const MASTERS: usize = 3;
@@ -128,9 +132,11 @@ pub async fn run() -> Result<serde_json::Value> {
     test_support::require_binary("redis-server");
     let cluster = RedisCluster::start(MASTERS).map_err(anyhow::Error::msg).context("start a private Redis Cluster")?;
     let mut masters = Vec::new();
+    // A master busy with the workers' scripts may take a while to answer INFO.
+    let patient = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     for node in cluster.nodes() {
         let client = redis::Client::open(node.url())?;
-        masters.push(client.get_multiplexed_async_connection().await?);
+        masters.push(client.get_multiplexed_async_connection_with_config(&patient).await?);
     }
     let mut masters = Masters(masters);
     let mut out = Vec::new();
@@ -199,6 +205,7 @@ impl Worker {
             .env(ENV_DATABASE, database_url)
             .env(ENV_TTL_MS, LEASE_TTL.as_millis().to_string())
             .env("RUST_LOG", std::env::var("SYNC_SCALE_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(ENV_SOURCE, std::env::var(ENV_SOURCE).unwrap_or_else(|_| "scripted".into()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?)
