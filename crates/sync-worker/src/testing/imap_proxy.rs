@@ -48,8 +48,8 @@ impl ProxiedSession {
     }
 }
 
-/// Names the client process of a connection from its address (its local
-/// end, as the proxy sees the peer).
+/// Names the client process of a connection from its two ends: the
+/// client's address (the peer, as the proxy sees it) and the proxy's.
 type Identify = dyn Fn(SocketAddr, SocketAddr) -> Option<String> + Send + Sync;
 
 #[derive(Default)]
