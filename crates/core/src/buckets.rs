@@ -251,6 +251,13 @@ pub struct BucketTick {
     pub versions: Vec<(BucketId, u64)>,
     /// The cap of each worker.
     pub cap: u64,
+    /// How long from this tick until the soonest lease still running (of
+    /// any worker, this one's just renewed included) runs out; `None` when
+    /// no lease runs. Live workers renew well before their leases run out,
+    /// so one that comes before the caller's next tick is most likely a
+    /// dead worker's: its buckets are free from then, and a caller that
+    /// ticks again just after it claims them a tick sooner.
+    pub soonest_expiry: Option<std::time::Duration>,
 }
 
 /// Bucket leases: who owns which bucket, and a fair share of the weight for

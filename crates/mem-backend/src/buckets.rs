@@ -188,6 +188,8 @@ impl BucketState {
         tick.total_weight = total;
         tick.load = load;
         tick.cap = cap;
+        tick.soonest_expiry =
+            self.expiry.range((now, String::new())..).next().map(|(at, _)| std::time::Duration::from_millis(at - now));
         tick
     }
 }

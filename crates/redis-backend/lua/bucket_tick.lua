@@ -8,7 +8,8 @@
 --       bucket, token (the leases the owner believes it holds)
 -- Reply: { {workers, total, load, cap}, {1|0 per held lease: kept or lost},
 --          {bucket, token, ... claimed}, {bucket, ... to shed},
---          {change count of each kept, then each claimed bucket} }
+--          {change count of each kept, then each claimed bucket},
+--          {ms until the soonest running lease runs out} or {} if none }
 --
 -- owners: bucket -> "owner token"; expiry: bucket -> ms the lease runs out
 -- (0 for a free bucket; only buckets with weight or an owner are members);
@@ -130,4 +131,9 @@ local changes = {}
 for i, bucket in ipairs(order) do
   changes[i] = tonumber(redis.call("HGET", versions, bucket) or "0")
 end
-return { { n, total, load, cap }, flags, claimed, shed, changes }
+local soonest = {}
+local next_out = redis.call("ZRANGEBYSCORE", expiry, now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
+if next_out[2] then
+  soonest[1] = tonumber(next_out[2]) - now
+end
+return { { n, total, load, cap }, flags, claimed, shed, changes, soonest }

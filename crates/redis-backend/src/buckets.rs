@@ -135,19 +135,21 @@ impl BucketLeases for RedisStore {
         let err = |e| lease_reply_err(op, owner.as_str(), e);
         let value = self.eval(&scripts::BUCKET_TICK, &call).await.map_err(|e| lease_err(op, owner.as_str(), e))?;
         let mut parts = reply::array(op, value).map_err(err)?.into_iter();
-        let mut next = || parts.next().ok_or_else(|| err(ReplyError::new(op, "fewer than 5 parts")));
+        let mut next = || parts.next().ok_or_else(|| err(ReplyError::new(op, "fewer than 6 parts")));
         let figures = uints(op, next()?).map_err(err)?;
         let flags = uints(op, next()?).map_err(err)?;
         let claimed = uints(op, next()?).map_err(err)?;
         let shed = uints(op, next()?).map_err(err)?;
         let versions = uints(op, next()?).map_err(err)?;
+        let soonest = uints(op, next()?).map_err(err)?;
         let [workers, total_weight, load, cap] = figures[..] else {
             return Err(err(ReplyError::new(op, format!("{} figures, not 4", figures.len()))));
         };
         if flags.len() != held.len() {
             return Err(err(ReplyError::new(op, format!("{} answers for {} leases", flags.len(), held.len()))));
         }
-        let mut tick = BucketTick { workers, total_weight, load, cap, ..BucketTick::default() };
+        let soonest_expiry = soonest.first().map(|ms| std::time::Duration::from_millis(*ms));
+        let mut tick = BucketTick { workers, total_weight, load, cap, soonest_expiry, ..BucketTick::default() };
         for (lease, flag) in held.iter().zip(flags) {
             if flag == 1 { &mut tick.kept } else { &mut tick.lost }.push(lease.clone());
         }

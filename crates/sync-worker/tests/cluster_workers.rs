@@ -15,7 +15,6 @@ use leasehold_core::Ttl;
 use leasehold_redis::test_support::RedisCluster;
 use nix::sys::signal::Signal;
 use sync_worker::config::Ownership;
-use sync_worker::directory::AccountDirectory;
 use sync_worker::leases::account_holder;
 use sync_worker::testing::{process_of_connection, FenceAudit, Postgres};
 

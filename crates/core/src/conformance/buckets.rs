@@ -248,6 +248,30 @@ pub async fn a_silent_workers_buckets_are_taken_over_after_its_ttl(fx: Fixture) 
     assert_eq!(fx.buckets.release_buckets(&first.claimed).await.unwrap(), vec![false; 4]);
 }
 
+/// A tick tells how long until the soonest running lease runs out, the
+/// caller's own just renewed included: a silent worker's come first.
+pub async fn a_tick_tells_when_the_soonest_lease_runs_out(fx: Fixture) {
+    let policy = BalancePolicy::default();
+    let short = ttl_ms(2_000);
+    let none = fx.buckets.tick(&worker("w1"), &[], short, &policy).await.unwrap();
+    assert_eq!(none.soonest_expiry, None, "no bucket has weight, so no lease runs");
+    set_weights(&fx, &ones(0..4)).await;
+    let first = fx.buckets.tick(&worker("w1"), &[], short, &policy).await.unwrap();
+    assert_eq!(first.claimed.len(), 4);
+    let soonest = first.soonest_expiry.expect("w1's leases run");
+    assert!(soonest > ms(1_000) && soonest <= ms(2_000), "w1's own leases, just taken: {soonest:?}");
+    fx.time.advance(ms(500)).await;
+    let other = fx.buckets.tick(&worker("w2"), &[], MINUTE, &policy).await.unwrap();
+    assert!(other.claimed.is_empty(), "w1's leases still run");
+    let soonest = other.soonest_expiry.expect("w1's leases run");
+    assert!(soonest <= ms(1_500), "w1's leases come before w2's minute: {soonest:?}");
+    fx.time.advance(soonest + ms(100)).await;
+    let after = fx.buckets.tick(&worker("w2"), &[], MINUTE, &policy).await.unwrap();
+    assert_eq!(after.claimed.len(), 4, "free from the moment told");
+    let soonest = after.soonest_expiry.expect("w2's leases run");
+    assert!(soonest > ms(50_000), "only w2's minute-long leases run: {soonest:?}");
+}
+
 /// `leave` hands every bucket back at once: the next tick elsewhere takes them all.
 pub async fn leave_hands_every_bucket_back_at_once(fx: Fixture) {
     let weights = ones(0..6);

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU32;
 
 use leasehold_core::{
-    BalancePolicy, BucketCount, BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, WorkerId,
+    BalancePolicy, BucketCount, BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, UserId, WorkerId,
 };
 use tokio::time::Instant;
 
@@ -29,12 +29,20 @@ pub(super) struct HeldBucket {
     pub(super) accounts: BTreeSet<LeaseKey>,
 }
 
-/// A held bucket's new accounts, their tiers read, waiting to start.
-pub(super) struct PendingStart {
+/// A held bucket's accounts new to this worker, as a read found them.
+#[derive(Debug)]
+pub(super) struct BucketStart {
     pub(super) bucket: BucketId,
     /// The bucket's token when its accounts were read.
     pub(super) token: FencingToken,
     pub(super) leases: Vec<Lease>,
+    /// The user of each lease, read with it.
+    pub(super) users: Vec<Option<UserId>>,
+}
+
+/// A held bucket's new accounts, their tiers read, waiting to start.
+pub(super) struct PendingStart {
+    pub(super) start: BucketStart,
     pub(super) tiers: Vec<Tier>,
 }
 

@@ -33,21 +33,26 @@
 //! bucket's counter past the highest token stored for any of its accounts,
 //! then releases the bucket, so the next claim (by anyone) is above them all.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use leasehold_core::{BucketId, BucketLease, FencingToken, Lease, LeaseKey, Tier, UserId};
 use tokio::time::Instant;
 
-use super::bucket_state::{HeldBucket, PendingStart};
+use super::bucket_state::{BucketStart, HeldBucket, PendingStart};
 use super::event_loop::{Coord, Owned};
 use super::lookups;
 use crate::deadline::LeaseDeadline;
+use crate::directory::BucketAccount;
 use crate::errors::error_chain;
 
 /// Buckets whose weights one maintenance round recounts.
 const REPAIR_SLICE: u32 = 64;
 /// The wait before claiming again after a tick whose claims were all taken.
 const CLAIM_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long after a lease is due to run out a worker ticks to claim it
+/// (the store's clock and this one's differ by the reply's way back).
+const LAPSE_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// About how many queued accounts one turn of the loop starts.
 const START_SLICE: usize = 1024;
@@ -79,6 +84,11 @@ impl Coord {
             }
         };
         let deadline = self.deadline_from(sent_at);
+        tracing::debug!(
+            worker = %self.worker, workers = tick.workers, total = tick.total_weight, load = tick.load, cap = tick.cap,
+            kept = tick.kept.len(), claimed = tick.claimed.len(), lost = tick.lost.len(), shed = tick.shed.len(),
+            took_ms = sent_at.elapsed().as_millis() as u64, "bucket tick"
+        );
         for lease in &tick.lost {
             tracing::info!(worker = %self.worker, bucket = %lease.bucket, "bucket lost; its accounts stopped");
             self.drop_bucket(lease.bucket, Stop::Now).await;
@@ -106,7 +116,15 @@ impl Coord {
         }
         // A full tick of claims while still under the share: more are free, claim again soon.
         let more = tick.claimed.len() >= policy.max_claims() as usize && tick.load * tick.workers < tick.total_weight;
-        self.retry_claim_at = more.then(|| Instant::now() + CLAIM_AGAIN);
+        let again = more.then(|| Instant::now() + CLAIM_AGAIN);
+        // A lease that runs out before the next tick is most likely a dead
+        // worker's: tick again just after it, so its buckets are claimed
+        // within the TTL of its last renew rather than up to a tick later.
+        let lapse = tick
+            .soonest_expiry
+            .filter(|soonest| *soonest + LAPSE_MARGIN < self.config.renew_interval())
+            .map(|soonest| Instant::now() + soonest + LAPSE_MARGIN);
+        self.retry_claim_at = again.into_iter().chain(lapse).min();
         if !tick.shed.is_empty() {
             self.shed_buckets(tick.shed).await;
         }
@@ -241,7 +259,7 @@ impl Coord {
     pub(super) async fn apply_bucket_accounts(
         &mut self,
         buckets: Vec<(BucketId, u64)>,
-        accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
+        accounts: Result<Vec<BucketAccount>, String>,
     ) {
         let Some(state) = &mut self.buckets else { return };
         let accounts = match accounts {
@@ -256,28 +274,32 @@ impl Coord {
                 return;
             }
         };
-        let mut wanted: HashMap<BucketId, BTreeSet<LeaseKey>> = HashMap::new();
-        for (bucket, key) in accounts {
-            wanted.entry(bucket).or_default().insert(key);
+        let mut wanted: HashMap<BucketId, BTreeMap<LeaseKey, Option<UserId>>> = HashMap::new();
+        for account in accounts {
+            wanted.entry(account.bucket).or_default().insert(account.key, account.user);
         }
-        let mut starts: Vec<(BucketId, FencingToken, Vec<Lease>)> = Vec::new();
+        let mut starts: Vec<BucketStart> = Vec::new();
         let mut stop: Vec<LeaseKey> = Vec::new();
         for (bucket, version) in buckets {
             let Some(h) = state.held.get_mut(&bucket) else { continue };
             h.seen = Some(version);
             let wanted = wanted.remove(&bucket).unwrap_or_default();
             let mut leases = Vec::new();
-            for key in &wanted {
+            let mut users = Vec::new();
+            for (key, user) in &wanted {
                 match self.owned.get(key) {
                     Some(o) if o.bucket == Some(bucket) && o.lease.token == h.lease.token => {}
-                    _ => leases.push(Lease { key: key.clone(), owner: self.worker.clone(), token: h.lease.token }),
+                    _ => {
+                        leases.push(Lease { key: key.clone(), owner: self.worker.clone(), token: h.lease.token });
+                        users.push(user.clone());
+                    }
                 }
             }
-            stop.extend(h.accounts.iter().filter(|k| !wanted.contains(*k)).cloned());
+            stop.extend(h.accounts.iter().filter(|k| !wanted.contains_key(*k)).cloned());
             if leases.is_empty() {
                 h.reading = false;
             } else {
-                starts.push((bucket, h.lease.token, leases));
+                starts.push(BucketStart { bucket, token: h.lease.token, leases, users });
             }
         }
         for key in stop {
@@ -289,7 +311,7 @@ impl Coord {
             }
         }
         // An account still running under an older lease of its bucket starts over under the new one.
-        for lease in starts.iter().flat_map(|(_, _, leases)| leases) {
+        for lease in starts.iter().flat_map(|s| &s.leases) {
             if let Some(o) = self.remove(&lease.key) {
                 o.runner.abort().await;
             }
@@ -301,16 +323,12 @@ impl Coord {
 
     /// The tiers of a read's new accounts arrived: queue them to start, a
     /// slice a turn of the loop ([`Coord::start_pending`]).
-    pub(super) fn start_bucket_accounts(
-        &mut self,
-        starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
-        tiers: Result<Vec<Tier>, String>,
-    ) {
-        let asked = starts.iter().map(|(_, _, leases)| leases.len()).sum();
+    pub(super) fn start_bucket_accounts(&mut self, starts: Vec<BucketStart>, tiers: Result<Vec<Tier>, String>) {
+        let asked = starts.iter().map(|s| s.leases.len()).sum();
         let mut tiers = super::event_loop::checked_tiers(asked, tiers).into_iter();
-        for (bucket, token, leases) in starts {
-            let tiers: Vec<Tier> = tiers.by_ref().take(leases.len()).collect();
-            self.pending_starts.push_back(PendingStart { bucket, token, leases, tiers });
+        for start in starts {
+            let tiers: Vec<Tier> = tiers.by_ref().take(start.leases.len()).collect();
+            self.pending_starts.push_back(PendingStart { start, tiers });
         }
     }
 
@@ -322,17 +340,25 @@ impl Coord {
     pub(super) fn start_pending(&mut self) {
         let mut started = 0;
         while started < START_SLICE {
-            let Some(PendingStart { bucket, token, leases, tiers }) = self.pending_starts.pop_front() else { break };
+            let Some(PendingStart { start, tiers }) = self.pending_starts.pop_front() else { break };
+            let BucketStart { bucket, token, leases, users } = start;
             let Some(h) = self.buckets.as_mut().and_then(|s| s.held.get_mut(&bucket)) else { continue };
             if h.lease.token != token {
                 continue;
             }
             h.reading = false;
             let deadline = h.deadline;
-            let (leases, tiers): (Vec<Lease>, Vec<Tier>) =
-                leases.into_iter().zip(tiers).filter(|(l, _)| !self.owned.contains_key(&l.key)).unzip();
+            let mut fresh = (Vec::new(), Vec::new(), Vec::new());
+            for ((lease, tier), user) in leases.into_iter().zip(tiers).zip(users) {
+                if !self.owned.contains_key(&lease.key) {
+                    fresh.0.push(lease);
+                    fresh.1.push(tier);
+                    fresh.2.push(user);
+                }
+            }
+            let (leases, tiers, users) = fresh;
             started += leases.len();
-            self.start_runners(leases, tiers, deadline, Some(bucket));
+            self.start_runners(leases, tiers, deadline, Some(bucket), Some(users));
         }
     }
 

@@ -34,6 +34,8 @@ const MAX_CLAIM_BATCH: usize = 4096;
 const BACKOFF_SWEEP_CAP: usize = 1024;
 /// Longest backoff between sweeps of a worker short of its share, in ticks.
 const MAX_SWEEP_BACKOFF: u32 = 4;
+/// A tick this late is logged (debug): the loop was busy past its turn.
+const LATE_TICK: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub(super) struct Owned {
     /// The account's lease; under bucket ownership, its bucket lease's owner
@@ -176,6 +178,10 @@ impl Coord {
                 _ = shutdown.changed() => break,
                 _ = sleep_until(next_tick) => {
                     let started = Instant::now();
+                    let late = started.saturating_duration_since(next_tick);
+                    if late >= LATE_TICK {
+                        tracing::debug!(worker = %self.worker, late_ms = late.as_millis() as u64, "tick started late: the loop was busy");
+                    }
                     self.tick(true).await;
                     next_tick = started + every;
                 }
@@ -488,29 +494,39 @@ impl Coord {
         let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
         // A per-account claim stores warm when no tier is set.
         let tiers = checked_tiers(keys.len(), self.deps.presence.tiers_or_default(&keys, Tier::Warm).await);
-        self.start_runners(leases, tiers, deadline, None);
+        self.start_runners(leases, tiers, deadline, None, None);
     }
 
     /// Starts a runner for each of `leases` (of `bucket`, under bucket
-    /// ownership) at its tier, valid until `deadline`.
+    /// ownership) at its tier, valid until `deadline`. Their `users`, when
+    /// read with them, are announced at once; otherwise looked up.
     pub(super) fn start_runners(
         &mut self,
         leases: Vec<Lease>,
         tiers: Vec<Tier>,
         deadline: Instant,
         bucket: Option<BucketId>,
+        users: Option<Vec<Option<UserId>>>,
     ) {
         if leases.is_empty() {
             return;
         }
-        let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
-        // Off the loop: a slow database must not delay the next renew. The
-        // users arrive as a `Lookup::Users`, and the claims are announced then.
-        lookups::users(self.deps.directory.clone(), keys, self.lookups_tx.clone());
+        let known = users.is_some();
+        let mut users = users.unwrap_or_default().into_iter();
+        if !known {
+            let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
+            // Off the loop: a slow database must not delay the next renew. The
+            // users arrive as a `Lookup::Users`, and the claims are announced then.
+            lookups::users(self.deps.directory.clone(), keys, self.lookups_tx.clone());
+        }
         let n = leases.len() as u64;
         let mut shared = Vec::with_capacity(leases.len());
+        let mut announced = Vec::new();
         for (lease, tier) in leases.into_iter().zip(tiers) {
-            let user: Option<UserId> = None;
+            let user: Option<UserId> = users.next().flatten();
+            if known {
+                announced.push((user.clone(), lease.key.clone()));
+            }
             let key = lease.key.clone();
             let shared_deadline = bucket.and_then(|b| self.buckets.as_ref()?.runners_deadline(b));
             let cell = shared_deadline.unwrap_or_else(|| LeaseDeadline::until(deadline));
@@ -533,6 +549,7 @@ impl Coord {
         }
         self.shared.owned.lock().extend(shared);
         self.stats(|s| s.claimed += n);
+        self.announce(announced.iter().map(|(u, k)| (u.as_ref(), k)));
     }
 
     /// Gives up `count` accounts gracefully: cold first, then warm, then hot.

@@ -12,10 +12,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use leasehold_core::{BucketId, BucketLeases, FencingToken, Lease, LeaseKey, Presence, Tier, UserId};
+use leasehold_core::{BucketId, BucketLeases, LeaseKey, Presence, Tier, UserId};
 use tokio::sync::mpsc;
 
-use crate::directory::AccountDirectory;
+use super::bucket_state::BucketStart;
+use crate::directory::{AccountDirectory, BucketAccount};
 use crate::source::MailSource;
 
 /// Concurrent reads per lookup.
@@ -43,13 +44,13 @@ pub(super) enum Lookup {
         /// Each bucket read, with the change count that asked for the read.
         buckets: Vec<(BucketId, u64)>,
         /// Their accounts.
-        accounts: Result<Vec<(BucketId, LeaseKey)>, String>,
+        accounts: Result<Vec<BucketAccount>, String>,
     },
     /// The tiers of accounts new to held buckets, to start them at: each
     /// bucket with the token it was held under and the leases to start.
     BucketStarts {
-        /// (bucket, its token when the read came in, the leases to start).
-        starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
+        /// Each bucket's accounts to start.
+        starts: Vec<BucketStart>,
         /// The tier of each lease, in order over every bucket (warm where
         /// none was stored), or why they could not be read.
         tiers: Result<Vec<Tier>, String>,
@@ -66,25 +67,62 @@ pub(super) fn bucket_accounts(
 ) {
     tokio::spawn(async move {
         let ids: Vec<BucketId> = buckets.iter().map(|(b, _)| *b).collect();
+        let started = std::time::Instant::now();
         let accounts = directory.accounts_in_buckets(&ids).await.map_err(|e| crate::errors::error_chain(&e));
+        tracing::debug!(
+            buckets = ids.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "read the accounts of buckets"
+        );
         let _ = tx.send(Lookup::BucketAccounts { buckets, accounts });
     });
 }
 
 /// Reads the tiers of the accounts in `starts` (storing warm where none is
 /// stored) and sends them to the loop: a takeover of many buckets costs the
-/// loop no wait on the lease store, so its ticks keep renewing.
-pub(super) fn bucket_starts(
-    presence: Arc<dyn Presence>,
-    starts: Vec<(BucketId, FencingToken, Vec<Lease>)>,
-    tx: mpsc::UnboundedSender<Lookup>,
-) {
+/// loop no wait on the lease store, so its ticks keep renewing. The buckets
+/// go in groups of about [`STARTS_PER_READ`] accounts, each sent as soon as
+/// its tiers are read, so the first accounts start while the rest are read.
+pub(super) fn bucket_starts(presence: Arc<dyn Presence>, starts: Vec<BucketStart>, tx: mpsc::UnboundedSender<Lookup>) {
     tokio::spawn(async move {
-        let keys: Vec<LeaseKey> =
-            starts.iter().flat_map(|(_, _, leases)| leases.iter().map(|l| l.key.clone())).collect();
-        let tiers = presence.tiers_or_default(&keys, Tier::Warm).await.map_err(|e| crate::errors::error_chain(&e));
-        let _ = tx.send(Lookup::BucketStarts { starts, tiers });
+        for group in start_groups(starts, STARTS_PER_READ) {
+            let keys: Vec<LeaseKey> = group.iter().flat_map(|s| s.leases.iter().map(|l| l.key.clone())).collect();
+            let started = std::time::Instant::now();
+            let tiers = presence.tiers_or_default(&keys, Tier::Warm).await.map_err(|e| crate::errors::error_chain(&e));
+            tracing::debug!(
+                accounts = keys.len(),
+                took_ms = started.elapsed().as_millis() as u64,
+                "read the tiers of accounts to start"
+            );
+            if tx.send(Lookup::BucketStarts { starts: group, tiers }).is_err() {
+                return;
+            }
+        }
     });
+}
+
+/// Accounts whose tiers one read of [`bucket_starts`] asks for (a bucket is
+/// never split, so a group can hold one bucket more than this).
+const STARTS_PER_READ: usize = 1024;
+
+/// `starts` in order, cut into groups of whole buckets of at least `per`
+/// accounts each (the last may hold fewer).
+fn start_groups(starts: Vec<BucketStart>, per: usize) -> Vec<Vec<BucketStart>> {
+    let mut groups = Vec::new();
+    let mut group = Vec::new();
+    let mut size = 0;
+    for start in starts {
+        size += start.leases.len();
+        group.push(start);
+        if size >= per {
+            groups.push(std::mem::take(&mut group));
+            size = 0;
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
 }
 
 /// Gives the bucket weights of `buckets` (every bucket when `None`) again
@@ -123,7 +161,7 @@ pub(super) fn users(directory: Arc<dyn AccountDirectory>, keys: Vec<LeaseKey>, t
         let users = match directory.users_of(&keys).await {
             Ok(u) => u,
             Err(e) => {
-                tracing::warn!(error = %e, accounts = keys.len(), "could not look up account users");
+                tracing::warn!(error = %crate::errors::error_chain(&e), accounts = keys.len(), "could not look up account users");
                 vec![None; keys.len()]
             }
         };
@@ -169,4 +207,35 @@ pub(super) fn tier_inputs(
             .await;
         let _ = tx.send(Lookup::TierInputs { keys, users, active, latest });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_core::{FencingToken, Lease, WorkerId};
+
+    use super::*;
+
+    fn start(bucket: u32, accounts: usize) -> BucketStart {
+        let owner = WorkerId::new("w1").expect("worker id");
+        let leases: Vec<Lease> = (0..accounts)
+            .map(|i| Lease {
+                key: LeaseKey::new(format!("a{i}")).expect("key"),
+                owner: owner.clone(),
+                token: FencingToken(1),
+            })
+            .collect();
+        BucketStart { bucket: BucketId(bucket), token: FencingToken(1), users: vec![None; leases.len()], leases }
+    }
+
+    fn shape(groups: &[Vec<BucketStart>]) -> Vec<Vec<u32>> {
+        groups.iter().map(|g| g.iter().map(|s| s.bucket.0).collect()).collect()
+    }
+
+    #[test]
+    fn starts_are_grouped_by_whole_buckets_in_order() {
+        let starts = vec![start(1, 600), start(2, 600), start(3, 100), start(4, 2000), start(5, 10)];
+        assert_eq!(shape(&start_groups(starts, 1024)), vec![vec![1, 2], vec![3, 4], vec![5]]);
+        assert!(start_groups(Vec::new(), 1024).is_empty());
+        assert_eq!(shape(&start_groups(vec![start(7, 1)], 1024)), vec![vec![7]]);
+    }
 }

@@ -606,6 +606,10 @@ impl AccountDirectory for Storage {
         UserId::new(&id).map(Some).map_err(|e| DirectoryError { op: "user_of", source: Box::new(e) })
     }
 
+    async fn users_of(&self, accounts: &[LeaseKey]) -> Result<Vec<Option<UserId>>, DirectoryError> {
+        Storage::users_of(self, accounts).await.map_err(|e| DirectoryError { op: "users_of", source: Box::new(e) })
+    }
+
     fn bucket_count(&self) -> leasehold_core::BucketCount {
         Storage::bucket_count(self)
     }
@@ -613,7 +617,7 @@ impl AccountDirectory for Storage {
     async fn accounts_in_buckets(
         &self,
         buckets: &[leasehold_core::BucketId],
-    ) -> Result<Vec<(leasehold_core::BucketId, LeaseKey)>, DirectoryError> {
+    ) -> Result<Vec<crate::directory::BucketAccount>, DirectoryError> {
         Storage::accounts_in_buckets(self, buckets)
             .await
             .map_err(|e| DirectoryError { op: "accounts_in_buckets", source: Box::new(e) })

@@ -1,13 +1,18 @@
 //! Accounts by lease bucket (see `migrations/0900_account_buckets.sql`): what
 //! a worker that owns some buckets reads, and the weights it reports.
 
-use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey};
+use std::collections::HashMap;
+
+use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey, UserId};
 use sqlx::Row;
 
 use super::{corrupt, query_err, DbKind, Storage, StorageError};
+use crate::directory::BucketAccount;
 
 /// Most buckets one `IN (...)` list carries.
 const BUCKETS_PER_QUERY: usize = 512;
+/// Most account ids one `IN (...)` list carries.
+const IDS_PER_QUERY: usize = 500;
 
 impl Storage {
     /// At open: reads the bucket count, fills in the bucket of rows from
@@ -74,12 +79,12 @@ impl Storage {
         self.buckets.bucket_of(account)
     }
 
-    /// The accounts of `buckets`, with their bucket, sorted by id.
-    pub async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, StorageError> {
+    /// The accounts of `buckets`, with their bucket and user, sorted by id.
+    pub async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<BucketAccount>, StorageError> {
         let mut out = Vec::new();
         for chunk in buckets.chunks(BUCKETS_PER_QUERY) {
             let sql =
-                format!("SELECT bucket, id FROM accounts WHERE bucket IN ({}) ORDER BY id", placeholders(chunk.len()));
+                format!("SELECT bucket, id, user_id FROM accounts WHERE bucket IN ({})", placeholders(chunk.len()));
             // Built from placeholders only; the values are bound.
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for bucket in chunk {
@@ -90,12 +95,44 @@ impl Storage {
                 let bucket: i64 = row.try_get(0).map_err(query_err("read an account's bucket"))?;
                 let id: String = row.try_get(1).map_err(query_err("read an account id"))?;
                 let bucket = u32::try_from(bucket).map_err(|_| corrupt(&id, "bucket", bucket))?;
+                let user: Option<String> = row.try_get(2).map_err(query_err(format!("read the user of {id}")))?;
+                let user = user.map(|u| UserId::new(&u).map_err(|_| corrupt(&id, "user_id", &u))).transpose()?;
                 let key = LeaseKey::new(&id).map_err(|_| corrupt(&id, "id", &id))?;
-                out.push((BucketId(bucket), key));
+                out.push(BucketAccount { bucket: BucketId(bucket), key, user });
             }
         }
-        out.sort_by(|a, b| a.1.cmp(&b.1));
+        // Sorted here, not by the database: a takeover reads thousands at once.
+        out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+
+    /// The user of each of `accounts`, in order (`None` for an account
+    /// without a row): one query per [`IDS_PER_QUERY`] accounts, so the
+    /// users of a bucket's accounts, or of every owned account for a tier
+    /// evaluation, cost a few round trips rather than one each.
+    pub async fn users_of(&self, accounts: &[LeaseKey]) -> Result<Vec<Option<UserId>>, StorageError> {
+        let mut found: HashMap<String, Option<String>> = HashMap::with_capacity(accounts.len());
+        for chunk in accounts.chunks(IDS_PER_QUERY) {
+            let sql = format!("SELECT id, user_id FROM accounts WHERE id IN ({})", placeholders(chunk.len()));
+            // Built from placeholders only; the values are bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for account in chunk {
+                query = query.bind(account.as_str());
+            }
+            let rows = query.fetch_all(&self.pool).await.map_err(query_err("look up the users of accounts"))?;
+            for row in &rows {
+                let id: String = row.try_get(0).map_err(query_err("read an account id"))?;
+                let user: Option<String> = row.try_get(1).map_err(query_err(format!("read the user of {id}")))?;
+                found.insert(id, user);
+            }
+        }
+        accounts
+            .iter()
+            .map(|account| match found.remove(account.as_str()).flatten() {
+                Some(user) => UserId::new(&user).map(Some).map_err(|_| corrupt(account.as_str(), "user_id", &user)),
+                None => Ok(None),
+            })
+            .collect()
     }
 
     /// How many accounts each bucket holds: with `only`, one answer per

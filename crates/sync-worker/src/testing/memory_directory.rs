@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use leasehold_core::{BucketCount, BucketId, FencingToken, LeaseKey, UserId};
 use parking_lot::RwLock;
 
-use crate::directory::AccountDirectory;
+use crate::directory::{AccountDirectory, BucketAccount};
 use crate::errors::DirectoryError;
 
 /// An in-memory directory. Cheap to clone; clones share state.
@@ -57,11 +57,20 @@ impl AccountDirectory for MemoryDirectory {
         BucketCount::DEFAULT
     }
 
-    async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<(BucketId, LeaseKey)>, DirectoryError> {
+    async fn accounts_in_buckets(&self, buckets: &[BucketId]) -> Result<Vec<BucketAccount>, DirectoryError> {
         let index = self.buckets.read();
-        let mut found: Vec<(BucketId, LeaseKey)> =
-            buckets.iter().flat_map(|b| index.get(b).into_iter().flatten().map(move |k| (*b, k.clone()))).collect();
-        found.sort_by(|a, b| a.1.cmp(&b.1));
+        let users = self.map.read();
+        let mut found: Vec<BucketAccount> = buckets
+            .iter()
+            .flat_map(|b| {
+                index.get(b).into_iter().flatten().map(|k| BucketAccount {
+                    bucket: *b,
+                    key: k.clone(),
+                    user: users.get(k).cloned(),
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(found)
     }
 
