@@ -25,7 +25,7 @@ mod sync_scale_worker;
 mod sync_support;
 mod sync_webhooks;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 
 /// (name, what it measures).
 const BENCHES: &[(&str, &str)] = &[
@@ -48,7 +48,14 @@ const BENCHES: &[(&str, &str)] = &[
     ("sync-api", "sync-worker serve from a client: push latency, message-list and login requests/s"),
 ];
 
+// The allocator of the `sync-worker` binary, with its settings: the worker
+// processes of `sync-scale` and the worker of `sync-hot` run in this binary,
+// and their RSS is what a deployed worker's would be.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
+    sync_worker::allocator::restart_with_commit_on_demand().context("restart with the worker's allocator settings")?;
     let arg = std::env::args().nth(1);
     let Some(name) = arg.as_deref().filter(|a| *a != "--list") else {
         for (name, what) in BENCHES {

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 // The process.
+pub mod allocator;
 pub mod cli;
 
 pub mod app;

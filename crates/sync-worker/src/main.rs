@@ -6,7 +6,12 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    sync_worker::cli::run().await
+fn main() -> anyhow::Result<()> {
+    if let Err(e) = sync_worker::allocator::restart_with_commit_on_demand() {
+        eprintln!(
+            "sync-worker: could not restart with {}=0 ({e}); going on with mimalloc's defaults",
+            sync_worker::allocator::ARENA_EAGER_COMMIT
+        );
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(sync_worker::cli::run())
 }
