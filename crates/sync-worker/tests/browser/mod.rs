@@ -49,11 +49,18 @@ impl Browser {
     }
 
     pub async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        self.try_cmd(method, path, body).await.unwrap_or_else(|v| panic!("{method} {path}: {v}"))
+    }
+
+    /// A WebDriver command: its value, or the whole answer when it is an error.
+    async fn try_cmd(&self, method: &str, path: &str, body: Value) -> Result<Value, Value> {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let r = self.http.request(method.parse().unwrap(), url).json(&body).send().await.expect("webdriver");
         let v: Value = r.json().await.expect("webdriver json");
-        assert!(v["value"].get("error").is_none(), "{method} {path}: {v}");
-        v["value"].clone()
+        if v["value"].get("error").is_some() {
+            return Err(v);
+        }
+        Ok(v["value"].clone())
     }
 
     pub async fn element(&self, css: &str) -> String {
@@ -67,7 +74,20 @@ impl Browser {
         self.cmd("POST", &format!("/element/{e}/value"), json!({"text": text})).await;
     }
 
+    /// Clicks the element `css` finds. The console re-renders a row when a
+    /// push about it arrives, so an element found a moment ago may be gone
+    /// (a "stale element reference"): it is found again, a few times.
     pub async fn click(&self, css: &str) {
+        for _ in 0..4 {
+            let e = self.element(css).await;
+            match self.try_cmd("POST", &format!("/element/{e}/click"), json!({})).await {
+                Ok(_) => return,
+                Err(v) if v["value"]["error"] == "stale element reference" => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(v) => panic!("click {css}: {v}"),
+            }
+        }
         let e = self.element(css).await;
         self.cmd("POST", &format!("/element/{e}/click"), json!({})).await;
     }
