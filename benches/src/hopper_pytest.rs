@@ -21,7 +21,7 @@
 //! `agents_cpu_per_core_over_plain` that divided by the 2 slots, which is what
 //! the wall ratio comes to on an idle 2-core machine when the two agents end
 //! together. pytest comes from the venv `cargo xtask setup`
-//! makes (`target/test-venv`), or `HOPPER_BENCH_PYTHON`.
+//! makes (`target/pytest-venv`), or `HOPPER_BENCH_PYTHON`.
 //!
 //! The Redis phase's CPU figure is the server's CPU over the phase less its
 //! idle rate (measured for 1 s first) times the phase's wall time; the bench
@@ -56,7 +56,7 @@ pub fn python() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("HOPPER_BENCH_PYTHON") {
         return Ok(PathBuf::from(path));
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/pytest-venv/bin/python");
     if !venv.exists() {
         bail!("no pytest venv at {}: run `cargo xtask setup` (or set HOPPER_BENCH_PYTHON)", venv.display());
     }

@@ -27,6 +27,16 @@
 //!   last, the share spent in a test or between two: the rest is a slot
 //!   without work, at the start or in the tail, which is what scheduling
 //!   can win back.
+//!
+//! Before the builds, the same suite runs in one plain pytest process
+//! (`plain_pytest_s`), and under pytest-xdist with as many workers as
+//! hopper has slots (`xdist_s`), the peer a team would otherwise use.
+//! `pytest_bound_s` = `plain_pytest_s` ÷ slots is what a runner would take
+//! if it split pytest's own work perfectly over the slots and added nothing
+//! (start-up split too, so no runner can reach it); `ideal_s` leaves out
+//! pytest's own start-up, its work between tests and `time.sleep`'s
+//! overshoot, which on this suite of mostly 2 ms tests is about a fifth of
+//! the sum. Each build gives `wall_over_pytest_bound`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -97,7 +107,6 @@ struct Bench {
 
 fn run_blocking() -> Result<serde_json::Value> {
     let dir = tempfile::tempdir().context("cannot make a temp dir")?;
-    write_suite(dir.path(), &dir.path().join("first.log"))?;
     let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
     let bench = Bench {
         hopper: hopper_binary()?,
@@ -121,11 +130,20 @@ fn run_blocking() -> Result<serde_json::Value> {
          in the listed order no schedule ends before {in_order_bound:.2}s ({:.3}x)",
         in_order_bound / ideal
     );
+    let plain = bench.pytest_alone("plain", &[])?;
+    let xdist = bench.pytest_alone("xdist", &["-n", &slots.to_string()])?;
+    let pytest_bound = plain / slots as f64;
+    println!(
+        "  one plain pytest process: {plain:.2}s ({:.3}x the sum), so {pytest_bound:.2}s per slot ({:.3}x ideal); \
+         pytest-xdist -n {slots}: {xdist:.2}s ({:.3}x ideal)",
+        plain / sum,
+        pytest_bound / ideal,
+        xdist / ideal
+    );
     println!("  first build (no timings, the listed order):");
-    let first = bench.build("first", ideal, longest)?;
-    write_suite(bench.dir.path(), &bench.dir.path().join("timed.log"))?;
+    let first = bench.build("first", ideal, longest, pytest_bound)?;
     println!("  timed build (the first build's timings: slowest first):");
-    let timed = bench.build("timed", ideal, longest)?;
+    let timed = bench.build("timed", ideal, longest, pytest_bound)?;
     let mut figures = json!({
         "bench": "hopper-tail",
         "tests": TESTS,
@@ -135,6 +153,9 @@ fn run_blocking() -> Result<serde_json::Value> {
         "in_order_bound_over_ideal": round3(in_order_bound / ideal),
         "sum_s": round3(sum),
         "longest_s": round3(longest),
+        "plain_pytest_s": round3(plain),
+        "xdist_s": round3(xdist),
+        "pytest_bound_s": round3(pytest_bound),
         "timed": timed,
     });
     // The first build's figures stay at the top level, as before.
@@ -145,11 +166,35 @@ fn run_blocking() -> Result<serde_json::Value> {
 }
 
 impl Bench {
+    /// Runs the suite in pytest alone (one process, or pytest-xdist with
+    /// `args`), checks that it passed, and returns its wall time.
+    fn pytest_alone(&self, name: &str, args: &[&str]) -> Result<f64> {
+        write_suite(self.dir.path(), &self.dir.path().join(format!("{name}.log")))?;
+        let started = Instant::now();
+        let output = Command::new(&self.python)
+            .current_dir(self.dir.path())
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run pytest")?;
+        let wall = started.elapsed().as_secs_f64();
+        if !output.status.success() {
+            bail!(
+                "pytest {args:?} failed on the suite ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout).trim()
+            );
+        }
+        Ok(wall)
+    }
+
     /// Runs build `build` on every worker, checks its report, and returns
     /// its figures.
-    fn build(&self, build: &str, ideal: f64, longest: f64) -> Result<serde_json::Value> {
+    fn build(&self, build: &str, ideal: f64, longest: f64, pytest_bound: f64) -> Result<serde_json::Value> {
         let dir = self.dir.path();
         let log = dir.join(format!("{build}.log"));
+        write_suite(dir, &log)?;
         let slots = WORKERS * SLOTS_PER_WORKER;
         let started = Instant::now();
         let started_at = std::time::SystemTime::now()
@@ -210,7 +255,10 @@ impl Bench {
             "    tail: {:.2}s from the first slot out of work to the last test's end ({} agents; target <= {longest:.2}s)",
             figures.tail_idle, figures.agents
         );
-        Ok(figures.json(wall, ideal))
+        println!("    against pytest's own time split over the slots: {:.3}x", wall / pytest_bound);
+        let mut json = figures.json(wall, ideal);
+        json["wall_over_pytest_bound"] = json!(round3(wall / pytest_bound));
+        Ok(json)
     }
 }
 

@@ -62,7 +62,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist, junitparser and schemathesis (target/test-venv).
+    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist and junitparser (target/pytest-venv), one with schemathesis (target/schemathesis-venv).
     Setup,
     /// Run the library examples (examples/library) on mem:// and on a private redis-server.
     Examples,
@@ -215,7 +215,7 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
 
 fn setup(root: &Path) -> Result<()> {
     install_system_packages()?;
-    install_pytest(root)
+    install_venvs(root)
 }
 
 fn install_system_packages() -> Result<()> {
@@ -241,48 +241,73 @@ fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
     Ok(())
 }
 
-/// Where `cargo xtask setup` makes the Python virtual environment (with
-/// pytest) that hopper's end-to-end tests run their suites in.
-pub const TEST_VENV: &str = "target/test-venv";
+/// A Python virtual environment under `target/` that `cargo xtask setup`
+/// makes with the packages some tests run. Each tool has its own: a
+/// package that registers pytest plugins (schemathesis brings hypothesis)
+/// would otherwise load into every pytest that hopper's tests and benches
+/// start, and add seconds to each.
+struct Venv {
+    /// Where it lives, from the workspace root.
+    dir: &'static str,
+    /// What it is for (for messages).
+    purpose: &'static str,
+    /// The PyPI packages it holds.
+    packages: &'static [&'static str],
+    /// The modules that must import once they are installed.
+    modules: &'static str,
+}
 
-/// The PyPI packages of the tests' venv: pytest; pytest-xdist (hopper's
-/// agents turn its `-n` off); junitparser (a second reader of hopper's JUnit);
-/// schemathesis (sync-worker's API against its OpenAPI document).
-const TEST_VENV_PACKAGES: [&str; 4] = ["pytest", "pytest-xdist", "junitparser", "schemathesis"];
+/// hopper's pytest tests and benches: pytest; pytest-xdist (hopper's agents
+/// turn its `-n` off); junitparser (a second reader of hopper's JUnit).
+pub const PYTEST_VENV: &str = "target/pytest-venv";
 
-/// hopper's pytest tests run a real pytest from a private venv, so they never
-/// depend on (or change) the system's Python packages.
-fn install_pytest(root: &Path) -> Result<()> {
-    let venv = root.join(TEST_VENV);
+/// sync-worker's API tests: schemathesis, against the OpenAPI document.
+pub const SCHEMATHESIS_VENV: &str = "target/schemathesis-venv";
+
+const VENVS: [Venv; 2] = [
+    Venv {
+        dir: PYTEST_VENV,
+        purpose: "hopper's pytest tests",
+        packages: &["pytest", "pytest-xdist", "junitparser"],
+        modules: "pytest, xdist, junitparser",
+    },
+    Venv {
+        dir: SCHEMATHESIS_VENV,
+        purpose: "sync-worker's schemathesis test",
+        packages: &["schemathesis"],
+        modules: "schemathesis",
+    },
+];
+
+/// The tests run real pytest and schemathesis from private venvs, so they
+/// never depend on (or change) the system's Python packages.
+fn install_venvs(root: &Path) -> Result<()> {
+    VENVS.iter().try_for_each(|venv| install_venv(root, venv))
+}
+
+fn install_venv(root: &Path, spec: &Venv) -> Result<()> {
+    let venv = root.join(spec.dir);
     let python = venv.join("bin/python");
-    // Every package imports (xdist is pytest-xdist's module).
-    let works = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import pytest, xdist, junitparser, schemathesis"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
+    let import = format!("import {}", spec.modules);
+    let works = |python: &Path| Command::new(python).args(["-c", &import]).output().is_ok_and(|o| o.status.success());
     if works(&python) {
         return Ok(());
     }
     if !have("python3") {
-        bail!("the tests need python3 (3.8 or newer, with its venv module) to make {}", venv.display());
+        bail!("{} need python3 (3.8 or newer, with its venv module) to make {}", spec.purpose, venv.display());
     }
     if !python.exists() {
         let mut make = Command::new("python3");
         make.args(["-m", "venv"]).arg(&venv);
-        run("python3 -m venv", make).context("could not make the tests' venv; on Debian, install python3-venv")?;
+        run("python3 -m venv", make)
+            .with_context(|| format!("could not make {}; on Debian, install python3-venv", venv.display()))?;
     }
-    eprintln!("xtask: installing {} into {}", TEST_VENV_PACKAGES.join(", "), venv.display());
+    eprintln!("xtask: installing {} into {}", spec.packages.join(", "), venv.display());
     let mut install = Command::new(&python);
-    install.args(["-m", "pip", "install", "--quiet"]).args(TEST_VENV_PACKAGES);
-    run("pip install the tests' Python packages", install)?;
+    install.args(["-m", "pip", "install", "--quiet"]).args(spec.packages);
+    run("pip install", install)?;
     if !works(&python) {
-        bail!(
-            "pip installed {} but `{} -c 'import pytest, xdist, junitparser, schemathesis'` still fails",
-            TEST_VENV_PACKAGES.join(", "),
-            python.display()
-        );
+        bail!("pip installed {} but `{} -c '{import}'` still fails", spec.packages.join(", "), python.display());
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ mod api_harness;
 use api_harness::*;
 
 fn schemathesis() -> std::path::PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/schemathesis");
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/schemathesis-venv/bin/schemathesis");
     let ok = Command::new(&bin).arg("--version").output();
     assert!(
         ok.as_ref().is_ok_and(|o| o.status.success()),

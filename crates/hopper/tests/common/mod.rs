@@ -43,7 +43,7 @@ pub fn hopper(dir: &Path) -> Command {
 /// (never skips) when it is missing. Tests name its `python` explicitly, so
 /// they never depend on which python3 is first on PATH.
 pub fn venv_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin");
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pytest-venv/bin");
     let ok = Command::new(bin.join("python")).args(["-m", "pytest", "--version"]).output();
     assert!(
         ok.as_ref().is_ok_and(|o| o.status.success()),
