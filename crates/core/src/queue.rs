@@ -823,9 +823,10 @@ pub fn check_worker_error_message(message: &str) -> Result<(), SpecError> {
 ///   the requeueing worker and the time. `reserve` does not hand a marked
 ///   entry to that worker while another worker is live (a worker record
 ///   other than the caller's that has not [left](UnitQueue::leave) and made
-///   a transition within the call's `reclaim_after`) and the entry is younger
-///   than `reclaim_after` (a live worker that never reserves cannot hold a
-///   retry back for longer). With no other worker live, it still waits
+///   a transition within the call's `reclaim_after`), however long the entry
+///   has waited: a live worker whose slots are all in long tests takes it
+///   at its next reserve, and one that dies stops being live within
+///   `reclaim_after`. With no other worker live, it still waits
 ///   until it is [`RETRY_ALONE_AFTER`] old (or `reclaim_after`, when
 ///   shorter), so that a worker joining a moment later can take it; then
 ///   the lone worker gets its own retry. Such an entry is moved to the end of the

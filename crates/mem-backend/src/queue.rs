@@ -318,14 +318,14 @@ impl Run {
         }
     }
 
-    /// Whether `worker` may not take `entry` now: it failed the unit, the
-    /// mark is younger than `window_ms`, and another worker is live.
+    /// Whether `worker` may not take `entry` now: it failed the unit, and
+    /// another worker is live (or, with none, the mark is younger than the
+    /// lone worker's wait).
     fn held_back(&self, entry: &Entry, worker: &WorkerId, window_ms: u64, now: u64) -> bool {
         let Some(mark) = &entry.elsewhere else { return false };
         let age = now.saturating_sub(mark.since_ms);
         let alone_ms = window_ms.min(millis(RETRY_ALONE_AFTER));
         &mark.avoid == worker
-            && age < window_ms
             && (age < alone_ms || self.workers.values().any(|w| &w.worker != worker && w.is_live(now, window_ms)))
     }
 

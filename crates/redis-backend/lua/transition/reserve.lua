@@ -115,7 +115,7 @@ local function reserve(m, max, reclaim_after_ms, single)
         if not again and group_full(groups[i]) then
           -- Its group is full: it waits in `parked` for a place.
           park(stream, ids[i], unit, kinds[i], avoids[i], sinces[i], groups[i])
-        elseif again or (avoids[i] == worker_id and now - sinces[i] < reclaim_after_ms
+        elseif again or (avoids[i] == worker_id
             and (now - sinces[i] < math.min(reclaim_after_ms, RETRY_ALONE_AFTER_MS) or another_live())) then
           -- Held back for another worker: to the end of the priority stream.
           redis.call("XACK", stream, GROUP, ids[i])
