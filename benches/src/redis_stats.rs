@@ -98,8 +98,14 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// Whether a script's first argument is a mode name (`reserve`,
+/// `finalize_batch`, ...), not data.
+fn is_mode_name(arg: &str) -> bool {
+    !arg.is_empty() && arg.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+}
+
 /// The slow log grouped by what ran: the transition mode for the transition
-/// script (6 keys), "script/<n> keys" for other scripts, else the command.
+/// script, "script/<n> keys" for other scripts, else the command.
 /// Values: (calls, µs).
 pub async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, (u64, u64)>> {
     let entries: Vec<Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query_async(conn).await?;
@@ -110,12 +116,12 @@ pub async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMa
         let args: Vec<String> = args.iter().filter_map(text).collect();
         let command = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
         let label = if command == "evalsha" || command == "eval" {
-            match args.get(2).map(String::as_str) {
-                Some("6") => match args.get(9) {
-                    Some(mode) if mode.chars().all(|c| c.is_ascii_lowercase() || c == '_') => mode.clone(),
-                    _ => "initialize".into(),
-                },
-                Some(n) => format!("script/{n} keys"),
+            // EVALSHA sha numkeys key... mode ...: the transition script's
+            // first argument names its mode, whatever its number of keys.
+            let keys = args.get(2).and_then(|n| n.parse::<usize>().ok());
+            match keys.map(|n| (n, args.get(3 + n))) {
+                Some((_, Some(mode))) if is_mode_name(mode) => mode.clone(),
+                Some((n, _)) => format!("script/{n} keys"),
                 None => "script".into(),
             }
         } else {
