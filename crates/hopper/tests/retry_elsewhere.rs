@@ -97,7 +97,22 @@ fn report(project: &Project, build: &Build) -> (Option<i32>, String, String) {
 /// the broken one; the gate opens once the broken worker has failed the
 /// test `failures` times.
 fn two_workers(project: &Project, build: &Build, broken_extra: &[&str], failures: usize) {
-    let good = worker(project, build, "w-good", false, &[]);
+    two_workers_gated(project, build, &[], broken_extra, failures, Duration::ZERO);
+}
+
+/// [`two_workers`], with `extra` given to both workers and the gate kept
+/// shut `hold` longer after the failures.
+fn two_workers_gated(
+    project: &Project,
+    build: &Build,
+    extra: &[&str],
+    broken_extra: &[&str],
+    failures: usize,
+    hold: Duration,
+) {
+    let good = worker(project, build, "w-good", false, extra);
+    let broken_extra = [extra, broken_extra].concat();
+    let broken_extra = broken_extra.as_slice();
     // The good worker is live and inside the gate before the broken one starts.
     assert!(
         wait_for(Duration::from_secs(60), || build.finalized(project.path()).is_some()),
@@ -106,6 +121,7 @@ fn two_workers(project: &Project, build: &Build, broken_extra: &[&str], failures
     std::thread::sleep(Duration::from_millis(500));
     let broken = worker(project, build, "w-broken", true, broken_extra);
     let failed = wait_for(Duration::from_secs(60), || broken_failures(project.path()) >= failures);
+    std::thread::sleep(hold);
     std::fs::write(project.path().join("gate"), "open").unwrap();
     assert!(failed, "the broken worker never failed the test {failures} time(s)");
     finish(good, "the good worker");
@@ -138,6 +154,22 @@ fn a_failure_on_one_worker_is_retried_on_another_and_named_worker_specific() {
         "{xml}"
     );
     assert!(xml.contains("<flakyFailure") && xml.contains(" on w-broken"), "{xml}");
+}
+
+/// The good worker stays busy (in the gate) for twice the reclaim timeout
+/// after the failure, heartbeating: it is live, so the retry waits for it
+/// rather than going back to the broken worker, which has nothing else left
+/// to run and asks again and again.
+#[test]
+fn a_retry_waits_for_a_busy_live_worker_past_the_reclaim_timeout() {
+    let project = project();
+    let build = Build::on_shared_redis("hopper-busy-elsewhere");
+    two_workers_gated(&project, &build, &["--timeout", "3"], &[], 1, Duration::from_secs(6));
+    let (code, stdout, stderr) = report(&project, &build);
+    let shown = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(broken_failures(project.path()), 1, "the retry never came back to the broken worker\n{shown}");
+    assert_eq!(code, Some(0), "the retry passed on the good worker: the build is green\n{shown}");
+    assert!(stdout.contains("(failed on w-broken, passed on w-good)"), "{shown}");
 }
 
 #[test]
