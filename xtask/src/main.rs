@@ -259,10 +259,10 @@ struct Venv {
 
 /// hopper's pytest tests and benches: pytest; pytest-xdist (hopper's agents
 /// turn its `-n` off); junitparser (a second reader of hopper's JUnit).
-pub const PYTEST_VENV: &str = "target/pytest-venv";
+const PYTEST_VENV: &str = "target/pytest-venv";
 
 /// sync-worker's API tests: schemathesis, against the OpenAPI document.
-pub const SCHEMATHESIS_VENV: &str = "target/schemathesis-venv";
+const SCHEMATHESIS_VENV: &str = "target/schemathesis-venv";
 
 const VENVS: [Venv; 2] = [
     Venv {
@@ -273,7 +273,7 @@ const VENVS: [Venv; 2] = [
     },
     Venv {
         dir: SCHEMATHESIS_VENV,
-        purpose: "sync-worker's schemathesis test",
+        purpose: "sync-worker's schemathesis tests",
         packages: &["schemathesis"],
         modules: "schemathesis",
     },
