@@ -79,7 +79,8 @@ fn write_suite(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn timed(cmd: Command, what: &str) -> Result<(Duration, String)> {
+/// Wall time and stdout of a command that must succeed.
+pub fn timed(cmd: Command, what: &str) -> Result<(Duration, String)> {
     timed_cpu(cmd, what).map(|(wall, _, out)| (wall, out))
 }
 

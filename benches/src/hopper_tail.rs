@@ -48,7 +48,7 @@ use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use serde_json::json;
 
 use crate::hopper_local::{hopper_binary, round3};
-use crate::hopper_pytest::{path_env, python};
+use crate::hopper_pytest::{path_env, python, timed};
 
 /// Tests in the suite.
 const TESTS: usize = 2000;
@@ -170,23 +170,10 @@ impl Bench {
     /// `args`), checks that it passed, and returns its wall time.
     fn pytest_alone(&self, name: &str, args: &[&str]) -> Result<f64> {
         write_suite(self.dir.path(), &self.dir.path().join(format!("{name}.log")))?;
-        let started = Instant::now();
-        let output = Command::new(&self.python)
-            .current_dir(self.dir.path())
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("cannot run pytest")?;
-        let wall = started.elapsed().as_secs_f64();
-        if !output.status.success() {
-            bail!(
-                "pytest {args:?} failed on the suite ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout).trim()
-            );
-        }
-        Ok(wall)
+        let mut pytest = Command::new(&self.python);
+        pytest.current_dir(self.dir.path()).args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).args(args);
+        let (wall, _) = timed(pytest, &format!("pytest {args:?} on the suite"))?;
+        Ok(wall.as_secs_f64())
     }
 
     /// Runs build `build` on every worker, checks its report, and returns

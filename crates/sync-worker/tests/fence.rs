@@ -39,6 +39,12 @@ async fn an_emptied_redis_heals_by_itself_within_ttl_plus_5s_under_buckets() {
     an_emptied_redis_heals(Ownership::Buckets).await;
 }
 
+/// Every account's recorded claims, in the rig's order.
+fn claims_of_every_account(rig: &Rig) -> Vec<Vec<i64>> {
+    let audit = FenceAudit::of(&rig.db);
+    rig.accounts.iter().map(|(a, _)| audit.claims(a.as_str()).expect("claims")).collect()
+}
+
 async fn an_emptied_redis_heals(ownership: Ownership) {
     let db = Postgres::fresh("emptied_redis").unwrap_or_else(|e| panic!("Postgres: {e}"));
     let rig = Rig::new("emptied_redis", db, 4, 600).await.owned_by(ownership);
@@ -58,8 +64,7 @@ async fn an_emptied_redis_heals(ownership: Ownership) {
     // Under buckets an account may not be claimed yet when the first sync
     // begins: one first claimed after the flush starts from an empty Redis,
     // with no recorded token to stay above.
-    let claimed_before_flush: Vec<Vec<i64>> =
-        rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
+    let claimed_before_flush = claims_of_every_account(&rig);
     assert!(rig.redis.one().command("FLUSHALL").expect("FLUSHALL").starts_with("+OK"));
     for ((a, _), claims) in rig.accounts.iter().zip(&claimed_before_flush) {
         assert!(claims.iter().all(|t| *t > 50), "{a}: claims before the flush start above 50: {claims:?}");
@@ -67,8 +72,7 @@ async fn an_emptied_redis_heals(ownership: Ownership) {
     assert!(claimed_before_flush.iter().any(|c| !c.is_empty()), "no account was claimed before the flush");
     rig.wait_synced(Duration::from_secs(120), "initial sync, flushed mid-way").await;
     rig.assert_no_stale_write();
-    let before: Vec<Vec<i64>> =
-        rig.accounts.iter().map(|(a, _)| FenceAudit::of(&rig.db).claims(a.as_str()).expect("claims")).collect();
+    let before = claims_of_every_account(&rig);
     let logins_before = rig.proxy.logins();
 
     // ...and once after it, timed: every account syncs new mail within TTL + 5 s.
