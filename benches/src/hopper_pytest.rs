@@ -30,6 +30,7 @@
 //! `LEASEHOLD_BENCH_SLOWLOG=1` also logs every command (costing Redis some
 //! CPU) to give the script time per transition mode.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ use crate::hopper_local::{children_cpu_s, hopper_binary, round3};
 use crate::hopper_pytest_skewed;
 use crate::machine::load_1m;
 use crate::redis_stats::{
-    commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats, slowlog_by_mode,
+    self, client_addrs, commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats,
 };
 
 const FILES: usize = 20;
@@ -152,9 +153,21 @@ pub async fn run() -> Result<serde_json::Value> {
             redis::cmd("CONFIG").arg("SET").arg(cmd).arg(arg).query_async::<()>(&mut stats).await?;
         }
     }
+    // The report waits beside the workers, as in CI, and its reads count.
+    // It starts first, so the connections that appear before the workers
+    // start are its own: the slow log's calls are split by them.
+    let known = client_addrs(&mut stats).await?;
     reset_stats(&mut stats).await?;
     let cpu_before = cpu_s(&mut stats).await?;
     let started = Instant::now();
+    let mut report = hopper_cmd(&hopper, dir.path(), &python);
+    report
+        .args(["report", "--queue", &url, "--key-prefix", &prefix, "--build", &build, "--slowest", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let report = report.spawn().context("cannot start hopper report")?;
+    let report_clients = new_clients(&mut stats, &known).await?;
     let mut workers = Vec::new();
     for w in 0..2 {
         let mut cmd = hopper_cmd(&hopper, dir.path(), &python);
@@ -178,14 +191,6 @@ pub async fn run() -> Result<serde_json::Value> {
         .stderr(Stdio::piped());
         workers.push(cmd.spawn().context("cannot start a Redis worker")?);
     }
-    // The report waits beside the workers, as in CI, and its reads count.
-    let mut report = hopper_cmd(&hopper, dir.path(), &python);
-    report
-        .args(["report", "--queue", &url, "--key-prefix", &prefix, "--build", &build, "--slowest", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let report = report.spawn().context("cannot start hopper report")?;
     for worker in workers {
         let output = worker.wait_with_output()?;
         if !output.status.success() {
@@ -204,7 +209,14 @@ pub async fn run() -> Result<serde_json::Value> {
     // The issue's own measure: all of redis-server's CPU over the phase, idle included.
     let raw_cpu_us_per_test = redis_cpu * 1e6 / TESTS as f64;
     let command_stats = commandstats(&mut stats).await?;
-    let modes = if slowlog { slowlog_by_mode(&mut stats).await? } else { Default::default() };
+    let calls = if slowlog { redis_stats::slowlog(&mut stats).await? } else { Vec::new() };
+    let modes = redis_stats::group(calls.iter().map(|c| (c.label.clone(), c.us)));
+    let roles = redis_stats::group(
+        calls
+            .iter()
+            .filter(|c| c.top_level())
+            .map(|c| (if report_clients.contains(&c.client) { "report" } else { "workers" }.to_owned(), c.us)),
+    );
     if !out.contains(&format!("PASSED: {TESTS} units")) {
         bail!("the Redis build did not pass {TESTS} units: {}", out.trim());
     }
@@ -226,6 +238,20 @@ pub async fn run() -> Result<serde_json::Value> {
         );
     }
 
+    for (role, (calls, us)) in &roles {
+        println!(
+            "  {role:<25} {calls:>7} calls {:>7.2} µs/unit (slow log: execution time of the calls it sent)",
+            *us as f64 / n
+        );
+    }
+    let status = if slowlog {
+        let us = status_cost(&hopper, dir.path(), &python, &url, &prefix, &build, &mut stats).await?;
+        println!("  one `hopper status` of the finished build: {us:.0} µs of Redis execution time");
+        Some(us)
+    } else {
+        None
+    };
+
     let mut figures = json!({
         "bench": "hopper-pytest",
         "tests": TESTS,
@@ -236,6 +262,17 @@ pub async fn run() -> Result<serde_json::Value> {
         "redis_idle_cpu_ms_per_s": round3(idle * 1e3),
         "redis_commands": commandstats_json(&command_stats, n),
     });
+    if slowlog {
+        let us_of = |role: &str| roles.get(role).map_or(0.0, |(_, us)| round3(*us as f64 / n));
+        let more = json!({
+            "slowlog_workers_us_per_test": us_of("workers"),
+            "slowlog_report_us_per_test": us_of("report"),
+            "status_us_per_call": status.map(round3),
+        });
+        if let (Some(f), serde_json::Value::Object(more)) = (figures.as_object_mut(), more) {
+            f.extend(more);
+        }
+    }
     let target = if cpu_us_per_test <= 10.0 { "meets" } else { "misses" };
     match local {
         Some(local) => {
@@ -267,6 +304,58 @@ pub async fn run() -> Result<serde_json::Value> {
         }
     }
     Ok(figures)
+}
+
+/// The clients that connect within a few seconds and are not in `known`:
+/// those of the process just started (its connections settle once it has
+/// found the build's keys; it waits until nothing new has appeared for
+/// 500 ms).
+async fn new_clients(
+    stats: &mut redis::aio::MultiplexedConnection,
+    known: &BTreeSet<String>,
+) -> Result<BTreeSet<String>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = BTreeSet::new();
+    let mut settled = Instant::now();
+    while Instant::now() < deadline {
+        let now: BTreeSet<String> = client_addrs(stats).await?.difference(known).cloned().collect();
+        if now.len() > seen.len() {
+            seen = now;
+            settled = Instant::now();
+        } else if !seen.is_empty() && settled.elapsed() >= Duration::from_millis(500) {
+            return Ok(seen);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if seen.is_empty() {
+        bail!("hopper report did not connect to Redis within 10 s");
+    }
+    Ok(seen)
+}
+
+/// Redis execution time (slow log) of one `hopper status` of the finished
+/// build, in µs: the median of five.
+async fn status_cost(
+    hopper: &Path,
+    dir: &Path,
+    python: &Path,
+    url: &str,
+    prefix: &str,
+    build: &str,
+    stats: &mut redis::aio::MultiplexedConnection,
+) -> Result<f64> {
+    let mut costs = Vec::new();
+    for _ in 0..5 {
+        redis::cmd("SLOWLOG").arg("RESET").query_async::<()>(stats).await?;
+        let mut status = hopper_cmd(hopper, dir, python);
+        status.args(["status", "--queue", url, "--key-prefix", prefix, "--build", build]);
+        let (_, _) = timed(status, "hopper status")?;
+        costs.push(
+            redis_stats::slowlog(stats).await?.iter().filter(|c| c.top_level()).map(|c| c.us as f64).sum::<f64>(),
+        );
+    }
+    costs.sort_by(f64::total_cmp);
+    Ok(costs[costs.len() / 2])
 }
 
 /// Figures of the phases without Redis.

@@ -2,7 +2,7 @@
 //! (`INFO cpu`), its idle rate, and the per-command breakdown (`INFO
 //! commandstats`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -104,15 +104,33 @@ fn is_mode_name(arg: &str) -> bool {
     !arg.is_empty() && arg.chars().all(|c| c.is_ascii_lowercase() || c == '_')
 }
 
-/// The slow log grouped by what ran: the transition mode for the transition
-/// script, "script/<n> keys" for other scripts, else the command.
-/// Values: (calls, µs).
-pub async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, (u64, u64)>> {
+/// One call in the slow log: what ran (see [`slowlog_by_mode`]), the
+/// client's address (`ip:port`) and its execution time in µs.
+#[derive(Debug, Clone)]
+pub struct SlowCall {
+    pub label: String,
+    pub client: String,
+    pub us: u64,
+}
+
+impl SlowCall {
+    /// Whether a client sent it, rather than a script running it (Redis logs
+    /// a script's inner commands under the address `?:0`, and their time is
+    /// inside the script's own entry too).
+    pub fn top_level(&self) -> bool {
+        self.client != "?:0"
+    }
+}
+
+/// The whole slow log, the bench's own reads (`SLOWLOG`, `INFO`, `CONFIG`,
+/// `CLIENT`) left out.
+pub async fn slowlog(conn: &mut MultiplexedConnection) -> Result<Vec<SlowCall>> {
     let entries: Vec<Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query_async(conn).await?;
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut out = Vec::new();
     for entry in entries {
         let Value::Array(fields) = entry else { continue };
         let (Some(Value::Int(us)), Some(Value::Array(args))) = (fields.get(2), fields.get(3)) else { continue };
+        let client = fields.get(4).and_then(text).unwrap_or_default();
         let args: Vec<String> = args.iter().filter_map(text).collect();
         let command = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
         let label = if command == "evalsha" || command == "eval" {
@@ -127,12 +145,38 @@ pub async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMa
         } else {
             command
         };
-        if label == "slowlog" || label == "info" || label == "config" {
+        if matches!(label.as_str(), "slowlog" | "info" | "config" | "client") {
             continue;
         }
-        let slot = out.entry(label).or_default();
-        slot.0 += 1;
-        slot.1 += *us as u64;
+        out.push(SlowCall { label, client, us: *us as u64 });
     }
     Ok(out)
+}
+
+/// The slow log grouped by what ran: the transition mode for the transition
+/// script, "script/<n> keys" for other scripts, else the command.
+/// Values: (calls, µs).
+pub async fn slowlog_by_mode(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, (u64, u64)>> {
+    Ok(group(slowlog(conn).await?.iter().map(|c| (c.label.clone(), c.us))))
+}
+
+/// (calls, µs) per key.
+pub fn group(calls: impl Iterator<Item = (String, u64)>) -> BTreeMap<String, (u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for (key, us) in calls {
+        let slot = out.entry(key).or_default();
+        slot.0 += 1;
+        slot.1 += us;
+    }
+    out
+}
+
+/// The addresses (`ip:port`) of the server's connected clients.
+pub async fn client_addrs(conn: &mut MultiplexedConnection) -> Result<BTreeSet<String>> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query_async(conn).await?;
+    Ok(list
+        .lines()
+        .filter_map(|line| line.split(' ').find_map(|kv| kv.strip_prefix("addr=")))
+        .map(str::to_owned)
+        .collect())
 }
