@@ -215,6 +215,30 @@ pub async fn heartbeat_keeps_delivery_from_reclaim(fx: Fixture) {
     assert_eq!((got.delivery_count, got.reclaim_count), (2, 1));
 }
 
+/// Each delivery has an idle clock of its own, also among the units one
+/// `reserve_batch` call handed out together: a heartbeat of one of them
+/// keeps that one alone from reclaim. Its batch-mates age on and are
+/// reclaimed oldest first, each fencing off only its own old handle.
+pub async fn deliveries_of_one_reserve_call_age_apart(fx: Fixture) {
+    let r = init(&fx, &["a", "b", "c"], lenient()).await;
+    let got = fx.queue.reserve_batch(&r, &worker("w1"), batch(3), LONG).await.expect("reserve_batch");
+    let [da, db, dc] = <[Delivery; 3]>::try_from(got.deliveries).expect("three deliveries in one call");
+    fx.time.advance(ms(400)).await;
+    assert_eq!(fx.queue.heartbeat_batch(&r, &worker("w1"), std::slice::from_ref(&db)).await.unwrap(), vec![Ack::Ok]);
+    let first = delivered(reserve_with(&fx, &r, "w2", ms(300)).await);
+    let second = delivered(reserve_with(&fx, &r, "w2", ms(300)).await);
+    assert_eq!((first.unit.clone(), second.unit.clone()), (unit("a"), unit("c")), "the idle two, oldest first");
+    assert_eq!((first.delivery_count, second.delivery_count), (2, 2));
+    assert_eq!(reserve_with(&fx, &r, "w2", ms(300)).await, ReserveReply::None, "the renewed one stays");
+    assert_eq!(pending_rows(&fx, &r).await, vec![row_of(&first, "w2"), row_of(&db, "w1"), row_of(&second, "w2")]);
+    assert_all_stale(&fx, &r, "w1", &da).await;
+    assert_all_stale(&fx, &r, "w1", &dc).await;
+    finalize_ok(&fx, &r, "w1", &db).await;
+    finalize_ok(&fx, &r, "w2", &first).await;
+    finalize_ok(&fx, &r, "w2", &second).await;
+    assert_eq!(progress(&fx, &r).await, counters(3, 3, 0, 0, 0));
+}
+
 /// A heartbeat replies `OK`, appends no event, keeps the delivery count (the
 /// handle stays valid) and sets the worker's current unit.
 pub async fn heartbeat_ok_keeps_the_fence(fx: Fixture) {
