@@ -482,14 +482,15 @@ fn a_test_that_crashes_its_batch_fails_alone() {
     assert!(stdout.contains("8 units, 7 passed (0 flaky), 1 failed"), "no test that passes is flaky: {stdout}");
 }
 
-/// A suite under `tests/` with a pass, a failure, a skip, an xfail and an
-/// xpass, each test logging that it ran (to `ran.log` beside `tests/`).
+/// A suite under `tests/` with a pass, a failure, a skip, an xfail (and
+/// one without a reason) and an xpass, each test logging that it ran (to `ran.log` beside `tests/`).
 const PYTEST_OUTCOMES: &[(&str, &str)] = &[(
     "tests/test_outcomes.py",
     "import os\nimport pytest\n\ndef ran(name):\n    with open(os.path.join(os.path.dirname(__file__), '..', 'ran.log'), 'a') as log:\n        log.write(name + '\\n')\n\n\
      def test_pass():\n    ran('pass')\n\ndef test_fail():\n    ran('fail')\n    assert False, 'deliberate'\n\n\
      def test_skip():\n    ran('skip')\n    pytest.skip('not today')\n\n\
      @pytest.mark.xfail(reason='known bug')\ndef test_xfail():\n    ran('xfail')\n    assert False\n\n\
+     @pytest.mark.xfail\ndef test_xfail_bare():\n    ran('xfail bare')\n    assert False\n\n\
      @pytest.mark.xfail(reason='fixed already')\ndef test_xpass():\n    ran('xpass')\n\n\
      @pytest.mark.parametrize('v', ['a b', 'q\\'\"', '\u{e9}\u{2713}'])\ndef test_ids(v):\n    ran('ids ' + v)\n    assert v != 'a b'\n",
 )];
@@ -500,7 +501,7 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
     let dir = Project::new(PYTEST_OUTCOMES);
     let log = dir.path().join("ran.log");
     let (plain, _) = plain_pytest(dir.path(), &["tests"]);
-    assert_eq!(plain.tests.len(), 8, "{plain:?}");
+    assert_eq!(plain.tests.len(), 9, "{plain:?}");
     assert_eq!(plain.tests["tests/test_outcomes.py::test_xfail"], "skipped");
     let plain_out = Command::new(&python)
         .args(["-m", "pytest", "-q", "-rsx", "-p", "no:cacheprovider", "tests"])
@@ -524,7 +525,8 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
         let ran = std::fs::read_to_string(&log).unwrap();
         let mut ran: Vec<&str> = ran.lines().collect();
         ran.sort_unstable();
-        let want = ["fail", "ids a b", "ids q'\"", "ids \u{e9}\u{2713}", "pass", "skip", "xfail", "xpass"];
+        let want =
+            ["fail", "ids a b", "ids q'\"", "ids \u{e9}\u{2713}", "pass", "skip", "xfail", "xfail bare", "xpass"];
         assert_eq!(ran, want, "each test ran once\n{shown}");
         // The reasons pytest gives (`SKIPPED [1] ...: not today`, `XFAIL ... - known bug`).
         let junit = dir.path().join(format!("hopper-{}.xml", mode.join("_")));
@@ -535,9 +537,13 @@ fn every_mode_keeps_skips_xfail_and_odd_ids_and_runs_each_test_once() {
         };
         assert_eq!(reason("tests/test_outcomes.py::test_skip").as_deref(), Some("not today"), "{shown}");
         assert_eq!(reason("tests/test_outcomes.py::test_xfail").as_deref(), Some("xfail: known bug"), "{shown}");
+        assert_eq!(reason("tests/test_outcomes.py::test_xfail_bare").as_deref(), Some("xfail"), "{shown}");
         assert!(shown.contains("SKIPPED [1] not today"), "{shown}");
-        // Counted as pytest counts them: `1 skipped, 1 xfailed`.
-        assert!(shown.contains(", 1 skipped, 1 xfailed;"), "{shown}");
+        // Expected failures apart from the skips, each by its own reason.
+        assert!(shown.contains("  XFAIL [1] known bug\n  XFAIL [1] (no reason given)\n"), "{shown}");
+        assert!(!shown.contains("SKIPPED [1] xfail"), "{shown}");
+        // Counted as pytest counts them: `1 skipped, 2 xfailed`.
+        assert!(shown.contains(", 1 skipped, 2 xfailed;"), "{shown}");
     }
 }
 
@@ -927,7 +933,7 @@ fn junitparser_and_elementtree_read_hoppers_junit_with_pytests_own_counts() {
         .unwrap();
     assert_eq!(plain.status.code(), Some(1), "{:?}", texts(&plain));
     let want = junit_counts(&plain_xml);
-    assert_eq!(want, [9, 2, 1, 2], "pytest's own: 9 tests, 2 failed, a setup error, skip and xfail skipped");
+    assert_eq!(want, [10, 2, 1, 3], "pytest's own: 10 tests, 2 failed, a setup error, a skip and two xfails skipped");
     let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
     for mode in [&["-j", "2"][..], &["-j", "1", "--batch-size", "20"], &["--per-process", "-j", "2"]] {
         let (_, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);

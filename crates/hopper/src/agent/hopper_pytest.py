@@ -465,7 +465,7 @@ def _verdict(reports):
         elif report.skipped and outcome == "passed":
             outcome = "skipped"
             if hasattr(report, "wasxfail"):
-                message = "xfail: %s" % report.wasxfail
+                message = "xfail: %s" % report.wasxfail if report.wasxfail else "xfail"
             elif isinstance(report.longrepr, tuple):
                 message = str(report.longrepr[2])
                 # The reason alone, as pytest's JUnit and `-rs` give it.

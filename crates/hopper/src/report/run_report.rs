@@ -490,20 +490,33 @@ impl RunReport {
                 }
             }
         }
-        // Skips by reason, as pytest's `-rs` has them: a reason, and how many.
+        // Skips by reason, as pytest's `-rs` has them: a reason, and how
+        // many; expected failures apart, as pytest's `-rx` has them.
         let mut reasons: Vec<(&str, usize)> = Vec::new();
+        let mut xfails: Vec<(&str, usize)> = Vec::new();
         for reason in
             self.units.iter().filter_map(|u| u.skip_reason.as_deref().filter(|_| u.outcome == Some(Outcome::Skipped)))
         {
-            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            let (list, reason) = match skips::xfail_own_reason(reason) {
+                Some(own) => (&mut xfails, own),
+                None => (&mut reasons, reason),
+            };
+            match list.iter_mut().find(|(r, _)| *r == reason) {
                 Some((_, n)) => *n += 1,
-                None => reasons.push((reason, 1)),
+                None => list.push((reason, 1)),
             }
         }
         if !reasons.is_empty() {
             let _ = writeln!(out, "\nSKIPPED, by reason:");
             for (reason, n) in reasons {
                 let _ = writeln!(out, "  SKIPPED [{n}] {reason}");
+            }
+        }
+        if !xfails.is_empty() {
+            let _ = writeln!(out, "\nXFAIL (expected failures), by reason:");
+            for (reason, n) in xfails {
+                let reason = if reason.is_empty() { "(no reason given)" } else { reason };
+                let _ = writeln!(out, "  XFAIL [{n}] {reason}");
             }
         }
         if !self.outside_skips.is_empty() {
@@ -874,6 +887,11 @@ mod tests {
         report.units[3].skip_reason = Some("xfail: known bug".into());
         let text = report.render(5);
         assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 0 unfinished, 1 xfailed; "), "{text}");
+        // Listed apart from the skips, by its own reason.
+        assert!(text.contains("XFAIL (expected failures), by reason:\n  XFAIL [1] known bug\n"), "{text}");
+        assert!(!text.contains("SKIPPED"), "an expected failure is no skip: {text}");
+        report.units[3].skip_reason = Some("xfail".into());
+        assert!(report.render(5).contains("  XFAIL [1] (no reason given)\n"), "{}", report.render(5));
     }
 
     /// Twice 90 s of waiting for the queue (an outage) is not the workers'

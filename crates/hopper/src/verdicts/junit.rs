@@ -49,7 +49,7 @@ pub fn parse(xml: &str) -> Result<Vec<ReportedCase>, quick_junit::DeserializeErr
                     let reason = message.as_ref().map(|m| m.as_str().to_owned());
                     let xfail = ty.as_ref().is_some_and(|t| t.as_str() == "pytest.xfail");
                     let reason = match (xfail, reason) {
-                        (true, r) => Some(format!("{}: {}", skips::XFAIL, r.unwrap_or_default())),
+                        (true, r) => Some(skips::xfail_reason(r.as_deref())),
                         (false, r) => r,
                     };
                     (CaseStatus::Skipped, reason)

@@ -32,6 +32,22 @@ pub fn is_xfail(reason: &str) -> bool {
     reason.strip_prefix(XFAIL).is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
 }
 
+/// The skip reason of an expected failure whose own reason is `reason`
+/// (`xfail: known bug`); `xfail` alone when it gave none.
+pub fn xfail_reason(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{XFAIL}: {reason}"),
+        None => XFAIL.to_owned(),
+    }
+}
+
+/// An expected failure's own reason, from its skip reason (`known bug` of
+/// `xfail: known bug`); `None` for a skip that is no expected failure, and
+/// `Some("")` for one that gave no reason.
+pub fn xfail_own_reason(reason: &str) -> Option<&str> {
+    is_xfail(reason).then(|| reason[XFAIL.len()..].trim_start_matches(':').trim())
+}
+
 /// The skip reason in a finalized event's `errors` payload.
 pub fn reason_of(errors: Option<&serde_json::Value>) -> Option<String> {
     errors?.get(SKIP_REASON)?.as_str().map(str::to_owned)
@@ -39,6 +55,19 @@ pub fn reason_of(errors: Option<&serde_json::Value>) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_xfail_without_a_reason_says_xfail_alone() {
+        assert_eq!(xfail_reason(Some("known bug")), "xfail: known bug");
+        assert_eq!(xfail_reason(Some("  ")), "xfail");
+        assert_eq!(xfail_reason(None), "xfail");
+        assert_eq!(xfail_own_reason("xfail: known bug"), Some("known bug"));
+        assert_eq!(xfail_own_reason("xfail"), Some(""));
+        assert_eq!(xfail_own_reason("xfail: "), Some(""), "as an older agent wrote it");
+        assert_eq!(xfail_own_reason("xfailed once"), None);
+        assert_eq!(xfail_own_reason("not today"), None);
+    }
+
     use super::*;
 
     #[test]
