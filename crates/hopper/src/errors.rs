@@ -123,6 +123,20 @@ pub enum UnitsError {
         /// What was lost.
         lost: String,
     },
+    /// Tests of one name in several cargo test targets, asked to run in
+    /// batches, whose commands and reports name tests by their names alone.
+    #[error(
+        "{count} test name(s) are in more than one test target ({names}): a batch's command and its libtest report \
+         name tests without their target, so hopper runs them apart only one test at a time (`hopper run \
+         --discover cargo-test -- cargo test`, without --batch-size or --results), or use `--discover nextest`; \
+         nothing was run"
+    )]
+    SharedTestNames {
+        /// How many units name their targets.
+        count: usize,
+        /// Some of them.
+        names: String,
+    },
     /// hopper's private directory for its shipped plugins could not be made.
     #[error("cannot write hopper's test-tool plugins to a temporary directory: {source}")]
     Scratch {

@@ -420,6 +420,47 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
     }
 }
 
+/// Two test targets that each have a test named `same` (as semver 1.0.23
+/// has `test_eq` in two of its test files): one passes, one fails.
+const CARGO_SHARED_NAMES: &[(&str, &str)] = &[
+    ("Cargo.toml", "[package]\nname = \"shared-names\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n# Not part of any workspace above.\n[workspace]\n"),
+    ("src/lib.rs", "pub fn one() -> u32 {\n    1\n}\n"),
+    ("tests/a.rs", "#[test]\nfn same() {\n    assert_eq!(shared_names::one(), 1);\n}\n"),
+    ("tests/b.rs", "#[test]\nfn same() {\n    assert_eq!(shared_names::one(), 2, \"b fails\");\n}\n\n#[test]\nfn other() {}\n"),
+];
+
+#[test]
+fn a_test_name_in_two_targets_is_a_unit_in_each() {
+    let dir = Project::new(CARGO_SHARED_NAMES);
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "-j", "2", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test"])
+        .args(["--", "cargo", "test", "-q", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    // Each runs in its own target, under its own name: one passes, one fails.
+    assert!(shown.lines().any(|l| l.starts_with("PASS") && l.ends_with(" same [--test a]")), "{shown}");
+    assert!(stdout.contains("FAIL same [--test b] (assertion `left == right` failed: b fails"), "{shown}");
+    assert!(stdout.contains("FAILED: 3 units, 2 passed (0 flaky), 1 failed, 0 unfinished"), "{shown}");
+    // Batches name tests without their targets: said, and nothing runs.
+    let batches = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "--no-timings", "--batch-size", "10", "--results", "libtest-json", "--discover", "cargo-test"])
+        .args(["--", "sh", "-c", "cargo test -q -- \"$@\" > {report}", "sh", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&batches);
+    assert_eq!(batches.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("2 test name(s) are in more than one test target (\"same [--test a]\", \"same [--test b]\")"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was run") && !stderr.contains("PASS"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
 #[test]
 fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
     let dir = Project::new(CARGO_SUITE);

@@ -10,9 +10,9 @@ use leasehold_core::{RunId, UnitSpec, WorkerId};
 
 use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
-use crate::errors::HopperError;
+use crate::errors::{HopperError, UnitsError};
 use crate::exec::template::CommandTemplate;
-use crate::units::discover::{cargo_exact, checked_units, discover, paths, pytest, rspec, DiscoverKind};
+use crate::units::discover::{cargo_exact, checked_units, discover, name_some, paths, pytest, rspec, DiscoverKind};
 use crate::units::{collect_units, UnitSource};
 use crate::verdicts::outside::OutsideError;
 use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan};
@@ -176,6 +176,17 @@ impl Execution {
                     let launcher = cargo_exact::CargoExact::new(template, cargo_targets.unwrap_or_default());
                     BatchSlots::one_per_process(Arc::new(launcher), Arc::new(cargo_exact::CountedResults))
                 } else {
+                    if let Some(units) = &cargo_targets {
+                        let mut renamed: Vec<&str> = units.renamed().collect();
+                        if !renamed.is_empty() {
+                            renamed.sort_unstable();
+                            return Err(UnitsError::SharedTestNames {
+                                count: renamed.len(),
+                                names: name_some(&renamed),
+                            }
+                            .into());
+                        }
+                    }
                     BatchSlots::template(batch_size, template, results)?
                 };
                 (units, Invocations::Batches(slots))

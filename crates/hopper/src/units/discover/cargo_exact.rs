@@ -91,15 +91,15 @@ impl CargoTarget {
     }
 }
 
-/// Each listed test's target: cargo prints one `Running`/`Doc-tests` line
-/// per binary on stderr, and each binary's `--list` ends with its `N tests,
-/// M benchmarks` line on stdout, in the same order. `None` when the two do
-/// not pair up (another cargo's output): the units then run with `--exact`
-/// and every target.
-pub fn targets(stdout: &str, stderr: &str) -> Option<HashMap<String, CargoTarget>> {
+/// Each listed test's target, in the listing's order: cargo prints one
+/// `Running`/`Doc-tests` line per binary on stderr, and each binary's
+/// `--list` ends with its `N tests, M benchmarks` line on stdout, in the
+/// same order. `None` when the two do not pair up (another cargo's output):
+/// the units then run with `--exact` and every target.
+pub fn targets(stdout: &str, stderr: &str) -> Option<Vec<(String, CargoTarget)>> {
     let binaries: Vec<CargoTarget> = stderr.lines().filter_map(CargoTarget::of_line).collect();
     let mut sections = 0;
-    let mut found = HashMap::new();
+    let mut found = Vec::new();
     let mut ids = Vec::new();
     for line in stdout.lines() {
         if let Some(name) = line.strip_suffix(": test") {
@@ -107,14 +107,76 @@ pub fn targets(stdout: &str, stderr: &str) -> Option<HashMap<String, CargoTarget
         } else if let Some((_, rest)) = line.split_once(' ') {
             if rest.starts_with("test, ") || rest.starts_with("tests, ") {
                 let target = binaries.get(sections)?;
-                for id in ids.drain(..) {
-                    found.insert(id, target.clone());
-                }
+                found.extend(ids.drain(..).map(|id| (id, target.clone())));
                 sections += 1;
             }
         }
     }
     (sections == binaries.len() && ids.is_empty()).then_some(found)
+}
+
+/// The cargo-test units of a listing: each unit's target, and the libtest
+/// name of a unit whose id names its target too.
+///
+/// Test targets are separate binaries, so two of them may each have a test
+/// of one name (`test_eq` in `tests/version.rs` and in `tests/req.rs`). Such
+/// a test's unit id names its target, as the target's `cargo test` flags in
+/// brackets: `test_eq [--test version]`. Every other unit is its libtest
+/// name alone.
+#[derive(Debug, Clone, Default)]
+pub struct CargoUnits {
+    targets: HashMap<String, CargoTarget>,
+    names: HashMap<String, String>,
+}
+
+impl CargoUnits {
+    /// Gives each of `ids` (a listing's test names, in its order) its target
+    /// from `pairs` (from [`targets`], the same names in the same order),
+    /// and renames in `ids` each name listed in several targets that cargo
+    /// can select apart. A name repeated within one target, or in a target
+    /// with no flag of its own ([`CargoTarget::Other`]), stays as it is, and
+    /// discovery reports it as listed twice.
+    pub fn qualify(ids: &mut [String], pairs: Vec<(String, CargoTarget)>) -> Self {
+        let mut units = Self::default();
+        if pairs.len() != ids.len() || pairs.iter().zip(ids.iter()).any(|((name, _), id)| name != id) {
+            return units;
+        }
+        let mut in_targets: HashMap<&str, Vec<&CargoTarget>> = HashMap::new();
+        for (name, target) in &pairs {
+            in_targets.entry(name.as_str()).or_default().push(target);
+        }
+        let apart = |name: &str| {
+            in_targets.get(name).is_some_and(|targets| {
+                targets.len() > 1
+                    && targets.iter().all(|t| **t != CargoTarget::Other)
+                    && (1..targets.len()).all(|i| !targets[..i].contains(&targets[i]))
+            })
+        };
+        let renamed: Vec<bool> = pairs.iter().map(|(name, _)| apart(name)).collect();
+        for ((name, target), (id, renamed)) in pairs.into_iter().zip(ids.iter_mut().zip(renamed)) {
+            if renamed {
+                *id = format!("{name} [{}]", target.flags().join(" "));
+                units.names.insert(id.clone(), name);
+            }
+            units.targets.insert(id.clone(), target);
+        }
+        units
+    }
+
+    /// The target of `unit`, when cargo's output named it.
+    pub fn target(&self, unit: &str) -> Option<&CargoTarget> {
+        self.targets.get(unit)
+    }
+
+    /// The libtest name of `unit` (its id, unless the id names its target).
+    pub fn name<'a>(&'a self, unit: &'a str) -> &'a str {
+        self.names.get(unit).map_or(unit, String::as_str)
+    }
+
+    /// The units whose ids name their targets.
+    pub fn renamed(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(String::as_str)
+    }
 }
 
 /// Whether `argv` is a `cargo ... test` command (the ones rewritten and
@@ -163,22 +225,25 @@ pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String>
 #[derive(Debug, Clone)]
 pub struct CargoExact {
     template: CommandTemplate,
-    targets: HashMap<String, CargoTarget>,
+    units: CargoUnits,
     cwd: Option<PathBuf>,
 }
 
 impl CargoExact {
-    /// Units run by `template`, each made exact with its target from
-    /// `targets` (from [`targets`]).
-    pub fn new(template: CommandTemplate, targets: HashMap<String, CargoTarget>) -> Self {
-        Self { template, targets, cwd: None }
+    /// Units run by `template` under their libtest names, each made exact
+    /// with its target from `units`.
+    pub fn new(template: CommandTemplate, units: CargoUnits) -> Self {
+        Self { template, units, cwd: None }
     }
 }
 
 impl Launcher for CargoExact {
     fn invocation(&self, units: &[UnitId]) -> Invocation {
-        let argv = self.template.render(units);
-        let target = units.first().and_then(|u| self.targets.get(u.as_str()));
+        // A unit whose id names its target runs under its libtest name.
+        let names: Vec<UnitId> =
+            units.iter().map(|u| UnitId::new(self.units.name(u.as_str())).unwrap_or_else(|_| u.clone())).collect();
+        let argv = self.template.render(&names);
+        let target = units.first().and_then(|u| self.units.target(u.as_str()));
         Invocation { argv: exact(argv, target), env: Vec::new(), cwd: self.cwd.clone() }
     }
 }
@@ -362,12 +427,62 @@ mod tests {
                       Doc-tests x\n";
         let stdout = "tests::parse: test\n\n1 test, 0 benchmarks\nmain_test: test\n\n1 test, 0 benchmarks\n\
                       integration: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - f (line 5): test\n\n1 test, 0 benchmarks\n";
-        let found = targets(stdout, stderr).unwrap();
+        let found: HashMap<String, CargoTarget> = targets(stdout, stderr).unwrap().into_iter().collect();
         assert_eq!(found["tests::parse"], CargoTarget::Lib);
         assert_eq!(found["main_test"], CargoTarget::Other);
         assert_eq!(found["integration"], CargoTarget::Test("it".into()));
         assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc);
         assert_eq!(targets(stdout, "   Doc-tests x\n"), None, "four lists, one binary: they do not pair up");
+    }
+
+    /// As semver 1.0.23 has them: `test_eq` in two test targets.
+    #[test]
+    fn a_name_in_two_test_targets_gets_ids_naming_them() {
+        let stderr = "     Running unittests src/lib.rs (target/debug/deps/semver-1)\n     \
+                      Running tests/test_version.rs (target/debug/deps/test_version-2)\n     \
+                      Running tests/test_version_req.rs (target/debug/deps/test_version_req-3)\n   \
+                      Doc-tests semver\n";
+        let stdout = "0 tests, 0 benchmarks\ntest_eq: test\ntest_new: test\n\n2 tests, 0 benchmarks\n\
+                      test_eq: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - Version (line 3): test\n\n1 test, 0 benchmarks\n";
+        let mut ids: Vec<String> = crate::units::discover::libtest::parse(stdout).ids;
+        let units = CargoUnits::qualify(&mut ids, targets(stdout, stderr).unwrap());
+        assert_eq!(
+            ids,
+            [
+                "test_eq [--test test_version]",
+                "test_new",
+                "test_eq [--test test_version_req]",
+                "src/lib.rs - Version (line 3)"
+            ]
+        );
+        assert_eq!(units.name("test_eq [--test test_version_req]"), "test_eq");
+        assert_eq!(units.name("test_new"), "test_new");
+        assert_eq!(
+            units.target("test_eq [--test test_version_req]"),
+            Some(&CargoTarget::Test("test_version_req".into()))
+        );
+        assert_eq!(units.target("test_new"), Some(&CargoTarget::Test("test_version".into())));
+        // Each runs alone, in its own target, under its libtest name.
+        let template = CommandTemplate::new(argv(&["cargo", "test", "{unit}"])).unwrap();
+        let launcher = CargoExact::new(template, units);
+        let unit = UnitId::new("test_eq [--test test_version_req]").unwrap();
+        assert_eq!(
+            launcher.invocation(&[unit]).argv,
+            argv(&["cargo", "test", "test_eq", "--test", "test_version_req", "--", "--exact"])
+        );
+    }
+
+    #[test]
+    fn a_name_twice_in_one_target_or_in_targets_without_flags_stays_as_it_is() {
+        let mut ids = vec!["t".to_owned(), "t".to_owned()];
+        let pairs = vec![("t".to_owned(), CargoTarget::Lib), ("t".to_owned(), CargoTarget::Lib)];
+        let units = CargoUnits::qualify(&mut ids, pairs);
+        assert_eq!(ids, ["t", "t"]);
+        assert_eq!(units.renamed().count(), 0);
+        let mut ids = vec!["t".to_owned(), "t".to_owned()];
+        let pairs = vec![("t".to_owned(), CargoTarget::Other), ("t".to_owned(), CargoTarget::Lib)];
+        CargoUnits::qualify(&mut ids, pairs);
+        assert_eq!(ids, ["t", "t"], "a binary has no flag of its own to select it by");
     }
 
     #[test]

@@ -2,9 +2,7 @@
 //! and arguments; each test binary's "N tests, M benchmarks" line gives the
 //! count.
 
-use std::collections::HashMap;
-
-use super::cargo_exact::CargoTarget;
+use super::cargo_exact::CargoUnits;
 use crate::errors::UnitsError;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
@@ -26,17 +24,19 @@ pub fn list_command(command: &[String]) -> Vec<String> {
 
 /// Lists the tests; returns the command shown in messages, the listing, and
 /// each test's target when cargo's output pairs them up (see
-/// [`super::cargo_exact::targets`]).
-pub async fn list(command: &[String]) -> Result<(String, Listing, Option<HashMap<String, CargoTarget>>), UnitsError> {
+/// [`super::cargo_exact::targets`]); a name in several test targets is
+/// listed once per target, under an id that names it (see [`CargoUnits`]).
+pub async fn list(command: &[String]) -> Result<(String, Listing, Option<CargoUnits>), UnitsError> {
     let argv = list_command(command);
     let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
     if !output.status.success() {
         return Err(failed(shown, &output));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let listing = parse(&stdout);
+    let mut listing = parse(&stdout);
     let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr));
-    Ok((shown, listing, targets))
+    let units = targets.map(|pairs| CargoUnits::qualify(&mut listing.ids, pairs));
+    Ok((shown, listing, units))
 }
 
 /// Test names (`name: test` lines) and the sum of the `N tests, M benchmarks` lines.

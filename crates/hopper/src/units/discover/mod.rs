@@ -20,7 +20,7 @@ pub mod paths;
 pub mod pytest;
 pub mod rspec;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -97,7 +97,7 @@ pub struct Discovered {
     pub outside_errors: Vec<crate::verdicts::outside::OutsideError>,
     /// cargo-test only: each test's target (see [`cargo_exact`]), when
     /// cargo's output named them.
-    pub cargo_targets: Option<HashMap<String, cargo_exact::CargoTarget>>,
+    pub cargo_targets: Option<cargo_exact::CargoUnits>,
 }
 
 /// Lists the tests of `kind` with the user's `command` (empty: the tool's
@@ -181,9 +181,10 @@ pub fn checked_units(
     Ok(units)
 }
 
-fn name_some(names: &[String]) -> String {
+/// The first few of `names`, quoted, and how many more there are.
+pub(crate) fn name_some<S: AsRef<str>>(names: &[S]) -> String {
     const SHOWN: usize = 5;
-    let mut text = names.iter().take(SHOWN).map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+    let mut text = names.iter().take(SHOWN).map(|n| format!("{:?}", n.as_ref())).collect::<Vec<_>>().join(", ");
     if names.len() > SHOWN {
         text.push_str(&format!(" and {} more", names.len() - SHOWN));
     }
