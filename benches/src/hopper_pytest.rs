@@ -349,7 +349,7 @@ async fn status_cost(
         redis::cmd("SLOWLOG").arg("RESET").query_async::<()>(stats).await?;
         let mut status = hopper_cmd(hopper, dir, python);
         status.args(["status", "--queue", url, "--key-prefix", prefix, "--build", build]);
-        let (_, _) = timed(status, "hopper status")?;
+        timed(status, "hopper status")?;
         costs.push(
             redis_stats::slowlog(stats).await?.iter().filter(|c| c.top_level()).map(|c| c.us as f64).sum::<f64>(),
         );

@@ -91,28 +91,30 @@ impl CargoTarget {
     }
 }
 
-/// Each listed test's target, in the listing's order: cargo prints one
-/// `Running`/`Doc-tests` line per binary on stderr, and each binary's
-/// `--list` ends with its `N tests, M benchmarks` line on stdout, in the
-/// same order. `None` when the two do not pair up (another cargo's output):
-/// the units then run with `--exact` and every target.
-pub fn targets(stdout: &str, stderr: &str) -> Option<Vec<(String, CargoTarget)>> {
+/// Each listed test's target, one per `NAME: test` line in the listing's
+/// order (the lines [`super::libtest::parse`] reads its ids from): cargo
+/// prints one `Running`/`Doc-tests` line per binary on stderr, and each
+/// binary's `--list` ends with its `N tests, M benchmarks` line on stdout,
+/// in the same order. `None` when the two do not pair up (another cargo's
+/// output): the units then run with `--exact` and every target.
+pub fn targets(stdout: &str, stderr: &str) -> Option<Vec<CargoTarget>> {
     let binaries: Vec<CargoTarget> = stderr.lines().filter_map(CargoTarget::of_line).collect();
     let mut sections = 0;
     let mut found = Vec::new();
-    let mut ids = Vec::new();
+    let mut listed = 0;
     for line in stdout.lines() {
-        if let Some(name) = line.strip_suffix(": test") {
-            ids.push(name.to_owned());
+        if line.ends_with(": test") {
+            listed += 1;
         } else if let Some((_, rest)) = line.split_once(' ') {
             if rest.starts_with("test, ") || rest.starts_with("tests, ") {
                 let target = binaries.get(sections)?;
-                found.extend(ids.drain(..).map(|id| (id, target.clone())));
+                found.extend(std::iter::repeat_n(target.clone(), listed));
+                listed = 0;
                 sections += 1;
             }
         }
     }
-    (sections == binaries.len() && ids.is_empty()).then_some(found)
+    (sections == binaries.len() && listed == 0).then_some(found)
 }
 
 /// The cargo-test units of a listing: each unit's target, and the libtest
@@ -131,30 +133,32 @@ pub struct CargoUnits {
 
 impl CargoUnits {
     /// Gives each of `ids` (a listing's test names, in its order) its target
-    /// from `pairs` (from [`targets`], the same names in the same order),
+    /// from `targets` (from [`targets`], one per name, in the same order),
     /// and renames in `ids` each name listed in several targets that cargo
     /// can select apart. A name repeated within one target, or in a target
     /// with no flag of its own ([`CargoTarget::Other`]), stays as it is, and
     /// discovery reports it as listed twice.
-    pub fn qualify(ids: &mut [String], pairs: Vec<(String, CargoTarget)>) -> Self {
+    pub fn qualify(ids: &mut [String], targets: Vec<CargoTarget>) -> Self {
         let mut units = Self::default();
-        if pairs.len() != ids.len() || pairs.iter().zip(ids.iter()).any(|((name, _), id)| name != id) {
+        if targets.len() != ids.len() {
             return units;
         }
         let mut in_targets: HashMap<&str, Vec<&CargoTarget>> = HashMap::new();
-        for (name, target) in &pairs {
-            in_targets.entry(name.as_str()).or_default().push(target);
+        for (id, target) in ids.iter().zip(&targets) {
+            in_targets.entry(id.as_str()).or_default().push(target);
         }
-        let apart = |name: &str| {
-            in_targets.get(name).is_some_and(|targets| {
+        let renamed: Vec<bool> = ids
+            .iter()
+            .map(|id| {
+                let targets = &in_targets[id.as_str()];
                 targets.len() > 1
                     && targets.iter().all(|t| **t != CargoTarget::Other)
                     && (1..targets.len()).all(|i| !targets[..i].contains(&targets[i]))
             })
-        };
-        let renamed: Vec<bool> = pairs.iter().map(|(name, _)| apart(name)).collect();
-        for ((name, target), (id, renamed)) in pairs.into_iter().zip(ids.iter_mut().zip(renamed)) {
+            .collect();
+        for ((id, target), renamed) in ids.iter_mut().zip(targets).zip(renamed) {
             if renamed {
+                let name = std::mem::take(id);
                 *id = format!("{name} [{}]", target.flags().join(" "));
                 units.names.insert(id.clone(), name);
             }
@@ -427,7 +431,8 @@ mod tests {
                       Doc-tests x\n";
         let stdout = "tests::parse: test\n\n1 test, 0 benchmarks\nmain_test: test\n\n1 test, 0 benchmarks\n\
                       integration: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - f (line 5): test\n\n1 test, 0 benchmarks\n";
-        let found: HashMap<String, CargoTarget> = targets(stdout, stderr).unwrap().into_iter().collect();
+        let ids = crate::units::discover::libtest::parse(stdout).ids;
+        let found: HashMap<String, CargoTarget> = ids.into_iter().zip(targets(stdout, stderr).unwrap()).collect();
         assert_eq!(found["tests::parse"], CargoTarget::Lib);
         assert_eq!(found["main_test"], CargoTarget::Other);
         assert_eq!(found["integration"], CargoTarget::Test("it".into()));
@@ -475,13 +480,11 @@ mod tests {
     #[test]
     fn a_name_twice_in_one_target_or_in_targets_without_flags_stays_as_it_is() {
         let mut ids = vec!["t".to_owned(), "t".to_owned()];
-        let pairs = vec![("t".to_owned(), CargoTarget::Lib), ("t".to_owned(), CargoTarget::Lib)];
-        let units = CargoUnits::qualify(&mut ids, pairs);
+        let units = CargoUnits::qualify(&mut ids, vec![CargoTarget::Lib, CargoTarget::Lib]);
         assert_eq!(ids, ["t", "t"]);
         assert_eq!(units.renamed().count(), 0);
         let mut ids = vec!["t".to_owned(), "t".to_owned()];
-        let pairs = vec![("t".to_owned(), CargoTarget::Other), ("t".to_owned(), CargoTarget::Lib)];
-        CargoUnits::qualify(&mut ids, pairs);
+        CargoUnits::qualify(&mut ids, vec![CargoTarget::Other, CargoTarget::Lib]);
         assert_eq!(ids, ["t", "t"], "a binary has no flag of its own to select it by");
     }
 

@@ -35,7 +35,7 @@ pub async fn list(command: &[String]) -> Result<(String, Listing, Option<CargoUn
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut listing = parse(&stdout);
     let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr));
-    let units = targets.map(|pairs| CargoUnits::qualify(&mut listing.ids, pairs));
+    let units = targets.map(|targets| CargoUnits::qualify(&mut listing.ids, targets));
     Ok((shown, listing, units))
 }
 
