@@ -461,6 +461,56 @@ fn a_test_name_in_two_targets_is_a_unit_in_each() {
     assert!(stderr.contains("nothing was run") && !stderr.contains("PASS"), "stdout:\n{stdout}\nstderr:\n{stderr}");
 }
 
+/// A workspace whose packages, library, binaries and a `[[test]]` at a
+/// path of its own each have a test named `tests::it_works` (as `cargo new`
+/// writes them): only the tool binary's fails.
+const CARGO_WORKSPACE: &[(&str, &str)] = &[
+    ("Cargo.toml", "[workspace]\nmembers = [\"alpha\", \"beta\"]\nresolver = \"2\"\n"),
+    ("alpha/Cargo.toml", "[package]\nname = \"alpha\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
+    ("alpha/src/lib.rs", "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"),
+    (
+        "beta/Cargo.toml",
+        "[package]\nname = \"beta\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[[bin]]\nname = \"beta-tool\"\n\
+         path = \"src/bin/tool.rs\"\n\n[[test]]\nname = \"custom\"\npath = \"checks/custom_check.rs\"\n",
+    ),
+    ("beta/src/lib.rs", "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"),
+    ("beta/src/main.rs", "fn main() {}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"),
+    (
+        "beta/src/bin/tool.rs",
+        "fn main() {}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {\n        panic!(\"the tool breaks\");\n    }\n}\n",
+    ),
+    ("beta/checks/custom_check.rs", "#[test]\nfn it_works() {}\n"),
+];
+
+#[test]
+fn a_test_name_in_several_packages_and_binaries_is_a_unit_in_each() {
+    let dir = Project::new(CARGO_WORKSPACE);
+    // `--workspace` would run every package's `tests::it_works` for each
+    // unit: a unit's own `-p` takes its place.
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "-j", "2", "--no-timings", "--max-requeues", "0", "--discover", "cargo-test"])
+        .args(["--", "cargo", "test", "--workspace", "-q", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    for passed in [
+        "tests::it_works [-p alpha --lib]",
+        "tests::it_works [-p beta --lib]",
+        "tests::it_works [-p beta --bin beta]",
+        "it_works",
+    ] {
+        assert!(
+            shown.lines().any(|l| l.starts_with("PASS") && l.ends_with(&format!(" {passed}"))),
+            "{passed}: {shown}"
+        );
+    }
+    assert!(stdout.contains("FAIL tests::it_works [-p beta --bin beta-tool] (the tool breaks"), "{shown}");
+    assert!(stdout.contains("FAILED: 5 units, 4 passed (0 flaky), 1 failed, 0 unfinished"), "{shown}");
+}
+
 #[test]
 fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
     let dir = Project::new(CARGO_SUITE);

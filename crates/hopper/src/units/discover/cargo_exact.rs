@@ -14,10 +14,12 @@
 //! test; none is an error, never a pass. A doctest unit whose command ran
 //! its siblings too is judged by its own result in the output.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use leasehold_core::UnitId;
+
+use super::cargo_packages::Packages;
 
 use crate::exec::process::{ProcessLimits, ProcessResult};
 use crate::exec::template::CommandTemplate;
@@ -46,35 +48,44 @@ const TARGET_FLAGS: &[&str] = &[
 pub enum CargoTarget {
     /// The library's unit tests (`--lib`).
     Lib,
+    /// A binary's unit tests (`--bin NAME`).
+    Bin(String),
     /// An integration test target (`--test NAME`).
     Test(String),
+    /// A bench target's tests (`--bench NAME`).
+    Bench(String),
+    /// An example's tests (`--example NAME`).
+    Example(String),
     /// The doctests (`--doc`).
     Doc,
-    /// Another target (a binary, a bench): run with every target, `--exact`.
+    /// A target not told from cargo's output: run with every target, `--exact`.
     Other,
 }
 
 impl CargoTarget {
     fn flags(&self) -> Vec<String> {
+        let named = |flag: &str, name: &str| vec![flag.to_owned(), name.to_owned()];
         match self {
             CargoTarget::Lib => vec!["--lib".into()],
-            CargoTarget::Test(name) => vec!["--test".into(), name.clone()],
+            CargoTarget::Bin(name) => named("--bin", name),
+            CargoTarget::Test(name) => named("--test", name),
+            CargoTarget::Bench(name) => named("--bench", name),
+            CargoTarget::Example(name) => named("--example", name),
             CargoTarget::Doc => vec!["--doc".into()],
             CargoTarget::Other => Vec::new(),
         }
     }
 
     /// The target of a `Running ...` or `Doc-tests ...` line of cargo's
-    /// stderr; `None` for other lines.
+    /// stderr, told from its path alone (without `cargo metadata`); `None`
+    /// for other lines.
     fn of_line(line: &str) -> Option<Self> {
         let line = line.trim();
         if line.starts_with("Doc-tests ") {
             return Some(CargoTarget::Doc);
         }
-        let rest = line.strip_prefix("Running ")?;
-        let source = rest.strip_prefix("unittests ").unwrap_or(rest);
-        let source = source.split(" (").next().unwrap_or(source);
-        if rest.starts_with("unittests ") && source.ends_with("src/lib.rs") {
+        let (source, _) = running_line(line)?;
+        if line.contains("Running unittests ") && source.ends_with("src/lib.rs") {
             return Some(CargoTarget::Lib);
         }
         // `tests/it.rs` is target `it`, `tests/it/main.rs` too.
@@ -91,14 +102,76 @@ impl CargoTarget {
     }
 }
 
+/// The source and the binary of a `Running [unittests ]SOURCE (BINARY)` line.
+fn running_line(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim().strip_prefix("Running ")?;
+    let rest = rest.strip_prefix("unittests ").unwrap_or(rest);
+    match rest.rsplit_once(" (") {
+        Some((source, binary)) => Some((source, binary.strip_suffix(')').unwrap_or(binary))),
+        None => Some((rest, "")),
+    }
+}
+
+/// A listed test's target, and its package when the run spans several
+/// packages (a workspace: `-p NAME` then picks it out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The package, when the run holds tests of more than one.
+    pub package: Option<String>,
+    /// The target within it.
+    pub target: CargoTarget,
+}
+
+impl From<CargoTarget> for Selection {
+    fn from(target: CargoTarget) -> Self {
+        Self { package: None, target }
+    }
+}
+
+impl Selection {
+    /// `cargo test`'s flags that select it: `-p NAME` (when named), then
+    /// the target's own.
+    fn flags(&self) -> Vec<String> {
+        let mut flags = self.package_flags();
+        flags.extend(self.target.flags());
+        flags
+    }
+
+    fn package_flags(&self) -> Vec<String> {
+        self.package.iter().flat_map(|package| ["-p".to_owned(), package.clone()]).collect()
+    }
+
+    fn of_line(line: &str, packages: Option<&Packages>) -> Option<Self> {
+        let by_path = CargoTarget::of_line(line)?;
+        let exact = packages.and_then(|packages| match line.trim().strip_prefix("Doc-tests ") {
+            Some(crate_name) => Some((packages.doc_tests(crate_name.trim())?, CargoTarget::Doc)),
+            None => {
+                let (source, binary) = running_line(line)?;
+                packages.running(source, binary)
+            }
+        });
+        Some(match exact {
+            Some((package, target)) => Self { package: Some(package), target },
+            None => by_path.into(),
+        })
+    }
+}
+
 /// Each listed test's target, one per `NAME: test` line in the listing's
 /// order (the lines [`super::libtest::parse`] reads its ids from): cargo
 /// prints one `Running`/`Doc-tests` line per binary on stderr, and each
 /// binary's `--list` ends with its `N tests, M benchmarks` line on stdout,
-/// in the same order. `None` when the two do not pair up (another cargo's
-/// output): the units then run with `--exact` and every target.
-pub fn targets(stdout: &str, stderr: &str) -> Option<Vec<CargoTarget>> {
-    let binaries: Vec<CargoTarget> = stderr.lines().filter_map(CargoTarget::of_line).collect();
+/// in the same order. `packages` (from `cargo metadata`) names each
+/// binary's package and target exactly; without it a target is told from
+/// its path. Packages are kept only when the binaries span more than one.
+/// `None` when the two outputs do not pair up (another cargo's output): the
+/// units then run with `--exact` and every target.
+pub fn targets(stdout: &str, stderr: &str, packages: Option<&Packages>) -> Option<Vec<Selection>> {
+    let mut binaries: Vec<Selection> = stderr.lines().filter_map(|l| Selection::of_line(l, packages)).collect();
+    let spanned: HashSet<&str> = binaries.iter().filter_map(|b| b.package.as_deref()).collect();
+    if spanned.len() < 2 {
+        binaries.iter_mut().for_each(|b| b.package = None);
+    }
     let mut sections = 0;
     let mut found = Vec::new();
     let mut listed = 0;
@@ -121,13 +194,15 @@ pub fn targets(stdout: &str, stderr: &str) -> Option<Vec<CargoTarget>> {
 /// name of a unit whose id names its target too.
 ///
 /// Test targets are separate binaries, so two of them may each have a test
-/// of one name (`test_eq` in `tests/version.rs` and in `tests/req.rs`). Such
-/// a test's unit id names its target, as the target's `cargo test` flags in
-/// brackets: `test_eq [--test version]`. Every other unit is its libtest
+/// of one name (`test_eq` in `tests/version.rs` and in `tests/req.rs`; a
+/// library's and its binary's `tests::it_works`; two packages' of one
+/// workspace). Such a test's unit id names its target, as the target's
+/// `cargo test` flags in brackets: `test_eq [--test version]`,
+/// `tests::it_works [-p beta --bin beta]`. Every other unit is its libtest
 /// name alone.
 #[derive(Debug, Clone, Default)]
 pub struct CargoUnits {
-    targets: HashMap<String, CargoTarget>,
+    targets: HashMap<String, Selection>,
     names: HashMap<String, String>,
 }
 
@@ -138,12 +213,12 @@ impl CargoUnits {
     /// can select apart. A name repeated within one target, or in a target
     /// with no flag of its own ([`CargoTarget::Other`]), stays as it is, and
     /// discovery reports it as listed twice.
-    pub fn qualify(ids: &mut [String], targets: Vec<CargoTarget>) -> Self {
+    pub fn qualify(ids: &mut [String], targets: Vec<Selection>) -> Self {
         let mut units = Self::default();
         if targets.len() != ids.len() {
             return units;
         }
-        let mut in_targets: HashMap<&str, Vec<&CargoTarget>> = HashMap::new();
+        let mut in_targets: HashMap<&str, Vec<&Selection>> = HashMap::new();
         for (id, target) in ids.iter().zip(&targets) {
             in_targets.entry(id.as_str()).or_default().push(target);
         }
@@ -152,7 +227,7 @@ impl CargoUnits {
             .map(|id| {
                 let targets = &in_targets[id.as_str()];
                 targets.len() > 1
-                    && targets.iter().all(|t| **t != CargoTarget::Other)
+                    && targets.iter().all(|t| t.target != CargoTarget::Other)
                     && (1..targets.len()).all(|i| !targets[..i].contains(&targets[i]))
             })
             .collect();
@@ -168,7 +243,7 @@ impl CargoUnits {
     }
 
     /// The target of `unit`, when cargo's output named it.
-    pub fn target(&self, unit: &str) -> Option<&CargoTarget> {
+    pub fn target(&self, unit: &str) -> Option<&Selection> {
         self.targets.get(unit)
     }
 
@@ -195,8 +270,14 @@ pub fn is_cargo_test(argv: &[String]) -> bool {
 
 /// `argv` (one unit's rendered `cargo test` command) made exact: the
 /// target's flags before the `--` unless the command chose targets itself,
-/// and `--exact` after it unless it is there or the unit is a doctest.
-pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String> {
+/// its package (`-p NAME`, in place of the packages the command chose) when
+/// it has one, and `--exact` after the `--` unless it is there or the unit
+/// is a doctest.
+pub fn exact(argv: Vec<String>, selection: Option<&Selection>) -> Vec<String> {
+    let mut argv = match selection.and_then(|s| s.package.as_ref()) {
+        Some(_) => without_packages(argv),
+        None => argv,
+    };
     let end = match argv.iter().position(|a| a == "--") {
         Some(end) => end,
         None => {
@@ -205,7 +286,7 @@ pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String>
         }
     };
     let chose_targets = argv[..end].iter().any(|a| TARGET_FLAGS.contains(&a.split('=').next().unwrap_or(a)));
-    let doc = target == Some(&CargoTarget::Doc);
+    let doc = selection.is_some_and(|s| s.target == CargoTarget::Doc);
     if doc {
         // rustdoc's names do not match `--exact`: the full name filters.
         argv.retain(|a| a != "--exact");
@@ -218,11 +299,40 @@ pub fn exact(mut argv: Vec<String>, target: Option<&CargoTarget>) -> Vec<String>
     } else if !argv[end + 1..].iter().any(|a| a == "--exact") {
         argv.insert(end + 1, "--exact".into());
     }
-    if let (false, Some(target)) = (chose_targets, target) {
-        let flags = target.flags();
+    if let Some(selection) = selection {
+        let mut flags = selection.package_flags();
+        if !chose_targets {
+            flags.extend(selection.target.flags());
+        }
         argv.splice(end..end, flags);
     }
     argv
+}
+
+/// `argv` without the packages it chose before its `--` (`--workspace`,
+/// `--all`, `-p NAME`, `--package NAME`, `--exclude NAME`): a unit's own
+/// `-p` picks its package, and with `--workspace` cargo would run every
+/// package's tests of that name.
+fn without_packages(argv: Vec<String>) -> Vec<String> {
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let mut out = Vec::with_capacity(argv.len());
+    let mut value_follows = false;
+    for (i, arg) in argv.into_iter().enumerate() {
+        if i >= end {
+            out.push(arg);
+        } else if std::mem::take(&mut value_follows) {
+            continue;
+        } else if matches!(arg.as_str(), "-p" | "--package" | "--exclude") {
+            value_follows = true;
+        } else if !(matches!(arg.as_str(), "--workspace" | "--all")
+            || arg.starts_with("--package=")
+            || arg.starts_with("--exclude=")
+            || (arg.starts_with("-p") && !arg.starts_with("--")))
+        {
+            out.push(arg);
+        }
+    }
+    out
 }
 
 /// Runs each cargo-test unit with [`exact`].
@@ -432,12 +542,12 @@ mod tests {
         let stdout = "tests::parse: test\n\n1 test, 0 benchmarks\nmain_test: test\n\n1 test, 0 benchmarks\n\
                       integration: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - f (line 5): test\n\n1 test, 0 benchmarks\n";
         let ids = crate::units::discover::libtest::parse(stdout).ids;
-        let found: HashMap<String, CargoTarget> = ids.into_iter().zip(targets(stdout, stderr).unwrap()).collect();
-        assert_eq!(found["tests::parse"], CargoTarget::Lib);
-        assert_eq!(found["main_test"], CargoTarget::Other);
-        assert_eq!(found["integration"], CargoTarget::Test("it".into()));
-        assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc);
-        assert_eq!(targets(stdout, "   Doc-tests x\n"), None, "four lists, one binary: they do not pair up");
+        let found: HashMap<String, Selection> = ids.into_iter().zip(targets(stdout, stderr, None).unwrap()).collect();
+        assert_eq!(found["tests::parse"], CargoTarget::Lib.into());
+        assert_eq!(found["main_test"], CargoTarget::Other.into(), "without cargo metadata, a binary has no name");
+        assert_eq!(found["integration"], CargoTarget::Test("it".into()).into());
+        assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc.into());
+        assert_eq!(targets(stdout, "   Doc-tests x\n", None), None, "four lists, one binary: they do not pair up");
     }
 
     /// As semver 1.0.23 has them: `test_eq` in two test targets.
@@ -450,7 +560,7 @@ mod tests {
         let stdout = "0 tests, 0 benchmarks\ntest_eq: test\ntest_new: test\n\n2 tests, 0 benchmarks\n\
                       test_eq: test\n\n1 test, 0 benchmarks\nsrc/lib.rs - Version (line 3): test\n\n1 test, 0 benchmarks\n";
         let mut ids: Vec<String> = crate::units::discover::libtest::parse(stdout).ids;
-        let units = CargoUnits::qualify(&mut ids, targets(stdout, stderr).unwrap());
+        let units = CargoUnits::qualify(&mut ids, targets(stdout, stderr, None).unwrap());
         assert_eq!(
             ids,
             [
@@ -464,9 +574,9 @@ mod tests {
         assert_eq!(units.name("test_new"), "test_new");
         assert_eq!(
             units.target("test_eq [--test test_version_req]"),
-            Some(&CargoTarget::Test("test_version_req".into()))
+            Some(&CargoTarget::Test("test_version_req".into()).into())
         );
-        assert_eq!(units.target("test_new"), Some(&CargoTarget::Test("test_version".into())));
+        assert_eq!(units.target("test_new"), Some(&CargoTarget::Test("test_version".into()).into()));
         // Each runs alone, in its own target, under its libtest name.
         let template = CommandTemplate::new(argv(&["cargo", "test", "{unit}"])).unwrap();
         let launcher = CargoExact::new(template, units);
@@ -480,30 +590,30 @@ mod tests {
     #[test]
     fn a_name_twice_in_one_target_or_in_targets_without_flags_stays_as_it_is() {
         let mut ids = vec!["t".to_owned(), "t".to_owned()];
-        let units = CargoUnits::qualify(&mut ids, vec![CargoTarget::Lib, CargoTarget::Lib]);
+        let units = CargoUnits::qualify(&mut ids, vec![CargoTarget::Lib.into(), CargoTarget::Lib.into()]);
         assert_eq!(ids, ["t", "t"]);
         assert_eq!(units.renamed().count(), 0);
         let mut ids = vec!["t".to_owned(), "t".to_owned()];
-        CargoUnits::qualify(&mut ids, vec![CargoTarget::Other, CargoTarget::Lib]);
-        assert_eq!(ids, ["t", "t"], "a binary has no flag of its own to select it by");
+        CargoUnits::qualify(&mut ids, vec![CargoTarget::Other.into(), CargoTarget::Lib.into()]);
+        assert_eq!(ids, ["t", "t"], "a target not told from cargo's output cannot be selected apart");
     }
 
     #[test]
     fn a_units_command_is_made_exact() {
         assert_eq!(
-            exact(argv(&["cargo", "test", "-q", "tests::parse"]), Some(&CargoTarget::Lib)),
+            exact(argv(&["cargo", "test", "-q", "tests::parse"]), Some(&CargoTarget::Lib.into())),
             argv(&["cargo", "test", "-q", "tests::parse", "--lib", "--", "--exact"])
         );
         assert_eq!(
-            exact(argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)"]), Some(&CargoTarget::Doc)),
+            exact(argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)"]), Some(&CargoTarget::Doc.into())),
             argv(&["cargo", "test", "-q", "src/lib.rs - f (line 5)", "--doc", "--", "--format=pretty"])
         );
         let json = argv(&["cargo", "test", "x - f (line 5)", "--doc", "--", "-Zunstable-options", "--format", "json"]);
-        assert_eq!(exact(json.clone(), Some(&CargoTarget::Doc)), json, "a format of the command's own is kept");
+        assert_eq!(exact(json.clone(), Some(&CargoTarget::Doc.into())), json, "a format of the command's own is kept");
         let mine = argv(&["cargo", "test", "-q", "--lib", "--", "--exact", "tests::parse"]);
-        assert_eq!(exact(mine.clone(), Some(&CargoTarget::Lib)), mine, "the command's own choices are kept");
+        assert_eq!(exact(mine.clone(), Some(&CargoTarget::Lib.into())), mine, "the command's own choices are kept");
         assert_eq!(
-            exact(argv(&["cargo", "test", "it", "--", "--nocapture"]), Some(&CargoTarget::Test("it".into()))),
+            exact(argv(&["cargo", "test", "it", "--", "--nocapture"]), Some(&CargoTarget::Test("it".into()).into())),
             argv(&["cargo", "test", "it", "--test", "it", "--", "--exact", "--nocapture"])
         );
         assert!(is_cargo_test(&argv(&["cargo", "+nightly", "test", "-q", "{unit}"])));

@@ -3,6 +3,7 @@
 //! count.
 
 use super::cargo_exact::CargoUnits;
+use super::cargo_packages::Packages;
 use crate::errors::UnitsError;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
@@ -24,17 +25,19 @@ pub fn list_command(command: &[String]) -> Vec<String> {
 
 /// Lists the tests; returns the command shown in messages, the listing, and
 /// each test's target when cargo's output pairs them up (see
-/// [`super::cargo_exact::targets`]); a name in several test targets is
-/// listed once per target, under an id that names it (see [`CargoUnits`]).
+/// [`super::cargo_exact::targets`], told apart with `cargo metadata`); a
+/// name in several test targets is listed once per target, under an id that
+/// names it (see [`CargoUnits`]).
 pub async fn list(command: &[String]) -> Result<(String, Listing, Option<CargoUnits>), UnitsError> {
     let argv = list_command(command);
-    let (shown, output) = run_first_installed(&[ListCommand { argv, env: Vec::new() }]).await?;
+    let (shown, output) = run_first_installed(&[ListCommand { argv: argv.clone(), env: Vec::new() }]).await?;
     if !output.status.success() {
         return Err(failed(shown, &output));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut listing = parse(&stdout);
-    let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr));
+    let packages = Packages::load(&argv).await;
+    let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr), packages.as_ref());
     let units = targets.map(|targets| CargoUnits::qualify(&mut listing.ids, targets));
     Ok((shown, listing, units))
 }

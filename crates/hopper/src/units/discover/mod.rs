@@ -13,6 +13,7 @@
 //! * Programs are started with argv elements, never through a shell.
 
 pub mod cargo_exact;
+pub mod cargo_packages;
 pub mod libtest;
 pub mod listing;
 pub mod nextest;
