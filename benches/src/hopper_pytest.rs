@@ -374,10 +374,16 @@ fn skewed_phase(hopper: &Path, python: &Path, pytest: &[&str]) -> Result<hopper_
     // A directory of its own: the other phases discover every test under theirs.
     let dir = tempfile::tempdir().context("cannot make a temp dir")?;
     let root = hopper_pytest_skewed::write_suite(dir.path())?;
-    let mut plain = Command::new(python);
-    cold(&mut plain).current_dir(&root).args(pytest).arg("tests");
-    let mut agents = agents_cmd(hopper, &root, python, pytest);
-    agents.arg("tests");
+    let plain = || {
+        let mut plain = Command::new(python);
+        cold(&mut plain).current_dir(&root).args(pytest).arg("tests");
+        plain
+    };
+    let agents = || {
+        let mut agents = agents_cmd(hopper, &root, python, pytest);
+        agents.arg("tests");
+        agents
+    };
     hopper_pytest_skewed::compare(plain, agents)
 }
 

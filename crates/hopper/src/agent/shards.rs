@@ -28,8 +28,62 @@ pub const STEAL_AFTER: Duration = Duration::from_secs(1);
 /// too full of its siblings' units to reserve more, takes another shard's
 /// file at once: the siblings cannot keep up with their share, and the slot
 /// would otherwise run at their pace (their units never wait
-/// [`STEAL_AFTER`] in a pool they drain).
+/// [`STEAL_AFTER`] in a pool they drain). The time adds up over spells of
+/// starving less than [`STARVATION_FORGOTTEN`] apart (see [`Starvation`]).
 pub const STARVED_FOR: Duration = Duration::from_millis(200);
+
+/// A slot that went this long without starving starts counting afresh.
+pub const STARVATION_FORGOTTEN: Duration = Duration::from_secs(1);
+
+/// How long a slot has starved beside a full pool, over spells close
+/// together.
+///
+/// A slot whose tests run faster than its siblings' does not starve in one
+/// long spell: each reservation the siblings' progress lets in holds a few of
+/// its units, so it runs a few, waits a few milliseconds, and runs a few
+/// more, at its siblings' pace (on a suite whose shards differ in test cost,
+/// such a slot sat idle for a third of the run without ever starving
+/// [`STARVED_FOR`] at once). So the spells add up, and only a slot that went
+/// [`STARVATION_FORGOTTEN`] without starving starts again from zero.
+#[derive(Debug, Default)]
+pub struct Starvation {
+    /// When the present spell began.
+    spell: Option<Instant>,
+    /// The earlier spells' total.
+    earlier: Duration,
+    /// When the last spell ended.
+    last_end: Option<Instant>,
+}
+
+impl Starvation {
+    /// The slot found none of its units beside a full pool at `now`: whether
+    /// it has starved [`STARVED_FOR`] in all.
+    pub fn starving(&mut self, now: Instant) -> bool {
+        let start = match self.spell {
+            Some(start) => start,
+            None => {
+                if self.last_end.is_some_and(|end| now.duration_since(end) >= STARVATION_FORGOTTEN) {
+                    self.earlier = Duration::ZERO;
+                }
+                *self.spell.insert(now)
+            }
+        };
+        self.earlier + now.duration_since(start) >= STARVED_FOR
+    }
+
+    /// The slot got units of its own at `now`: a spell ends.
+    pub fn fed(&mut self, now: Instant) {
+        if let Some(start) = self.spell.take() {
+            self.earlier += now.duration_since(start);
+            self.last_end = Some(now);
+        }
+    }
+
+    /// The slot took another shard's file: it starts counting afresh.
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
 
 /// The environment variable that names an agent's shard (`k/N`).
 pub const SHARD_ENV: &str = "HOPPER_SHARD";
@@ -264,6 +318,30 @@ mod tests {
             reclaim_count: 0,
             origin: DeliveryOrigin::Fresh,
         }
+    }
+
+    #[test]
+    fn short_spells_of_starving_add_up_unless_far_apart() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut starvation = Starvation::default();
+        // 40 ms starving, 20 ms running, again and again: the fifth spell
+        // brings it to 200 ms.
+        for spell in 0..4 {
+            let start = t + ms(60 * spell);
+            assert!(!starvation.starving(start));
+            assert!(!starvation.starving(start + ms(39)));
+            starvation.fed(start + ms(40));
+        }
+        assert!(!starvation.starving(t + ms(240)));
+        assert!(starvation.starving(t + ms(280)), "4 × 40 ms, and 40 ms now");
+        starvation.reset();
+        assert!(!starvation.starving(t + ms(300)));
+        starvation.fed(t + ms(450));
+        // A second without starving: the 150 ms are forgotten.
+        assert!(!starvation.starving(t + ms(1450)));
+        assert!(!starvation.starving(t + ms(1600)));
+        assert!(starvation.starving(t + ms(1650)));
     }
 
     #[test]

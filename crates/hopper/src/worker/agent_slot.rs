@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::agent::child::{agent_env, AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::outside_errors::OutsideErrors;
 use crate::agent::protocol::{Reply, Request, TestOutcome, PROTOCOL};
-use crate::agent::shards::{Collected, STARVED_FOR, STEAL_AFTER};
+use crate::agent::shards::{Collected, Starvation, STEAL_AFTER};
 use crate::agent::AgentError;
 use crate::errors::HopperError;
 use crate::units::discover::shown;
@@ -66,9 +66,9 @@ struct Slot {
     dry_backoff: Duration,
     /// Sharded: the files this slot's agent has collected.
     collected: Collected,
-    /// Sharded: since when this slot found none of its units while the
-    /// pool was full of its siblings' (see [`STARVED_FOR`]).
-    starved_since: Option<Instant>,
+    /// Sharded: how long this slot found none of its units while the pool
+    /// was full of its siblings'.
+    starvation: Starvation,
 }
 
 /// Runs one slot with an agent until every unit is finalized or the worker stops.
@@ -88,7 +88,7 @@ pub(super) async fn slot_loop(shared: Arc<Shared>, slot: usize, command: Arc<Age
         dry_until: Instant::now(),
         dry_backoff: Duration::from_millis(2),
         collected: Collected::default(),
-        starved_since: None,
+        starvation: Starvation::default(),
     };
     if let Some(sharding) = &state.command.sharding {
         state.collected.shard = sharding.shard_of_slot(slot);
@@ -216,7 +216,7 @@ impl Slot {
     /// worker's pool, which a reservation for every slot fills when it has
     /// none; a unit that waited in the pool past [`STEAL_AFTER`] is taken
     /// whatever its file (its agent then collects that file), and so is one
-    /// when this slot starved for [`STARVED_FOR`] beside a full pool.
+    /// when this slot starved beside a full pool (see [`Starvation`]).
     async fn refill_sharded(&mut self, want: usize) -> Result<bool, HopperError> {
         let Some(sharding) = self.command.sharding.clone() else { return Ok(false) };
         let mine = sharding.pool.lock().take_collected(&sharding, &self.collected, want);
@@ -255,7 +255,7 @@ impl Slot {
         // A slot whose shard got no files (fewer files than agents) has
         // nothing of its own to wait for, and near the end of the build an
         // idle slot would wait out the tail: those take any file at once.
-        let starved = full && self.starved_since.get_or_insert_with(Instant::now).elapsed() >= STARVED_FOR;
+        let starved = full && self.starvation.starving(Instant::now());
         let steal_after = if sharding.expected(self.slot) == 0 || self.shared.near_end() || starved {
             Duration::ZERO
         } else {
@@ -265,6 +265,7 @@ impl Slot {
         if let Some((file, stolen)) = stolen {
             tracing::debug!(slot = self.slot, file, units = stolen.len(), "taking another shard's units that waited");
             self.collected.extra_files.insert(file);
+            self.starvation.reset();
             self.take(stolen);
             return Ok(true);
         }
@@ -281,7 +282,7 @@ impl Slot {
 
     /// Moves units into this slot's buffer (a slot that got units is not starved).
     fn take(&mut self, deliveries: Vec<Delivery>) {
-        self.starved_since = None;
+        self.starvation.fed(Instant::now());
         self.shared.running.lock().extend(deliveries.iter().map(|d| d.unit.clone()));
         self.buffer.extend(deliveries);
     }
