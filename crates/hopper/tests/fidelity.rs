@@ -466,8 +466,14 @@ fn a_test_name_in_two_targets_is_a_unit_in_each() {
 /// writes them): only the tool binary's fails.
 const CARGO_WORKSPACE: &[(&str, &str)] = &[
     ("Cargo.toml", "[workspace]\nmembers = [\"alpha\", \"beta\"]\nresolver = \"2\"\n"),
-    ("alpha/Cargo.toml", "[package]\nname = \"alpha\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
-    ("alpha/src/lib.rs", "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"),
+    // Edition 2024 merges the doctests it can into one binary and lists the
+    // others (an `ignore` block) in a section of their own.
+    ("alpha/Cargo.toml", "[package]\nname = \"alpha\"\nversion = \"0.1.0\"\nedition = \"2024\"\n"),
+    (
+        "alpha/src/lib.rs",
+        "/// ```ignore\n/// not rust\n/// ```\npub fn a() {}\n\n/// ```\n/// assert_eq!(alpha::b(), 1);\n/// ```\n\
+         pub fn b() -> u32 {\n    1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
+    ),
     (
         "beta/Cargo.toml",
         "[package]\nname = \"beta\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[[bin]]\nname = \"beta-tool\"\n\
@@ -501,6 +507,7 @@ fn a_test_name_in_several_packages_and_binaries_is_a_unit_in_each() {
         "tests::it_works [-p beta --lib]",
         "tests::it_works [-p beta --bin beta]",
         "it_works",
+        "alpha/src/lib.rs - b (line 6)",
     ] {
         assert!(
             shown.lines().any(|l| l.starts_with("PASS") && l.ends_with(&format!(" {passed}"))),
@@ -508,7 +515,9 @@ fn a_test_name_in_several_packages_and_binaries_is_a_unit_in_each() {
         );
     }
     assert!(stdout.contains("FAIL tests::it_works [-p beta --bin beta-tool] (the tool breaks"), "{shown}");
-    assert!(stdout.contains("FAILED: 5 units, 4 passed (0 flaky), 1 failed, 0 unfinished"), "{shown}");
+    assert!(shown.lines().any(|l| l.starts_with("SKIP") && l.ends_with(" alpha/src/lib.rs - a (line 1)")), "{shown}");
+    assert!(stdout.contains("SKIPPED [1] (no reason given)"), "{shown}");
+    assert!(stdout.contains("FAILED: 7 units, 5 passed (0 flaky), 1 failed, 0 unfinished, 1 skipped"), "{shown}");
 }
 
 #[test]

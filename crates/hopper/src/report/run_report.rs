@@ -494,8 +494,13 @@ impl RunReport {
         // many; expected failures apart, as pytest's `-rx` has them.
         let mut reasons: Vec<(&str, usize)> = Vec::new();
         let mut xfails: Vec<(&str, usize)> = Vec::new();
-        for reason in
-            self.units.iter().filter_map(|u| u.skip_reason.as_deref().filter(|_| u.outcome == Some(Outcome::Skipped)))
+        // A skip without a reason (libtest's bare `#[ignore]`, rustdoc's
+        // `ignore` blocks) is listed too, as "(no reason given)".
+        for reason in self
+            .units
+            .iter()
+            .filter(|u| u.outcome == Some(Outcome::Skipped))
+            .map(|u| u.skip_reason.as_deref().unwrap_or(""))
         {
             let (list, reason) = match skips::xfail_own_reason(reason) {
                 Some(own) => (&mut xfails, own),
@@ -509,6 +514,7 @@ impl RunReport {
         if !reasons.is_empty() {
             let _ = writeln!(out, "\nSKIPPED, by reason:");
             for (reason, n) in reasons {
+                let reason = if reason.is_empty() { "(no reason given)" } else { reason };
                 let _ = writeln!(out, "  SKIPPED [{n}] {reason}");
             }
         }

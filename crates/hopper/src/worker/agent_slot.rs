@@ -19,6 +19,7 @@ use crate::agent::shards::{Collected, Starvation, STEAL_AFTER};
 use crate::agent::AgentError;
 use crate::errors::HopperError;
 use crate::units::discover::shown;
+use crate::verdicts::skips;
 use crate::worker::observer::AttemptEnd;
 use crate::worker::transitions::{
     fenced_off, hand_back, idle, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
@@ -535,11 +536,15 @@ impl Slot {
         let items: Vec<(Delivery, FinalizeRequest)> = done.iter().map(|(d, r, _)| (d.clone(), r.clone())).collect();
         shared.held.let_go(done.iter().map(|(d, _, _)| d));
         let replies = shared.queue.finalize_batch(run, worker, &items).await?;
-        for ((delivery, _, duration), reply) in done.iter().zip(replies) {
+        for ((delivery, request, duration), reply) in done.iter().zip(replies) {
             match reply {
                 Ack::Ok => {
                     shared.summary.lock().passed += 1;
-                    shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, *duration, None);
+                    let (end, reason) = match request.outcome {
+                        Outcome::Skipped => (AttemptEnd::Skipped, skips::reason_of(request.errors.as_ref())),
+                        _ => (AttemptEnd::Passed, None),
+                    };
+                    shared.observer.attempt_ended(&delivery.unit, end, *duration, reason.as_deref());
                 }
                 reply => fenced_off(&shared, delivery, "finalize", reply).await,
             }

@@ -166,7 +166,8 @@ async fn run_batch(
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
                         shared.summary.lock().passed += 1;
-                        shared.observer.attempt_ended(&delivery.unit, AttemptEnd::Passed, per_unit, None);
+                        let end = if outcome == Outcome::Skipped { AttemptEnd::Skipped } else { AttemptEnd::Passed };
+                        shared.observer.attempt_ended(&delivery.unit, end, per_unit, reason);
                     }
                     reply => fenced_off(shared, delivery, "finalize", reply).await,
                 }

@@ -12,6 +12,8 @@ use leasehold_core::{Progress, RunId, UnitId};
 pub enum AttemptEnd {
     /// Passed and finalized.
     Passed,
+    /// Skipped (ignored, or an expected failure) and finalized.
+    Skipped,
     /// Failed and finalized as failed (no retry left).
     Failed,
     /// Failed and requeued for another attempt.
@@ -27,12 +29,13 @@ pub enum AttemptEnd {
 impl AttemptEnd {
     /// Whether the unit reached its final outcome through this end.
     pub fn is_final(self) -> bool {
-        matches!(self, AttemptEnd::Passed | AttemptEnd::Failed | AttemptEnd::ReclaimExhausted)
+        matches!(self, AttemptEnd::Passed | AttemptEnd::Skipped | AttemptEnd::Failed | AttemptEnd::ReclaimExhausted)
     }
 
     fn label(self) -> &'static str {
         match self {
             AttemptEnd::Passed => "PASS ",
+            AttemptEnd::Skipped => "SKIP ",
             AttemptEnd::Failed => "FAIL ",
             AttemptEnd::Retrying => "RETRY",
             AttemptEnd::Stale => "STALE",
@@ -80,11 +83,13 @@ impl RunObserver for PlainObserver {
     }
 
     fn attempt_ended(&self, unit: &UnitId, end: AttemptEnd, duration: Duration, detail: Option<&str>) {
-        let mut err = std::io::stderr().lock();
-        let _ = match detail {
-            Some(d) => writeln!(err, "{} {:>7.2}s {unit} ({d})", end.label(), duration.as_secs_f64()),
-            None => writeln!(err, "{} {:>7.2}s {unit}", end.label(), duration.as_secs_f64()),
+        // One write a line: stderr is unbuffered, and `writeln!` on it makes
+        // a write call per formatted piece (five a line, on the hot path).
+        let line = match detail {
+            Some(d) => format!("{} {:>7.2}s {unit} ({d})\n", end.label(), duration.as_secs_f64()),
+            None => format!("{} {:>7.2}s {unit}\n", end.label(), duration.as_secs_f64()),
         };
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
     fn progress(&self, _: &Progress) {}
@@ -127,7 +132,7 @@ impl RunObserver for BarObserver {
     }
 
     fn attempt_ended(&self, unit: &UnitId, end: AttemptEnd, duration: Duration, detail: Option<&str>) {
-        if end != AttemptEnd::Passed {
+        if !matches!(end, AttemptEnd::Passed | AttemptEnd::Skipped) {
             let detail = detail.map(|d| format!(" ({d})")).unwrap_or_default();
             self.bar.println(format!("{} {:>7.2}s {unit}{detail}", end.label(), duration.as_secs_f64()));
         }

@@ -158,36 +158,65 @@ impl Selection {
 }
 
 /// Each listed test's target, one per `NAME: test` line in the listing's
-/// order (the lines [`super::libtest::parse`] reads its ids from): cargo
-/// prints one `Running`/`Doc-tests` line per binary on stderr, and each
-/// binary's `--list` ends with its `N tests, M benchmarks` line on stdout,
-/// in the same order. `packages` (from `cargo metadata`) names each
-/// binary's package and target exactly; without it a target is told from
-/// its path. Packages are kept only when the binaries span more than one.
-/// `None` when the two outputs do not pair up (another cargo's output): the
-/// units then run with `--exact` and every target.
+/// order (the lines [`super::libtest::parse`] reads its ids from).
+///
+/// cargo prints one `Running` line per test binary on stderr, then one
+/// `Doc-tests` line per library, and each binary's `--list` ends with its
+/// `N tests, M benchmarks` line on stdout, in the same order. A library's
+/// doctests may list in two such sections (edition 2024 merges the doctests
+/// it can into one binary, and lists the rest apart), so sections are paired
+/// with the `Running` lines, and every section after those is doctests:
+/// each doctest's package is the one its path is in (rustdoc names it from
+/// the workspace's root: `beta/src/lib.rs - two (line 1)`).
+///
+/// `packages` (from `cargo metadata`) names each binary's package and
+/// target exactly; without it a target is told from its path. Packages are
+/// kept only when the tests span more than one. `None` when the two outputs
+/// do not pair up (another cargo's output): the units then run with
+/// `--exact` and every target.
 pub fn targets(stdout: &str, stderr: &str, packages: Option<&Packages>) -> Option<Vec<Selection>> {
-    let mut binaries: Vec<Selection> = stderr.lines().filter_map(|l| Selection::of_line(l, packages)).collect();
-    let spanned: HashSet<&str> = binaries.iter().filter_map(|b| b.package.as_deref()).collect();
-    if spanned.len() < 2 {
-        binaries.iter_mut().for_each(|b| b.package = None);
+    let binaries: Vec<Selection> = stderr.lines().filter_map(|l| Selection::of_line(l, packages)).collect();
+    let running = binaries.iter().take_while(|b| b.target != CargoTarget::Doc).count();
+    let doc_packages: Vec<Option<&str>> = binaries[running..].iter().map(|b| b.package.as_deref()).collect();
+    if binaries[running..].iter().any(|b| b.target != CargoTarget::Doc) {
+        return None;
     }
     let mut sections = 0;
-    let mut found = Vec::new();
-    let mut listed = 0;
+    let mut found: Vec<Selection> = Vec::new();
+    let mut listed: Vec<&str> = Vec::new();
     for line in stdout.lines() {
-        if line.ends_with(": test") {
-            listed += 1;
+        if let Some(name) = line.strip_suffix(": test") {
+            listed.push(name);
         } else if let Some((_, rest)) = line.split_once(' ') {
             if rest.starts_with("test, ") || rest.starts_with("tests, ") {
-                let target = binaries.get(sections)?;
-                found.extend(std::iter::repeat_n(target.clone(), listed));
-                listed = 0;
+                if sections < running {
+                    found.extend(std::iter::repeat_n(binaries[sections].clone(), listed.len()));
+                } else {
+                    for name in &listed {
+                        if doc_packages.is_empty() || !is_doctest(name) {
+                            return None;
+                        }
+                        let package = match (packages, doc_packages.as_slice()) {
+                            (_, [only]) => only.map(str::to_owned),
+                            (Some(packages), _) => packages.of_doctest(name),
+                            (None, _) => None,
+                        };
+                        found.push(Selection { package, target: CargoTarget::Doc });
+                    }
+                }
+                listed.clear();
                 sections += 1;
             }
         }
     }
-    (sections == binaries.len() && listed == 0).then_some(found)
+    if sections < running || !listed.is_empty() {
+        return None;
+    }
+    let spanned: HashSet<&str> = found.iter().filter_map(|s| s.package.as_deref()).collect();
+    if spanned.len() < 2 {
+        found.iter_mut().for_each(|s| s.package = None);
+    }
+    Some(found)
 }
 
 /// The cargo-test units of a listing: each unit's target, and the libtest
@@ -548,6 +577,38 @@ mod tests {
         assert_eq!(found["integration"], CargoTarget::Test("it".into()).into());
         assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc.into());
         assert_eq!(targets(stdout, "   Doc-tests x\n", None), None, "four lists, one binary: they do not pair up");
+    }
+
+    /// Edition 2024 lists a library's doctests in two sections (those merged
+    /// into one binary, then the rest), under one `Doc-tests` line.
+    #[test]
+    fn merged_doctests_list_in_two_sections_and_each_doctest_is_its_packages() {
+        let stderr =
+            "     Running unittests src/lib.rs (target/debug/deps/alpha-1)\n   Doc-tests alpha\n   Doc-tests beta\n";
+        let stdout = "tests::it_works: test\n\n1 test, 0 benchmarks\nalpha/src/lib.rs - b (line 6): test\n\n1 test, 0 benchmarks\n\
+                      alpha/src/lib.rs - a (line 1): test\n\n1 test, 0 benchmarks\nbeta/src/lib.rs - two (line 1): test\n\n\
+                      1 test, 0 benchmarks\n";
+        let packages = Packages::parse(crate::units::discover::cargo_packages::WORKSPACE_FIXTURE.as_bytes()).unwrap();
+        let found = targets(stdout, stderr, Some(&packages)).unwrap();
+        let doc = |p: &str| Selection { package: Some(p.into()), target: CargoTarget::Doc };
+        assert_eq!(
+            found,
+            [
+                Selection { package: Some("alpha".into()), target: CargoTarget::Lib },
+                doc("alpha"),
+                doc("alpha"),
+                doc("beta")
+            ]
+        );
+        // One package: no `-p`.
+        let alone = "     Running unittests src/lib.rs (target/debug/deps/alpha-1)\n   Doc-tests alpha\n";
+        let stdout = "tests::it_works: test\n\n1 test, 0 benchmarks\nalpha/src/lib.rs - b (line 6): test\n\n1 test, 0 benchmarks\n\
+                      alpha/src/lib.rs - a (line 1): test\n\n1 test, 0 benchmarks\n";
+        let found = targets(stdout, alone, Some(&packages)).unwrap();
+        assert_eq!(found, [CargoTarget::Lib.into(), CargoTarget::Doc.into(), CargoTarget::Doc.into()]);
+        assert_eq!(targets(stdout, alone, None).unwrap(), found, "without cargo metadata too");
+        // A test that is no doctest after the binaries' sections: not cargo's.
+        assert_eq!(targets("x: test\n\n1 test, 0 benchmarks\ny: test\n\n1 test, 0 benchmarks\n", alone, None), None);
     }
 
     /// As semver 1.0.23 has them: `test_eq` in two test targets.

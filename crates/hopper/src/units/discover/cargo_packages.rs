@@ -20,6 +20,7 @@ use super::listing::{run_first_installed, ListCommand};
 #[derive(Debug, Deserialize)]
 struct Metadata {
     packages: Vec<Package>,
+    workspace_root: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -52,6 +53,8 @@ struct Known {
 #[derive(Debug, Clone, Default)]
 pub struct Packages {
     known: Vec<Known>,
+    /// Each package's directory, relative to the workspace's root.
+    roots: Vec<(String, PathBuf)>,
 }
 
 impl Packages {
@@ -59,8 +62,12 @@ impl Packages {
     pub fn parse(json: &[u8]) -> Result<Self, serde_json::Error> {
         let metadata: Metadata = serde_json::from_slice(json)?;
         let mut known = Vec::new();
+        let mut roots = Vec::new();
         for package in metadata.packages {
             let root = package.manifest_path.parent().map(Path::to_path_buf).unwrap_or_default();
+            if let Ok(relative) = root.strip_prefix(&metadata.workspace_root) {
+                roots.push((package.name.clone(), relative.to_path_buf()));
+            }
             for target in package.targets {
                 let Some(selected) = target_of(&target) else { continue };
                 known.push(Known {
@@ -71,7 +78,7 @@ impl Packages {
                 });
             }
         }
-        Ok(Self { known })
+        Ok(Self { known, roots })
     }
 
     /// Runs `cargo metadata` as the listing command `list` would run cargo
@@ -108,6 +115,17 @@ impl Packages {
     /// The package of a `Doc-tests CRATE` line: the library named `CRATE`.
     pub fn doc_tests(&self, crate_name: &str) -> Option<String> {
         self.unique(|k| k.target == CargoTarget::Lib && k.crate_name == crate_name).map(|(package, _)| package)
+    }
+
+    /// The package of a doctest (`beta/src/lib.rs - two (line 1)`): the one
+    /// whose directory holds its source, the deepest if they nest.
+    pub fn of_doctest(&self, name: &str) -> Option<String> {
+        let source = Path::new(name.split(" - ").next()?);
+        self.roots
+            .iter()
+            .filter(|(_, root)| source.starts_with(root))
+            .max_by_key(|(_, root)| root.components().count())
+            .map(|(package, _)| package.clone())
     }
 
     fn unique(&self, matches: impl Fn(&Known) -> bool) -> Option<(String, CargoTarget)> {
@@ -152,13 +170,16 @@ fn metadata_command(list: &[String]) -> Option<Vec<String>> {
 }
 
 #[cfg(test)]
+pub(crate) use tests::WORKSPACE as WORKSPACE_FIXTURE;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     /// A workspace of `alpha` (a library) and `beta` (a library, its main
     /// binary, a binary `beta-tool`, a `[[test]]` at a path of its own, and
     /// a build script), as `cargo metadata --no-deps` reports it.
-    const WORKSPACE: &str = r#"{"packages":[
+    pub(crate) const WORKSPACE: &str = r#"{"packages":[
         {"name":"alpha","manifest_path":"/ws/alpha/Cargo.toml","targets":[
             {"kind":["lib"],"name":"alpha","src_path":"/ws/alpha/src/lib.rs"}]},
         {"name":"beta","manifest_path":"/ws/beta/Cargo.toml","targets":[
@@ -190,6 +211,9 @@ mod tests {
         assert_eq!(packages.running("src/lib.rs", "target/debug/deps/gamma-1"), None, "not in the metadata");
         assert_eq!(packages.doc_tests("beta").as_deref(), Some("beta"));
         assert_eq!(packages.doc_tests("delta"), None);
+        assert_eq!(packages.of_doctest("beta/src/lib.rs - two (line 1)").as_deref(), Some("beta"));
+        assert_eq!(packages.of_doctest("alpha/src/lib.rs - f (line 3)").as_deref(), Some("alpha"));
+        assert_eq!(packages.of_doctest("gamma/src/lib.rs - f (line 3)"), None);
     }
 
     #[test]
