@@ -472,7 +472,8 @@ const CARGO_WORKSPACE: &[(&str, &str)] = &[
     (
         "alpha/src/lib.rs",
         "/// ```ignore\n/// not rust\n/// ```\npub fn a() {}\n\n/// ```\n/// assert_eq!(alpha::b(), 1);\n/// ```\n\
-         pub fn b() -> u32 {\n    1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
+         pub fn b() -> u32 {\n    1\n}\n\n/// ```compile_fail\n/// let _compiles = alpha::b();\n/// ```\npub fn c() {}\n\n\
+         #[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
     ),
     (
         "beta/Cargo.toml",
@@ -517,7 +518,12 @@ fn a_test_name_in_several_packages_and_binaries_is_a_unit_in_each() {
     assert!(stdout.contains("FAIL tests::it_works [-p beta --bin beta-tool] (the tool breaks"), "{shown}");
     assert!(shown.lines().any(|l| l.starts_with("SKIP") && l.ends_with(" alpha/src/lib.rs - a (line 1)")), "{shown}");
     assert!(stdout.contains("SKIPPED [1] (no reason given)"), "{shown}");
-    assert!(stdout.contains("FAILED: 7 units, 5 passed (0 flaky), 1 failed, 0 unfinished, 1 skipped"), "{shown}");
+    // rustdoc runs it as `alpha/src/lib.rs - c (line 13) - compile fail`.
+    assert!(
+        stdout.contains("FAIL alpha/src/lib.rs - c (line 13) (Test compiled successfully, but it's marked"),
+        "{shown}"
+    );
+    assert!(stdout.contains("FAILED: 8 units, 5 passed (0 flaky), 2 failed, 0 unfinished, 1 skipped"), "{shown}");
 }
 
 #[test]

@@ -449,6 +449,18 @@ fn is_doctest(name: &str) -> bool {
     name.contains(" - ") && name.ends_with(')')
 }
 
+/// Whether `name`, as rustdoc names a doctest while it runs it, is the
+/// doctest `unit`: its listed name, or that name and its mode
+/// (`src/lib.rs - (line 28) - compile fail`, `... - should panic`).
+fn names_doctest(name: &str, unit: &str) -> bool {
+    name.strip_prefix(unit).is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix(" - ")
+                .is_some_and(|mode| !mode.is_empty() && mode.chars().all(|c| c.is_ascii_lowercase() || c == ' '))
+    })
+}
+
 /// A doctest unit's own result in an output where rustdoc ran more than it.
 /// rustdoc splits the name it is given at its spaces (`src/lib.rs`, `-`,
 /// `add_one`, ...) and runs every doctest matching any piece, so the item's
@@ -464,17 +476,31 @@ fn own_doctest_verdict(unit: &str, output: &str) -> Option<UnitResult> {
     if !is_doctest(unit) || passed + failed + ignored <= 1 {
         return None;
     }
-    let section = format!("---- {unit} stdout ----");
-    if let Some(at) = output.find(&section) {
-        let own = &output[at + section.len()..];
+    let section = output.match_indices("---- ").find_map(|(at, _)| {
+        let header = output[at..].lines().next()?;
+        let name = header.strip_prefix("---- ")?.strip_suffix(" stdout ----")?;
+        names_doctest(name, unit).then_some(at + header.len())
+    });
+    if let Some(end) = section {
+        let own = &output[end..];
         // Its section ends at the next test's, or at the list of failures.
         let own = own.split("\n---- ").next().unwrap_or(own);
         let own = own.split("\nfailures:").next().unwrap_or(own);
-        let detail = panic_message(own).unwrap_or_else(|| "the doctest failed".to_owned());
+        // A doctest that did not panic says why in its section's first line
+        // ("Test compiled successfully, but it's marked `compile_fail`.").
+        let first_line = || own.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned);
+        let detail = panic_message(own).or_else(first_line).unwrap_or_else(|| "the doctest failed".to_owned());
         let verdict = UnitVerdict::Failed { reason: "exit", detail };
         return Some(UnitResult { verdict, duration: None, output: Some(own.trim().to_owned()) });
     }
-    let line = |result: &str| output.lines().any(|l| l.trim() == format!("test {unit} ... {result}"));
+    let line = |result: &str| {
+        output.lines().any(|l| {
+            l.trim()
+                .strip_prefix("test ")
+                .and_then(|rest| rest.strip_suffix(result)?.strip_suffix(" ... "))
+                .is_some_and(|name| names_doctest(name, unit))
+        })
+    };
     if line("ignored") {
         return Some(UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: None });
     }
@@ -577,6 +603,31 @@ mod tests {
         assert_eq!(found["integration"], CargoTarget::Test("it".into()).into());
         assert_eq!(found["src/lib.rs - f (line 5)"], CargoTarget::Doc.into());
         assert_eq!(targets(stdout, "   Doc-tests x\n", None), None, "four lists, one binary: they do not pair up");
+    }
+
+    /// block-buffer 0.12.1: rustdoc names a `compile_fail` doctest with its
+    /// mode when it runs it, not as it listed it.
+    #[test]
+    fn a_doctest_is_found_under_its_name_and_mode() {
+        let out = "\nrunning 1 test\ntest src/lib.rs - (line 4) ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored; \
+                   0 measured; 0 filtered out; finished in 0.01s\n\n\nrunning 2 tests\ntest src/lib.rs - (line 32) - compile \
+                   fail ... ok\ntest src/lib.rs - (line 28) - compile fail ... FAILED\n\nfailures:\n\n---- src/lib.rs - \
+                   (line 28) - compile fail stdout ----\nTest compiled successfully, but it's marked `compile_fail`.\n\n\
+                   failures:\n    src/lib.rs - (line 28)\n\ntest result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; \
+                   0 filtered out; finished in 0.05s\n";
+        let passed = own_doctest_verdict("src/lib.rs - (line 32)", out).unwrap();
+        assert_eq!(passed.verdict, UnitVerdict::Passed);
+        let failed = own_doctest_verdict("src/lib.rs - (line 28)", out).unwrap();
+        assert!(matches!(failed.verdict, UnitVerdict::Failed { .. }), "{failed:?}");
+        assert!(failed.output.unwrap().contains("marked `compile_fail`"));
+        assert!(
+            matches!(&failed.verdict, UnitVerdict::Failed { detail, .. } if detail.starts_with("Test compiled successfully")),
+            "{:?}",
+            failed.verdict
+        );
+        assert!(names_doctest("src/lib.rs - f (line 5) - should panic", "src/lib.rs - f (line 5)"));
+        assert!(!names_doctest("src/lib.rs - f (line 50)", "src/lib.rs - f (line 5)"));
+        assert!(!names_doctest("src/lib.rs - f (line 5) - g (line 9)", "src/lib.rs - f (line 5)"));
     }
 
     /// Edition 2024 lists a library's doctests in two sections (those merged
