@@ -123,13 +123,14 @@ pub enum UnitsError {
         /// What was lost.
         lost: String,
     },
-    /// Tests of one name in several cargo test targets, asked to run in
-    /// batches, whose commands and reports name tests by their names alone.
+    /// Tests of one name in several cargo test targets (or packages), asked
+    /// to run in batches, whose commands and reports name tests by their
+    /// names alone.
     #[error(
-        "{count} test name(s) are in more than one test target ({names}): a batch's command and its libtest report \
-         name tests without their target, so hopper runs them apart only one test at a time (`hopper run \
-         --discover cargo-test -- cargo test`, without --batch-size or --results), or use `--discover nextest`; \
-         nothing was run"
+        "{count} test name(s) are in more than one test target or package ({names}): a batch's command and its \
+         libtest report name tests without their target, so hopper runs them apart only one test at a time \
+         (`hopper run --discover cargo-test -- cargo test`, without --batch-size or --results), or use \
+         `--discover nextest`; nothing was run"
     )]
     SharedTestNames {
         /// How many units name their targets.

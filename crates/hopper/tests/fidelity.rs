@@ -455,7 +455,9 @@ fn a_test_name_in_two_targets_is_a_unit_in_each() {
     let (stdout, stderr) = texts(&batches);
     assert_eq!(batches.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
-        stderr.contains("2 test name(s) are in more than one test target (\"same [--test a]\", \"same [--test b]\")"),
+        stderr.contains(
+            "2 test name(s) are in more than one test target or package (\"same [--test a]\", \"same [--test b]\")"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("nothing was run") && !stderr.contains("PASS"), "stdout:\n{stdout}\nstderr:\n{stderr}");
