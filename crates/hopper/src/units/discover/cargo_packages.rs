@@ -14,8 +14,78 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::cargo_exact::CargoTarget;
 use super::listing::{run_first_installed, ListCommand};
+
+/// The target a listed test belongs to, as far as cargo can select it
+/// without ambiguity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CargoTarget {
+    /// The library's unit tests (`--lib`).
+    Lib,
+    /// A binary's unit tests (`--bin NAME`).
+    Bin(String),
+    /// An integration test target (`--test NAME`).
+    Test(String),
+    /// A bench target's tests (`--bench NAME`).
+    Bench(String),
+    /// An example's tests (`--example NAME`).
+    Example(String),
+    /// The doctests (`--doc`).
+    Doc,
+    /// A target not told from cargo's output: run with every target, `--exact`.
+    Other,
+}
+
+impl CargoTarget {
+    /// `cargo test`'s flags that select it.
+    pub(crate) fn flags(&self) -> Vec<String> {
+        let named = |flag: &str, name: &str| vec![flag.to_owned(), name.to_owned()];
+        match self {
+            CargoTarget::Lib => vec!["--lib".into()],
+            CargoTarget::Bin(name) => named("--bin", name),
+            CargoTarget::Test(name) => named("--test", name),
+            CargoTarget::Bench(name) => named("--bench", name),
+            CargoTarget::Example(name) => named("--example", name),
+            CargoTarget::Doc => vec!["--doc".into()],
+            CargoTarget::Other => Vec::new(),
+        }
+    }
+
+    /// The target of a `Running ...` or `Doc-tests ...` line of cargo's
+    /// stderr, told from its path alone (without `cargo metadata`); `None`
+    /// for other lines.
+    pub(crate) fn of_line(line: &str) -> Option<Self> {
+        let line = line.trim();
+        if line.starts_with("Doc-tests ") {
+            return Some(CargoTarget::Doc);
+        }
+        let (source, _) = running_line(line)?;
+        if line.contains("Running unittests ") && source.ends_with("src/lib.rs") {
+            return Some(CargoTarget::Lib);
+        }
+        // `tests/it.rs` is target `it`, `tests/it/main.rs` too.
+        let path = Path::new(source);
+        let parent = path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str());
+        let name = match (parent, path.file_stem().and_then(|n| n.to_str())) {
+            (Some("tests"), Some(stem)) => Some(stem),
+            (Some(dir), Some("main")) if path.parent().and_then(Path::parent).is_some_and(|p| p.ends_with("tests")) => {
+                Some(dir)
+            }
+            _ => None,
+        };
+        Some(name.map_or(CargoTarget::Other, |n| CargoTarget::Test(n.to_owned())))
+    }
+}
+
+/// The source and the binary of a `Running [unittests ]SOURCE (BINARY)` line.
+pub(crate) fn running_line(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim().strip_prefix("Running ")?;
+    let rest = rest.strip_prefix("unittests ").unwrap_or(rest);
+    match rest.rsplit_once(" (") {
+        Some((source, binary)) => Some((source, binary.strip_suffix(')').unwrap_or(binary))),
+        None => Some((rest, "")),
+    }
+}
 
 #[derive(Debug, Deserialize)]
 struct Metadata {
