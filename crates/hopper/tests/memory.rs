@@ -78,6 +78,31 @@ fn passing_suite_exits_zero_even_with_a_flaky_unit() {
     assert!(stderr.contains("RETRY") && stderr.contains("PASS "), "{stderr}");
 }
 
+/// `hopper run … | head -1`: the reader is gone before the report is
+/// printed. The exit code is still the verdict's (1: a unit failed), not a
+/// panic's 101.
+#[test]
+fn a_reader_that_went_away_leaves_the_verdicts_exit_code() {
+    let mut suite = Suite::new();
+    suite.passing("a.sh").failing("b.sh");
+    let list = suite.unit_list();
+    let mut child = hopper(suite.path())
+        .args(["run", "--max-requeues", "0", "--no-timings", "--units-from"])
+        .arg(&list)
+        .args(["--", "sh", "{unit}"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closes the pipe's only reading end.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn unit_timeout_kills_the_unit_and_fails_it_with_reason_timeout() {
     let mut suite = Suite::new();

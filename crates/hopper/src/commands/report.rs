@@ -102,9 +102,22 @@ pub(super) async fn finish_report(
     outputs: ReportOutputs<'_>,
     slowest: usize,
 ) -> Result<i32, HopperError> {
-    print!("{}", report.render(slowest));
+    out(&report.render(slowest));
     write_files(queue, report, outputs, slowest).await?;
     Ok(report.exit_code())
+}
+
+/// Writes `text` to stdout. A reader that has gone (`hopper run … | head`)
+/// ends the printing, not the command: its exit code is still the verdict's,
+/// where `print!` would panic with code 101.
+pub(super) fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        if error.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!(%error, "cannot write the report to stdout");
+        }
+    }
 }
 
 async fn write_files(
@@ -115,12 +128,12 @@ async fn write_files(
 ) -> Result<(), HopperError> {
     if let Some(path) = outputs.junit {
         report.write_junit(path)?;
-        println!("hopper: JUnit XML written to {}", path.display());
+        out(&format!("hopper: JUnit XML written to {}\n", path.display()));
     }
     if let Some(path) = outputs.html {
         let timeline = Timeline::load(queue, &report.run).await?;
         write_html(path, report, &timeline, slowest)?;
-        println!("hopper: HTML timeline written to {}", path.display());
+        out(&format!("hopper: HTML timeline written to {}\n", path.display()));
     }
     Ok(())
 }
@@ -149,7 +162,7 @@ pub async fn report(options: ReportOptions, env: EnvLookup<'_>) -> Result<i32, H
         // Still show what is known, and leave a JUnit file that names the unfinished units.
         if let Some(report) = RunReport::load(&*queue, &run_id).await? {
             let report = report.counting_flaky_as(options.flaky_result).quarantining(quarantine);
-            print!("{}", report.render(options.slowest));
+            out(&report.render(options.slowest));
             write_files(&*queue, &report, outputs, options.slowest).await?;
         }
         return Err(error);
@@ -176,7 +189,7 @@ pub async fn status(options: StatusOptions, env: EnvLookup<'_>) -> Result<i32, H
             .await?;
     // It only reads the build.
     let queue: Arc<dyn RunLog> = riding_out(&backend, options.outage_grace, notify, CancellationToken::new());
-    print!("{}", status_text(&*queue, &run_id).await?);
+    out(&status_text(&*queue, &run_id).await?);
     Ok(exit::PASSED)
 }
 
