@@ -79,7 +79,7 @@ pub struct PlainObserver;
 impl RunObserver for PlainObserver {
     fn run_started(&self, run: &RunId, total: u64, leader: bool) {
         let role = if leader { "initialised" } else { "joined" };
-        eprintln!("hopper: {role} build {run} ({total} units)");
+        to_stderr(&format!("hopper: {role} build {run} ({total} units)\n"));
     }
 
     fn attempt_ended(&self, unit: &UnitId, end: AttemptEnd, duration: Duration, detail: Option<&str>) {
@@ -89,16 +89,22 @@ impl RunObserver for PlainObserver {
             Some(d) => format!("{} {:>7.2}s {unit} ({d})\n", end.label(), duration.as_secs_f64()),
             None => format!("{} {:>7.2}s {unit}\n", end.label(), duration.as_secs_f64()),
         };
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        to_stderr(&line);
     }
 
     fn progress(&self, _: &Progress) {}
 
     fn warn(&self, message: &str) {
-        eprintln!("hopper: warning: {message}");
+        to_stderr(&format!("hopper: warning: {message}\n"));
     }
 
     fn finished(&self) {}
+}
+
+/// Writes `text` to stderr in one write; a reader that has gone (`2>&1 |
+/// head`) is no reason to stop the build, where `eprintln!` would panic.
+fn to_stderr(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// An indicatif progress bar (on stderr) with failures printed above it.
