@@ -5,7 +5,7 @@
 //! * a second SIGINT / SIGTERM kills them all before hopper exits
 //!   ([`kill_all`]);
 //! * when the worker dies without a chance to clean up (SIGKILL, OOM kill), a
-//!   reaper kills them: a small `sh` process (`reaper.sh`) in a process group
+//!   reaper kills them: a small `awk` process (`reaper.awk`) in a process group
 //!   of its own that learns each group on a pipe, and kills whatever is left
 //!   when the pipe closes, which the kernel does when the worker dies;
 //! * the reaper also removes the worker's private directories
@@ -31,7 +31,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 
-const REAPER_SCRIPT: &str = include_str!("reaper.sh");
+const REAPER_PROGRAM: &str = include_str!("reaper.awk");
 
 struct Registry {
     groups: HashSet<i32>,
@@ -45,8 +45,9 @@ fn registry() -> &'static Mutex<Registry> {
 }
 
 fn start_reaper() -> Option<(Child, ChildStdin)> {
-    let started = Command::new("sh")
-        .args(["-c", REAPER_SCRIPT, "hopper-reaper"])
+    // The program's first line names it, so `ps` shows `awk # hopper-reaper …`.
+    let started = Command::new("awk")
+        .arg(REAPER_PROGRAM)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
