@@ -420,6 +420,50 @@ fn cargo_test_units_run_the_exact_test_and_a_doctest_is_run() {
     }
 }
 
+/// `cargo test --doc NAME` has rustdoc read the library and build its
+/// doctests again for each name (either 1.19's 61 doctests took 4 minutes
+/// one by one): a worker runs a package's doctests once, and each doctest
+/// unit takes its own verdict from that run. A failure seen there is run
+/// again on its own, as any retry is.
+#[test]
+fn a_package_s_doctests_run_once_per_worker_and_a_failed_one_alone_again() {
+    let dir = Project::new(CARGO_SUITE);
+    // Every rustdoc cargo starts, logged (cargo runs `RUSTDOC` in its place).
+    let log = dir.path().join("rustdoc.log");
+    let wrapper = dir.path().join("rustdoc-logged.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec rustdoc \"$@\"\n", log.display()))
+        .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .env("RUSTDOC", &wrapper)
+        .args(["run", "-j", "2", "--no-timings", "--max-requeues", "1", "--requeue-tolerance", "1"])
+        .args(["--discover", "cargo-test", "--", "cargo", "test", "-q", "{unit}"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    // Each doctest's own verdict: the failing one failed twice, the others held.
+    assert!(
+        stdout.contains("FAIL src/lib.rs - add_one (line 5) (assertion `left == right` failed: a failing doctest"),
+        "{shown}"
+    );
+    assert!(stderr.contains("RETRY") && stderr.contains("src/lib.rs - add_one (line 5)"), "{shown}");
+    assert!(shown.lines().any(|l| l.starts_with("PASS") && l.ends_with("src/lib.rs - add_one (line 9)")), "{shown}");
+    assert!(shown.lines().any(|l| l.starts_with("SKIP") && l.contains("src/lib.rs - add_one (line 13)")), "{shown}");
+    // rustdoc ran the doctests twice: all of them once, then the failed one alone.
+    let runs: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("--test ") && !l.contains("--test-args --list"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:#?}\n{shown}");
+    assert!(!runs[0].contains("--test-args src/lib.rs"), "the first run names no doctest: {runs:#?}");
+    assert!(runs[1].contains("--test-args src/lib.rs"), "the retry names its doctest: {runs:#?}");
+}
+
 /// Two test targets that each have a test named `same` (as semver 1.0.23
 /// has `test_eq` in two of its test files): one passes, one fails.
 const CARGO_SHARED_NAMES: &[(&str, &str)] = &[

@@ -173,8 +173,9 @@ impl Execution {
                     && one_by_exit_code
                     && cargo_exact::is_cargo_test(template.parts());
                 let slots = if exact {
-                    let launcher = cargo_exact::CargoExact::new(template, cargo_targets.unwrap_or_default());
-                    BatchSlots::one_per_process(Arc::new(launcher), Arc::new(cargo_exact::CountedResults))
+                    let launcher = Arc::new(cargo_exact::CargoExact::new(template, cargo_targets.unwrap_or_default()));
+                    BatchSlots::one_per_process(launcher.clone(), Arc::new(cargo_exact::CountedResults))
+                        .sharing(launcher)
                 } else {
                     if let Some(units) = &cargo_targets {
                         let mut renamed: Vec<&str> = units.renamed().collect();

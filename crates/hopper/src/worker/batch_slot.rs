@@ -24,6 +24,7 @@ use crate::verdicts::{REPORT_ENV, REPORT_PLACEHOLDER};
 use crate::worker::config::{BatchSlots, BatchStart};
 use crate::worker::launch::Invocation;
 use crate::worker::observer::AttemptEnd;
+use crate::worker::shared_runs::Plan;
 use crate::worker::transitions::{
     fenced_off, hand_back, idle, millis, requeue_failed, reserve, slot_number, Idle, Shared, MIN_WAIT,
 };
@@ -93,13 +94,22 @@ async fn run_batch(
     // `lost[i]`: the queue no longer lets us report delivery i.
     let mut lost = vec![false; deliveries.len()];
     let stop_unit = shared.stop.child_token();
-    let process = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit);
+    // A unit run together with others of its key (cargo's doctests) may
+    // take its verdict from a run another slot of this worker already ran.
+    let process = async {
+        if let (Some(memo), [delivery]) = (&batches.shared, deliveries.as_slice()) {
+            if let Plan::Shared { result, ran_now } = memo.plan(delivery, &env, config.limits, &stop_unit).await {
+                return (result, ran_now);
+            }
+        }
+        (Arc::new(run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit).await), true)
+    };
     tokio::pin!(process);
     let mut lost_beats = shared.held.watch_lost();
     let mut halted_here = false;
-    let result = loop {
+    let (result, ran_now) = loop {
         tokio::select! {
-            result = &mut process => break result,
+            ran = &mut process => break ran,
             // `--max-failures-kill`: the build stopped, so this batch stops too.
             _ = shared.halt.cancelled(), if config.stop_running_on_halt && !halted_here => {
                 halted_here = true;
@@ -120,7 +130,9 @@ async fn run_batch(
         let mut running = shared.running.lock();
         running.retain(|u| !units.contains(u));
     }
-    shared.summary.lock().invocations += 1;
+    if ran_now {
+        shared.summary.lock().invocations += 1;
+    }
 
     if (shared.stop.is_cancelled() || halted_here) && result.termination == Termination::Stopped {
         let owned: Vec<Delivery> =

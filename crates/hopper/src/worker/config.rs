@@ -14,6 +14,7 @@ use crate::exec::process::ProcessLimits;
 use crate::exec::template::CommandTemplate;
 use crate::verdicts::model::BatchResults;
 use crate::worker::launch::Launcher;
+use crate::worker::shared_runs::{SharedRunMemo, SharedRuns};
 
 /// Everything a worker needs besides the queue.
 #[derive(Clone)]
@@ -66,6 +67,9 @@ pub struct BatchSlots {
     pub start: BatchStart,
     /// How each unit's result is read from the invocation.
     pub results: Arc<dyn BatchResults>,
+    /// Units run together once per worker instead of one by one (cargo's
+    /// doctests), for batches of one.
+    pub shared: Option<Arc<SharedRunMemo>>,
 }
 
 /// How a batch's process is started.
@@ -95,13 +99,19 @@ impl BatchSlots {
         results: Arc<dyn BatchResults>,
     ) -> Result<Self, HopperError> {
         let size = NonZeroUsize::new(size).ok_or(HopperError::ZeroBatchSize)?;
-        Ok(Self { size, start: BatchStart::Template(command), results })
+        Ok(Self { size, start: BatchStart::Template(command), results, shared: None })
     }
 
     /// One unit per process, started by `launcher`, judged by `results`
     /// (as nextest runs its tests).
     pub fn one_per_process(launcher: Arc<dyn Launcher>, results: Arc<dyn BatchResults>) -> Self {
-        Self { size: NonZeroUsize::MIN, start: BatchStart::Launcher(launcher), results }
+        Self { size: NonZeroUsize::MIN, start: BatchStart::Launcher(launcher), results, shared: None }
+    }
+
+    /// The same, with the units `runs` names run together once per worker
+    /// (see [`crate::worker::shared_runs`]).
+    pub fn sharing(self, runs: Arc<dyn SharedRuns>) -> Self {
+        Self { shared: Some(Arc::new(SharedRunMemo::new(runs))), ..self }
     }
 }
 

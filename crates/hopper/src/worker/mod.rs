@@ -17,6 +17,7 @@ pub mod config;
 mod held;
 pub mod launch;
 pub mod observer;
+pub mod shared_runs;
 mod transitions;
 
 use std::collections::HashMap;

@@ -22,10 +22,11 @@ use leasehold_core::UnitId;
 pub use super::cargo_packages::CargoTarget;
 use super::cargo_packages::{running_line, Packages};
 
-use crate::exec::process::{ProcessLimits, ProcessResult};
+use crate::exec::process::{ProcessLimits, ProcessResult, Termination};
 use crate::exec::template::CommandTemplate;
 use crate::verdicts::model::{termination_verdict, BatchResults, UnitResult, UnitVerdict};
 use crate::worker::launch::{Invocation, Launcher};
+use crate::worker::shared_runs::SharedRuns;
 
 /// cargo's options that choose which targets `cargo test` builds and runs:
 /// a command that has one keeps its own choice.
@@ -216,6 +217,15 @@ impl CargoUnits {
     pub fn renamed(&self) -> impl Iterator<Item = &str> {
         self.names.keys().map(String::as_str)
     }
+
+    /// How many doctests each package has (`None`: the only package).
+    fn doctests_by_package(&self) -> HashMap<Option<String>, usize> {
+        let mut counts = HashMap::new();
+        for selection in self.targets.values().filter(|s| s.target == CargoTarget::Doc) {
+            *counts.entry(selection.package.clone()).or_default() += 1;
+        }
+        counts
+    }
 }
 
 /// Whether `argv` is a `cargo ... test` command (the ones rewritten and
@@ -301,13 +311,44 @@ pub struct CargoExact {
     template: CommandTemplate,
     units: CargoUnits,
     cwd: Option<PathBuf>,
+    /// Packages with more than one doctest: their doctests run together.
+    shared_doctests: HashSet<Option<String>>,
 }
 
 impl CargoExact {
     /// Units run by `template` under their libtest names, each made exact
     /// with its target from `units`.
     pub fn new(template: CommandTemplate, units: CargoUnits) -> Self {
-        Self { template, units, cwd: None }
+        let shared_doctests =
+            units.doctests_by_package().into_iter().filter(|(_, n)| *n > 1).map(|(package, _)| package).collect();
+        Self { template, units, cwd: None, shared_doctests }
+    }
+}
+
+/// A package's doctests run together: `cargo test --doc` with no name has
+/// rustdoc read the library and build its doctests once, where a run per
+/// doctest does it for each (see [`crate::worker::shared_runs`]). The key is
+/// the package's name (empty for the only package).
+impl SharedRuns for CargoExact {
+    fn key(&self, unit: &UnitId) -> Option<String> {
+        let selection = self.units.target(unit.as_str()).filter(|s| s.target == CargoTarget::Doc)?;
+        self.shared_doctests.contains(&selection.package).then(|| selection.package.clone().unwrap_or_default())
+    }
+
+    fn invocation_of(&self, key: &str) -> Invocation {
+        let package = (!key.is_empty()).then(|| key.to_owned());
+        let selection = Selection { package, target: CargoTarget::Doc };
+        Invocation { argv: exact(self.template.render(&[]), Some(&selection)), env: Vec::new(), cwd: self.cwd.clone() }
+    }
+
+    fn ran(&self, result: &ProcessResult) -> Option<u32> {
+        let Termination::Exited(_) = result.termination else { return None };
+        let (passed, failed, ignored) = counts(&result.output.text(usize::MAX))?;
+        u32::try_from(passed + failed + ignored).ok()
+    }
+
+    fn covers(&self, unit: &UnitId, result: &ProcessResult) -> bool {
+        own_doctest_verdict(unit.as_str(), &result.output.text(usize::MAX)).is_some()
     }
 }
 
