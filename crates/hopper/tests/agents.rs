@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{junit_cases, require_rspec, rust_lib_rs, spawn_worker, status_of, texts, Project};
+use common::{junit_cases, require_rspec, rust_lib_rs, spawn_worker, status_of, survivor_then_report, texts, Project};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
@@ -210,19 +210,7 @@ fn a_sigkilled_redis_worker_s_tests_are_reclaimed_and_every_test_runs_to_one_ver
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
-    let output = survivor.wait_with_output().unwrap();
-    let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
-
-    let report = project
-        .hopper_in_venv()
-        .arg("report")
-        .args(shared)
-        .args(["--junit", "out.xml", "--worker-timeout", "10"])
-        .output()
-        .expect("report");
-    let (stdout, stderr) = texts(&report);
-    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let stdout = survivor_then_report(&project, survivor, &shared);
     assert!(stdout.contains("PASSED: 21 units, 21 passed"), "{stdout}");
     assert!(stdout.contains("RECLAIMED tests/test_0_victim.py::test_victim"), "{stdout}");
     let cases = junit_cases(&project.junit());

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::{
     alive, children_named, junit_cases, plugin_dirs, require_rspec, sigkill, sigkill_group, spawn_worker, status_of,
-    texts, wait_for, Project,
+    survivor_then_report, texts, wait_for, Project,
 };
 use leasehold_redis::test_support::RedisServer;
 use quick_junit::TestCaseStatus;
@@ -93,20 +93,8 @@ fn kill_one_of_two_workers(project: &Project, tool_args: &[&str], total: usize, 
     sigkill_group(victim_pid);
     assert!(cleaned, "the killed worker left (victim alive, plugin dirs) {left:?}");
 
-    let output = survivor.wait_with_output().expect("the survivor ends");
-    let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let stdout = survivor_then_report(project, survivor, &shared);
     assert!(plugin_dirs(&project.tmp("survivor")).is_empty(), "the survivor removes its plugin dir");
-
-    let report = project
-        .worker("report")
-        .arg("report")
-        .args(shared)
-        .args(["--junit", "out.xml", "--worker-timeout", "10"])
-        .output()
-        .expect("report");
-    let (stdout, stderr) = texts(&report);
-    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains(&format!("PASSED: {total} units, {total} passed (0 flaky)")), "{stdout}");
     assert!(stdout.contains(&format!("RECLAIMED {victim}")), "{stdout}");
     let cases = junit_cases(&project.junit());

@@ -10,7 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{alive, junit_cases, sigkill, sigkill_group, spawn_worker, texts, wait_for, Project};
+use common::{
+    alive, junit_cases, sigkill, sigkill_group, spawn_worker, survivor_then_report, texts, wait_for, Project,
+};
 use leasehold_redis::test_support::RedisServer;
 use quick_junit::TestCaseStatus;
 
@@ -75,19 +77,7 @@ fn a_worker_killed_in_its_shared_doctest_run_leaves_nothing_and_the_survivor_jud
     sigkill_group(victim_pid);
     assert!(ended, "the killed worker's shared doctest run outlived it");
 
-    let output = survivor.wait_with_output().expect("the survivor ends");
-    let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
-
-    let report = project
-        .worker("report")
-        .arg("report")
-        .args(shared)
-        .args(["--junit", "out.xml", "--worker-timeout", "10"])
-        .output()
-        .expect("report");
-    let (stdout, stderr) = texts(&report);
-    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let stdout = survivor_then_report(&project, survivor, &shared);
     assert!(stdout.contains("PASSED: 9 units, 9 passed (0 flaky)"), "{stdout}");
     assert!(stdout.contains("RECLAIMED src/lib.rs - "), "the doomed worker's unit was reclaimed:\n{stdout}");
     let cases = junit_cases(&project.junit());

@@ -12,7 +12,7 @@ pub mod timeline;
 #[allow(unused_imports)]
 pub use build::Build;
 #[allow(unused_imports)]
-pub use project::{require_rspec, rust_lib_rs, spawn_worker, status_of, Project, RAN_LOG_VAR};
+pub use project::{require_rspec, rust_lib_rs, spawn_worker, status_of, survivor_then_report, Project, RAN_LOG_VAR};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -135,6 +135,25 @@ pub fn spawn_worker(project: &Project, shared: &[&str], name: &str, args: &[&str
         .expect("start a worker")
 }
 
+/// Waits for the `survivor` of a kill test to finish the build (it must
+/// exit 0), then runs `hopper report` on the build `shared` names with the
+/// JUnit at [`Project::junit`] (it must exit 0); the report's stdout.
+pub fn survivor_then_report(project: &Project, survivor: Child, shared: &[&str]) -> String {
+    let output = survivor.wait_with_output().expect("the survivor ends");
+    let (stdout, stderr) = super::texts(&output);
+    assert_eq!(output.status.code(), Some(0), "survivor\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let report = project
+        .worker("report")
+        .arg("report")
+        .args(shared)
+        .args(["--junit", "out.xml", "--worker-timeout", "10"])
+        .output()
+        .expect("report");
+    let (stdout, stderr) = super::texts(&report);
+    assert_eq!(report.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    stdout
+}
+
 /// The JUnit status of the test case `name` (fails the test, naming the
 /// cases there are, when it is missing).
 pub fn status_of<'a>(cases: &'a BTreeMap<String, TestCaseStatus>, name: &str) -> &'a TestCaseStatus {
