@@ -98,16 +98,17 @@ async fn run_batch(
     // take its verdict from a run another slot of this worker already ran.
     let process = async {
         if let (Some(memo), [delivery]) = (&batches.shared, deliveries.as_slice()) {
-            if let Plan::Shared { result, ran_now } = memo.plan(delivery, &env, config.limits, &stop_unit).await {
-                return (result, ran_now);
+            if let Plan::Shared { result, own, ran_now } = memo.plan(delivery, &env, config.limits, &stop_unit).await {
+                return (result, Some(own), ran_now);
             }
         }
-        (Arc::new(run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit).await), true)
+        let result = run_process_in(invocation.cwd.as_deref(), &argv, &env, config.limits, &stop_unit).await;
+        (Arc::new(result), None, true)
     };
     tokio::pin!(process);
     let mut lost_beats = shared.held.watch_lost();
     let mut halted_here = false;
-    let (result, ran_now) = loop {
+    let (result, shared_verdict, ran_now) = loop {
         tokio::select! {
             ran = &mut process => break ran,
             // `--max-failures-kill`: the build stopped, so this batch stops too.
@@ -141,7 +142,10 @@ async fn run_batch(
         return Ok(());
     }
 
-    let verdicts = batches.results.verdicts(&units, &result, &config.limits, report.as_deref());
+    let verdicts = match shared_verdict {
+        Some(own) => units.iter().map(|u| (u.clone(), own.clone())).collect(),
+        None => batches.results.verdicts(&units, &result, &config.limits, report.as_deref()),
+    };
     let outside = batches.results.take_outside_errors();
     crate::verdicts::outside::record(&*shared.queue, run, worker, &outside).await?;
     let share = result.duration / deliveries.len().max(1) as u32;

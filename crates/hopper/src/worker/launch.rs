@@ -11,7 +11,7 @@ use leasehold_core::UnitId;
 use crate::units::discover::nextest::NextestTests;
 
 /// One invocation: program and arguments, extra environment, working directory.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Invocation {
     /// Program and arguments.
     pub argv: Vec<String>,

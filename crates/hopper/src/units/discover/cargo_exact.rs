@@ -21,6 +21,7 @@ use leasehold_core::UnitId;
 
 pub use super::cargo_packages::CargoTarget;
 use super::cargo_packages::{running_line, Packages};
+use super::libtest_output::{counts, doctest_verdicts, ignore_reason, is_doctest, own_doctest_verdict, panic_message};
 
 use crate::exec::process::{ProcessLimits, ProcessResult, Termination};
 use crate::exec::template::CommandTemplate;
@@ -327,28 +328,22 @@ impl CargoExact {
 
 /// A package's doctests run together: `cargo test --doc` with no name has
 /// rustdoc read the library and build its doctests once, where a run per
-/// doctest does it for each (see [`crate::worker::shared_runs`]). The key is
-/// the package's name (empty for the only package).
+/// doctest does it for each (see [`crate::worker::shared_runs`]).
 impl SharedRuns for CargoExact {
-    fn key(&self, unit: &UnitId) -> Option<String> {
+    fn together(&self, unit: &UnitId) -> Option<Invocation> {
         let selection = self.units.target(unit.as_str()).filter(|s| s.target == CargoTarget::Doc)?;
-        self.shared_doctests.contains(&selection.package).then(|| selection.package.clone().unwrap_or_default())
+        if !self.shared_doctests.contains(&selection.package) {
+            return None;
+        }
+        let argv = exact(self.template.render(&[]), Some(selection));
+        Some(Invocation { argv, env: Vec::new(), cwd: self.cwd.clone() })
     }
 
-    fn invocation_of(&self, key: &str) -> Invocation {
-        let package = (!key.is_empty()).then(|| key.to_owned());
-        let selection = Selection { package, target: CargoTarget::Doc };
-        Invocation { argv: exact(self.template.render(&[]), Some(&selection)), env: Vec::new(), cwd: self.cwd.clone() }
-    }
-
-    fn ran(&self, result: &ProcessResult) -> Option<u32> {
+    fn verdicts(&self, result: &ProcessResult) -> Option<HashMap<String, UnitResult>> {
         let Termination::Exited(_) = result.termination else { return None };
-        let (passed, failed, ignored) = counts(&result.output.text(usize::MAX))?;
-        u32::try_from(passed + failed + ignored).ok()
-    }
-
-    fn covers(&self, unit: &UnitId, result: &ProcessResult) -> bool {
-        own_doctest_verdict(unit.as_str(), &result.output.text(usize::MAX)).is_some()
+        let text = result.output.text(usize::MAX);
+        counts(&text)?;
+        Some(doctest_verdicts(&text))
     }
 }
 
@@ -361,128 +356,6 @@ impl Launcher for CargoExact {
         let target = units.first().and_then(|u| self.units.target(u.as_str()));
         Invocation { argv: exact(argv, target), env: Vec::new(), cwd: self.cwd.clone() }
     }
-}
-
-/// libtest's counts in an output: the sums of every `test result:` line's
-/// `passed`, `failed` and `ignored`; `None` when there is no such line.
-pub fn counts(output: &str) -> Option<(u64, u64, u64)> {
-    let mut seen = false;
-    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
-    for line in output.lines() {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else { continue };
-        seen = true;
-        for part in rest.split(';') {
-            let mut words = part.split_whitespace().rev();
-            let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
-            let n: u64 = n.parse().unwrap_or(0);
-            match what {
-                "passed" => passed += n,
-                "failed" => failed += n,
-                "ignored" => ignored += n,
-                _ => {}
-            }
-        }
-    }
-    seen.then_some((passed, failed, ignored))
-}
-
-/// The panic message of a failed Rust test in libtest's output: the line
-/// after `thread '...' panicked at FILE:LINE:COL:` (the message itself, as
-/// `assertion `left == right` failed: parse_fails fails`).
-pub fn panic_message(output: &str) -> Option<String> {
-    let mut lines = output.lines();
-    while let Some(line) = lines.next() {
-        let Some(rest) = line.trim().strip_prefix("thread '") else { continue };
-        // Newer Rust names the thread's id too: `thread 'x' (9079) panicked at`.
-        let Some((_, at)) = rest.split_once(" panicked at ") else { continue };
-        // Before Rust 1.73 the message followed on the same line: `at 'msg', file:line:col`.
-        if let Some(old) = at.strip_prefix('\'').and_then(|m| m.rsplit_once("', ")) {
-            return Some(old.0.to_owned());
-        }
-        return lines.next().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
-    }
-    None
-}
-
-/// The reason libtest gives an ignored test: `test x ... ignored, too
-/// slow`, or with `-q`, `test: x, ignore_message: too slow`.
-pub fn ignore_reason(output: &str) -> Option<String> {
-    output.lines().find_map(|l| {
-        let line = l.trim();
-        let reason = line.rsplit_once(" ... ignored, ").map(|(_, r)| r);
-        let reason = reason.or_else(|| line.strip_prefix("test: ")?.split_once(", ignore_message: ").map(|(_, r)| r));
-        reason.map(|r| r.trim().to_owned())
-    })
-}
-
-/// Whether `name` is a doctest's (`src/lib.rs - add_one (line 5)`): a
-/// libtest name holds no space, rustdoc's always do.
-fn is_doctest(name: &str) -> bool {
-    name.contains(" - ") && name.ends_with(')')
-}
-
-/// Whether `name`, as rustdoc names a doctest while it runs it, is the
-/// doctest `unit`: its listed name, or that name and its mode
-/// (`src/lib.rs - (line 28) - compile fail`, `... - should panic`).
-fn names_doctest(name: &str, unit: &str) -> bool {
-    name.strip_prefix(unit).is_some_and(|rest| {
-        rest.is_empty()
-            || rest
-                .strip_prefix(" - ")
-                .is_some_and(|mode| !mode.is_empty() && mode.chars().all(|c| c.is_ascii_lowercase() || c == ' '))
-    })
-}
-
-/// A doctest unit's own result in an output where rustdoc ran more than it.
-/// rustdoc splits the name it is given at its spaces (`src/lib.rs`, `-`,
-/// `add_one`, ...) and runs every doctest matching any piece, so the item's
-/// other doctests ran too, and their failure sets the exit code: the unit
-/// is judged by its own lines. Failed when its `---- NAME stdout ----`
-/// section is there (with its panic message); skipped when libtest says it
-/// was ignored; passed when it says `test NAME ... ok`, or, in `-q`'s terse
-/// output that names only failures, when it is not among them, something
-/// passed and nothing was ignored. `None` when the output is not such a run (not a
-/// doctest, or it ran only this one: the counts judge it as any unit).
-fn own_doctest_verdict(unit: &str, output: &str) -> Option<UnitResult> {
-    let (passed, failed, ignored) = counts(output)?;
-    if !is_doctest(unit) || passed + failed + ignored <= 1 {
-        return None;
-    }
-    let section = output.match_indices("---- ").find_map(|(at, _)| {
-        let header = output[at..].lines().next()?;
-        let name = header.strip_prefix("---- ")?.strip_suffix(" stdout ----")?;
-        names_doctest(name, unit).then_some(at + header.len())
-    });
-    if let Some(end) = section {
-        let own = &output[end..];
-        // Its section ends at the next test's, or at the list of failures.
-        let own = own.split("\n---- ").next().unwrap_or(own);
-        let own = own.split("\nfailures:").next().unwrap_or(own);
-        // A doctest that did not panic says why in its section's first line
-        // ("Test compiled successfully, but it's marked `compile_fail`.").
-        let first_line = || own.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned);
-        let detail = panic_message(own).or_else(first_line).unwrap_or_else(|| "the doctest failed".to_owned());
-        let verdict = UnitVerdict::Failed { reason: "exit", detail };
-        return Some(UnitResult { verdict, duration: None, output: Some(own.trim().to_owned()) });
-    }
-    let line = |result: &str| {
-        output.lines().any(|l| {
-            l.trim()
-                .strip_prefix("test ")
-                .and_then(|rest| rest.strip_suffix(result)?.strip_suffix(" ... "))
-                .is_some_and(|name| names_doctest(name, unit))
-        })
-    };
-    if line("ignored") {
-        return Some(UnitResult { verdict: UnitVerdict::Skipped, duration: None, output: None });
-    }
-    // Terse output names only failures: a doctest not among them passed,
-    // unless one of those that ran was ignored (it may be this one).
-    let named = output.lines().any(|l| l.trim().starts_with("test ") && l.contains(" ... "));
-    if line("ok") || (!named && passed > 0 && ignored == 0) {
-        return Some(UnitVerdict::Passed.into());
-    }
-    None
 }
 
 /// A Rust unit's verdict: the exit code's, checked against libtest's own
@@ -577,33 +450,6 @@ mod tests {
         assert_eq!(targets(stdout, "   Doc-tests x\n", None), None, "four lists, one binary: they do not pair up");
     }
 
-    /// block-buffer 0.12.1: rustdoc names a `compile_fail` doctest with its
-    /// mode when it runs it, not as it listed it.
-    #[test]
-    fn a_doctest_is_found_under_its_name_and_mode() {
-        let out = "\nrunning 1 test\ntest src/lib.rs - (line 4) ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored; \
-                   0 measured; 0 filtered out; finished in 0.01s\n\n\nrunning 2 tests\ntest src/lib.rs - (line 32) - compile \
-                   fail ... ok\ntest src/lib.rs - (line 28) - compile fail ... FAILED\n\nfailures:\n\n---- src/lib.rs - \
-                   (line 28) - compile fail stdout ----\nTest compiled successfully, but it's marked `compile_fail`.\n\n\
-                   failures:\n    src/lib.rs - (line 28)\n\ntest result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; \
-                   0 filtered out; finished in 0.05s\n";
-        let passed = own_doctest_verdict("src/lib.rs - (line 32)", out).unwrap();
-        assert_eq!(passed.verdict, UnitVerdict::Passed);
-        let failed = own_doctest_verdict("src/lib.rs - (line 28)", out).unwrap();
-        assert!(matches!(failed.verdict, UnitVerdict::Failed { .. }), "{failed:?}");
-        assert!(failed.output.unwrap().contains("marked `compile_fail`"));
-        assert!(
-            matches!(&failed.verdict, UnitVerdict::Failed { detail, .. } if detail.starts_with("Test compiled successfully")),
-            "{:?}",
-            failed.verdict
-        );
-        assert!(names_doctest("src/lib.rs - f (line 5) - should panic", "src/lib.rs - f (line 5)"));
-        assert!(!names_doctest("src/lib.rs - f (line 50)", "src/lib.rs - f (line 5)"));
-        assert!(!names_doctest("src/lib.rs - f (line 5) - g (line 9)", "src/lib.rs - f (line 5)"));
-    }
-
-    /// Edition 2024 lists a library's doctests in two sections (those merged
-    /// into one binary, then the rest), under one `Doc-tests` line.
     #[test]
     fn merged_doctests_list_in_two_sections_and_each_doctest_is_its_packages() {
         let stderr =
@@ -704,59 +550,5 @@ mod tests {
         assert!(is_cargo_test(&argv(&["/usr/bin/cargo", "test"])));
         assert!(!is_cargo_test(&argv(&["sh", "-c", "echo {unit}"])));
         assert!(!is_cargo_test(&argv(&["cargo", "nextest", "run", "--", "test"])));
-    }
-
-    #[test]
-    fn a_failures_message_is_its_panic_message() {
-        let out =
-            "running 1 test\n\nthread 'tests::parse_fails' panicked at src/lib.rs:21:9:\nassertion `left == right` \
-                   failed: parse_fails fails\n  left: 2\n right: 5\nnote: run with `RUST_BACKTRACE=1`\n";
-        assert_eq!(panic_message(out).as_deref(), Some("assertion `left == right` failed: parse_fails fails"));
-        let with_id = "thread 'tests::x' (9079) panicked at src/lib.rs:21:9:\nboom\n";
-        assert_eq!(panic_message(with_id).as_deref(), Some("boom"));
-        let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
-        assert_eq!(panic_message(old).as_deref(), Some("boom"));
-        assert_eq!(panic_message("test result: ok\n"), None);
-    }
-
-    #[test]
-    fn an_ignored_tests_reason_is_read_in_both_verbosities() {
-        assert_eq!(ignore_reason("test tests::slow ... ignored, too slow\n").as_deref(), Some("too slow"));
-        assert_eq!(ignore_reason("i\ntest: tests::slow, ignore_message: too slow\n").as_deref(), Some("too slow"));
-        assert_eq!(ignore_reason("test tests::slow ... ignored\n"), None);
-    }
-
-    #[test]
-    fn a_doctest_is_judged_by_its_own_result_when_rustdoc_ran_its_siblings() {
-        let (five, nine) = ("src/lib.rs - add_one (line 5)", "src/lib.rs - add_one (line 9)");
-        let terse = "running 2 tests\n.F\nfailures:\n\n---- src/lib.rs - add_one (line 9) stdout ----\nTest executable \
-                     failed (exit status: 101).\n\nthread 'main' (1) panicked at src/lib.rs:5:1:\nassertion failed: a \
-                     failing doctest\n\nfailures:\n    src/lib.rs - add_one (line 9)\n\ntest result: FAILED. 1 passed; 1 \
-                     failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.2s\n";
-        assert_eq!(own_doctest_verdict(five, terse).map(|r| r.verdict), Some(UnitVerdict::Passed));
-        let failed = own_doctest_verdict(nine, terse).map(|r| r.verdict);
-        assert_eq!(
-            failed,
-            Some(UnitVerdict::Failed { reason: "exit", detail: "assertion failed: a failing doctest".into() })
-        );
-        let pretty = "test src/lib.rs - add_one (line 5) ... ignored\ntest src/lib.rs - add_one (line 9) ... ok\n\
-                      test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out\n";
-        assert_eq!(own_doctest_verdict(five, pretty).map(|r| r.verdict), Some(UnitVerdict::Skipped));
-        assert_eq!(own_doctest_verdict(nine, pretty).map(|r| r.verdict), Some(UnitVerdict::Passed));
-        // memchr's case: terse dots, one of the item's doctests ignored.
-        let dots = "running 3 tests\ni..\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured\n";
-        assert!(own_doctest_verdict(five, dots).is_none(), "terse output cannot tell which one was ignored");
-        let alone = "running 1 test\n.\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured\n";
-        assert!(own_doctest_verdict(five, alone).is_none(), "one test ran: the counts judge it");
-        assert!(own_doctest_verdict("tests::parse", terse).is_none(), "not a doctest");
-    }
-
-    #[test]
-    fn libtest_counts_add_up_over_binaries() {
-        let out = "running 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 3 filtered out; \
-                   finished in 0.00s\n\nrunning 1 test\ntest result: FAILED. 0 passed; 1 failed; 2 ignored; 0 measured; \
-                   0 filtered out; finished in 0.29s\n";
-        assert_eq!(counts(out), Some((0, 1, 2)));
-        assert_eq!(counts("no summary\n"), None);
     }
 }

@@ -15,6 +15,7 @@
 pub mod cargo_exact;
 pub mod cargo_packages;
 pub mod libtest;
+pub mod libtest_output;
 pub mod listing;
 pub mod nextest;
 pub mod paths;
