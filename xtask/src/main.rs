@@ -62,7 +62,7 @@ enum Cmd {
         list: bool,
     },
     /// Install what the tests need: redis-server, redis-tools, openssl, dovecot-imapd, postgresql,
-    /// postgresql-client, chromium, ruby-rspec (Debian), a venv with pytest, pytest-xdist and junitparser (target/pytest-venv), one with schemathesis (target/schemathesis-venv).
+    /// postgresql-client, chromium, ruby-rspec, ruby-rspec-retry (Debian), a venv with pytest, pytest-xdist, pytest-rerunfailures and junitparser (target/pytest-venv), one with schemathesis (target/schemathesis-venv).
     Setup,
     /// Run the library examples (examples/library) on mem:// and on a private redis-server.
     Examples,
@@ -191,6 +191,8 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
         // Daemons such as dovecot live in sbin, which a user's PATH may lack.
         || ["/usr/sbin", "/sbin"].iter().any(|dir| Path::new(dir).join(program).is_file())
+        // A library package is proved by a file of its own.
+        || (program.starts_with('/') && Path::new(program).is_file())
 }
 
 /// System packages the tests need: (binary that proves it is installed, Debian package).
@@ -211,6 +213,8 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("chromium", "chromium"),
     ("chromedriver", "chromium-driver"),
     ("rspec", "ruby-rspec"),
+    // hopper's RSpec agent tells a pass after rspec-retry's tries as flaky.
+    ("/usr/share/doc/ruby-rspec-retry/copyright", "ruby-rspec-retry"),
 ];
 
 fn setup(root: &Path) -> Result<()> {
@@ -258,7 +262,8 @@ struct Venv {
 }
 
 /// hopper's pytest tests and benches: pytest; pytest-xdist (hopper's agents
-/// turn its `-n` off); junitparser (a second reader of hopper's JUnit).
+/// turn its `-n` off); pytest-rerunfailures (a pass on its rerun is flaky);
+/// junitparser (a second reader of hopper's JUnit).
 const PYTEST_VENV: &str = "target/pytest-venv";
 
 /// sync-worker's API tests: schemathesis, against the OpenAPI document.
@@ -268,8 +273,8 @@ const VENVS: [Venv; 2] = [
     Venv {
         dir: PYTEST_VENV,
         purpose: "hopper's pytest tests",
-        packages: &["pytest", "pytest-xdist", "junitparser"],
-        modules: "pytest, xdist, junitparser",
+        packages: &["pytest", "pytest-xdist", "pytest-rerunfailures", "junitparser"],
+        modules: "pytest, xdist, pytest_rerunfailures, junitparser",
     },
     Venv {
         dir: SCHEMATHESIS_VENV,

@@ -1020,6 +1020,115 @@ fn xdist_in_addopts_is_turned_off_for_the_agents_with_a_note() {
     }
 }
 
+/// pytest-rerunfailures runs a failed test again inside the same pytest,
+/// and pytest says "1 rerun" of one that then passed: hopper's report names
+/// it flaky, with the failed try as a `<flakyFailure>`, where it used to be
+/// a plain pass. `--flaky-result fail` then fails the build, as for a unit
+/// hopper retried itself.
+#[test]
+fn a_test_that_passed_on_pytests_own_rerun_is_flaky() {
+    let python = venv_python();
+    let rerunfailures = Command::new(&python).args(["-c", "import pytest_rerunfailures"]).output().unwrap();
+    assert!(rerunfailures.status.success(), "pytest-rerunfailures is required by this test: run `cargo xtask setup`");
+    // Each test fails on its first try of a build (a marker file per build).
+    let once = "import os, pytest\n\ndef first_try(name):\n    path = os.path.join('state', os.environ.get('HOPPER_BUILD', \
+                'plain') + name)\n    os.makedirs('state', exist_ok=True)\n    if os.path.exists(path):\n        return False\n    \
+                open(path, 'w').close()\n    return True\n\n";
+    let tests = format!(
+        "{once}def test_once():\n    assert not first_try('once'), 'first try fails'\n\n@pytest.mark.flaky(reruns=2)\n\
+         def test_marked():\n    assert not first_try('marked'), 'marked: first try fails'\n\ndef test_sound():\n    pass\n"
+    );
+    let dir = Project::new(&[("test_r.py", tests.as_str())]);
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--reruns", "1"];
+    let plain = Command::new(&python).args(&command[1..]).current_dir(dir.path()).output().unwrap();
+    let (stdout, _) = texts(&plain);
+    assert!(stdout.contains("3 passed, 2 rerun"), "pytest's own count: {stdout}");
+    let flaky = [
+        "FLAKY test_r.py::test_once (failed 1x: AssertionError: first try fails",
+        "FLAKY test_r.py::test_marked (failed 1x: AssertionError: marked: first try",
+    ];
+    passes_after_own_reruns_are_flaky(dir.path(), ("pytest", &command), 3, &flaky, "first_try(");
+}
+
+/// rspec-retry (`run_with_retry` in an `around` hook) likewise: an example
+/// that passed on its second try is flaky.
+#[test]
+fn an_example_that_passed_on_rspec_retrys_own_try_is_flaky() {
+    common::require_rspec();
+    let spec_helper = "require 'rspec/retry'\nRSpec.configure do |config|\n  config.around(:each, :flaky) { |ex| \
+                       ex.run_with_retry(retry: 3) }\nend\n";
+    let spec =
+        "require 'fileutils'\ndef first_try(name)\n  path = File.join('state', (ENV['HOPPER_BUILD'] || 'plain') \
+                + name)\n  FileUtils.mkdir_p('state')\n  return false if File.exist?(path)\n  FileUtils.touch(path)\n  \
+                true\nend\n\ndescribe 'retried' do\n  it 'passes on its second try', :flaky do\n    \
+                expect(first_try('once')).to be(false)\n  end\n  it('is sound') { expect(1).to eq(1) }\nend\n";
+    let dir = Project::new(&[
+        (".rspec", "--require spec_helper\n"),
+        ("spec/spec_helper.rb", spec_helper),
+        ("spec/r_spec.rb", spec),
+    ]);
+    let plain = Command::new("rspec").current_dir(dir.path()).output().unwrap();
+    let (stdout, stderr) = texts(&plain);
+    assert!(
+        stdout.contains("2 examples, 0 failures"),
+        "plain rspec (rspec-retry is required by this test: install Debian's ruby-rspec-retry, as cargo xtask setup does): \
+         {stdout}\n{stderr}"
+    );
+    let flaky = ["FLAKY ./spec/r_spec.rb[1:1] (failed 1x: RSpec::Expectations::ExpectationNotMetError: expected false"];
+    passes_after_own_reruns_are_flaky(dir.path(), ("rspec", &["rspec"]), 2, &flaky, "r_spec.rb:12");
+}
+
+/// Runs `command` with hopper on memory, on Redis (with `hopper report`) and
+/// under `--flaky-result fail`, and checks that the units `flaky` names (the
+/// start of each one's report line) are flaky, `passed` passed in all, and
+/// each failed try is a `<flakyFailure type="rerun">` with its own trace
+/// (which shows `trace`).
+fn passes_after_own_reruns_are_flaky(
+    dir: &Path,
+    (tool, command): (&str, &[&str]),
+    passed: usize,
+    flaky: &[&str],
+    trace: &str,
+) {
+    let modes: &[&[&str]] = &[&["-j", "2"], &[REDIS, "-j", "1"], &["-j", "1", "--flaky-result", "fail"]];
+    for (k, mode) in modes.iter().enumerate() {
+        let junit = dir.join(format!("reruns-{k}.xml"));
+        let (redis, mode) = match mode.split_first() {
+            Some((&REDIS, rest)) => (true, rest),
+            _ => (false, *mode),
+        };
+        let prefix = leasehold_redis::test_support::unique_prefix("hopper-reruns");
+        let url = leasehold_redis::test_support::redis_url();
+        let build = format!("reruns-{k}");
+        let queue: Vec<&str> =
+            if redis { vec!["--queue", &url, "--key-prefix", &prefix, "--build", &build] } else { Vec::new() };
+        let mut run = hopper(dir);
+        run.args(["run", "--no-timings", "--discover", tool]).args(&queue).args(mode).arg("--junit").arg(&junit);
+        if !redis {
+            run.env("HOPPER_BUILD", &build);
+        }
+        let mut output = run.arg("--").args(command).output().unwrap();
+        if redis {
+            assert_eq!(output.status.code(), Some(0), "the worker: {:?}", texts(&output));
+            output = hopper(dir).arg("report").args(&queue).arg("--junit").arg(&junit).output().unwrap();
+        }
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{mode:?}:\n{stdout}\n{stderr}");
+        let fail = mode.contains(&"fail");
+        assert_eq!(output.status.code(), Some(i32::from(fail)), "{shown}");
+        assert!(stdout.contains(&format!("{passed} passed ({} flaky)", flaky.len())), "{shown}");
+        for line in flaky {
+            assert!(stdout.contains(line), "{line}\n{shown}");
+        }
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        assert_eq!(xml.matches(r#"<flakyFailure time="0.000" message=""#).count(), flaky.len(), "{shown}\n{xml}");
+        assert_eq!(xml.matches(r#"type="rerun""#).count(), flaky.len(), "{xml}");
+        let failed = r#"<failure message="flaky: failed 1 time(s)"#;
+        assert_eq!(xml.matches(failed).count(), usize::from(fail) * flaky.len(), "{xml}");
+        assert!(xml.contains(trace), "the failed try's own traceback: {xml}");
+    }
+}
+
 /// Reads a JUnit file with two consumers, junitparser and Python's own
 /// ElementTree (checking the shape JUnit's schema gives: `testsuites` or
 /// `testsuite` at the root, every `testcase` with a `name` and a

@@ -452,11 +452,26 @@ def _crash_message(report):
     return lines[-1] if lines else "failed"
 
 
+def _reruns(reports):
+    """The failed tries before the last that the test's own reruns ran
+    (pytest-rerunfailures' `--reruns` and `flaky(reruns=N)` mark logs each
+    as a report of outcome "rerun"): one {message, output} each, so that a
+    test that passed on a rerun counts as flaky, as pytest says "1 rerun"."""
+    reruns = []
+    for report in reports:
+        if report.outcome == "rerun":
+            prefix = "" if report.when == "call" else "error in %s: " % report.when
+            reruns.append({"message": prefix + _crash_message(report), "output": _tail(report.longreprtext)})
+    return reruns
+
+
 def _verdict(reports):
     """outcome, message, output of one test from its phase reports; a
     passed test's output is not sent (hopper keeps none)."""
     outcome, message, failures = "passed", None, []
     for report in reports:
+        if report.outcome == "rerun":
+            continue
         if report.failed:
             outcome = "failed"
             prefix = "" if report.when == "call" else "error in %s: " % report.when
@@ -562,7 +577,8 @@ def pytest_runtestloop(session):
         item.ihook.pytest_runtest_protocol(item=item, nextitem=item.parent)
         duration_ms = int((time.perf_counter() - started) * 1000)
         outcome, message, output = _verdict(collector.reports)
-        if message is None and output is None:
+        reruns = _reruns(collector.reports)
+        if message is None and output is None and not reruns:
             out = '{"event":"result","seq":%d,"outcome":"%s","duration_ms":%d}\n' % (seq, outcome, duration_ms)
         else:
             reply = {"event": "result", "seq": seq, "outcome": outcome, "duration_ms": duration_ms}
@@ -570,6 +586,8 @@ def pytest_runtestloop(session):
                 reply["message"] = message
             if output:
                 reply["output"] = output
+            if reruns:
+                reply["reruns"] = reruns
             out = json.dumps(reply, ensure_ascii=False) + "\n"
         if pending is None or pending[0] is None:
             _replies.write(out)

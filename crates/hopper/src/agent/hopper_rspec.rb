@@ -42,6 +42,14 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       "[... #{text.length - OUTPUT_TAIL} earlier characters dropped ...]\n" + text[-OUTPUT_TAIL..]
     end
 
+    # An exception as a result's one-line message, and its class, message
+    # and the first lines of its backtrace outside rspec and this agent.
+    def self.described(error)
+      first = error.message.to_s.lines.map(&:strip).reject(&:empty?).first
+      trace = (error.backtrace || []).reject { |l| l.include?('/gems/rspec-') || l.include?(__FILE__) }
+      [[error.class.name, first].compact.join(': '), "#{error.class}: #{error.message}\n" + trace.first(10).join("\n")]
+    end
+
     # Runs one example through its top-level group, so before/after(:context)
     # hooks and around hooks run as in a normal run; the world's filter
     # shows the group tree only this example.
@@ -88,6 +96,9 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
                     message: "not collected: #{request['test']} is not an example of this rspec run")
               next
             end
+            # rspec-retry keeps its failed tries in the example's metadata:
+            # those of an earlier run of it are not this run's.
+            example.metadata.delete(:retry_exceptions)
             result, output = run_one(world, example, reporter)
             outcome = case result.status
                       when :passed then 'passed'
@@ -97,14 +108,21 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
             error = result.exception
             message = nil
             if error
-              first = error.message.to_s.lines.map(&:strip).reject(&:empty?).first
-              message = [error.class.name, first].compact.join(': ')
-              trace = (error.backtrace || []).reject { |l| l.include?('/gems/rspec-') || l.include?(__FILE__) }
-              output = output + "\n#{error.class}: #{error.message}\n" + trace.first(10).join("\n")
+              message, trace = described(error)
+              output = output + "\n" + trace
             end
-            reply(event: 'result', seq: seq, outcome: outcome,
-                  duration_ms: ((result.run_time || 0) * 1000).round,
-                  message: message, output: tail(output))
+            answer = { event: 'result', seq: seq, outcome: outcome,
+                       duration_ms: ((result.run_time || 0) * 1000).round,
+                       message: message, output: tail(output) }
+            # A pass after rspec-retry's failed tries is flaky: hopper is told each.
+            tries = outcome == 'passed' ? Array(example.metadata[:retry_exceptions]) : []
+            unless tries.empty?
+              answer[:reruns] = tries.map do |try|
+                try_message, try_trace = described(try)
+                { message: try_message, output: tail(try_trace) }
+              end
+            end
+            reply(answer)
           end
           true
         end

@@ -32,6 +32,17 @@ pub enum TestOutcome {
     Skipped,
 }
 
+/// A failed try of a test that the tool ran again itself.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Rerun {
+    /// Its one-line failure message.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The tail of its output and traceback.
+    #[serde(default)]
+    pub output: Option<String>,
+}
+
 /// A message from the agent to hopper (one line on the agent's stdout).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
@@ -68,6 +79,10 @@ pub enum Reply {
         /// The tail of its captured output.
         #[serde(default)]
         output: Option<String>,
+        /// The failed tries the tool itself ran before the last
+        /// (pytest-rerunfailures): a pass after them is flaky.
+        #[serde(default)]
+        reruns: Vec<Rerun>,
     },
     /// An error outside any test (a module fixture's teardown, a file that
     /// does not collect, an `after(:context)` hook): it fails the build and
@@ -159,8 +174,15 @@ mod tests {
                 outcome: TestOutcome::Failed,
                 duration_ms: 3,
                 message: Some("boom".into()),
-                output: None
+                output: None,
+                reruns: Vec::new(),
             }
+        );
+        let rerun = r#"{"event":"result","seq":8,"outcome":"passed","reruns":[{"message":"boom","output":"tb"},{}]}"#;
+        let Reply::Result { reruns, .. } = Reply::parse(rerun).unwrap() else { panic!("a result") };
+        assert_eq!(
+            reruns,
+            [Rerun { message: Some("boom".into()), output: Some("tb".into()) }, Rerun { message: None, output: None }]
         );
         assert_eq!(
             Reply::parse(r#"{"event":"error","group":"t.py","phase":"teardown","message":"boom"}"#).unwrap(),

@@ -22,7 +22,7 @@ use super::flaky::FlakyResult;
 use super::quarantine::Quarantine;
 use crate::errors::HopperError;
 use crate::verdicts::outside::{self, OutsideError};
-use crate::verdicts::skips;
+use crate::verdicts::{reruns, skips};
 
 /// A queue call slower than this was an outage, not a slow answer.
 const QUEUE_PAUSE: Duration = Duration::from_secs(1);
@@ -238,6 +238,12 @@ impl RunReport {
                 unit.finalized_by = Some(header.worker_id.clone());
                 if outcome == Outcome::Skipped {
                     unit.skip_reason = skips::reason_of(errors.as_ref());
+                }
+                // The tool's own failed tries before this pass: it is flaky.
+                for (detail, output) in reruns::of(errors.as_ref()) {
+                    let reason = reruns::RERUN_REASON.to_owned();
+                    let worker = Some(header.worker_id.clone());
+                    unit.failed_attempts.push(FailedAttempt { reason, detail, output, duration_ms: 0, worker });
                 }
                 if outcome == Outcome::Failed {
                     let fallback = reason.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| "failed".into());

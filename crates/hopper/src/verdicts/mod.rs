@@ -31,6 +31,7 @@ pub mod matching;
 pub mod model;
 pub mod names;
 pub mod outside;
+pub mod reruns;
 pub mod rspec;
 pub mod skips;
 pub mod solo;

@@ -382,7 +382,7 @@ impl Slot {
                     sent.started = Some(Instant::now());
                 }
             }
-            Ok(Reply::Result { seq, outcome, duration_ms, message, output }) => {
+            Ok(Reply::Result { seq, outcome, duration_ms, message, output, reruns }) => {
                 let Some(at) = self.sent.iter().position(|s| s.seq == seq) else {
                     tracing::warn!(seq, "agent reported a request hopper did not send; ignored");
                     return Ok(());
@@ -408,6 +408,10 @@ impl Slot {
                         let request =
                             crate::verdicts::skips::finalize_request(outcome, duration_ms, message.as_deref())
                                 .on_slot(slot_number(self.slot));
+                        let tries = reruns.iter().map(|r| {
+                            (r.message.as_deref().unwrap_or("failed"), r.output.as_deref().unwrap_or_default())
+                        });
+                        let request = crate::verdicts::reruns::with_reruns(request, tries);
                         // A group's unit holds one of the group's places until
                         // it is finalized: free it now, not at the next flush.
                         let grouped = self.shared.in_group(&sent.delivery.unit);
