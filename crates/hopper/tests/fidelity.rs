@@ -345,6 +345,30 @@ fn rspec_errors_outside_examples_fail_the_build_and_belong_to_their_group() {
     }
 }
 
+/// An example sees only what plain rspec loads: the RSpec agent requires
+/// nothing of its own (it used to require `json` and `tempfile`, and so
+/// hashie 5.0.0's two examples that use `Tempfile` and `SimpleDelegator`
+/// without requiring them passed under hopper and failed under rspec).
+#[test]
+fn an_rspec_example_sees_no_library_the_agent_uses() {
+    common::require_rspec();
+    let spec = "describe 'libraries it did not require' do\n  it('uses Tempfile') { Tempfile.new('x') }\n  \
+                it('uses SimpleDelegator') { Class.new(SimpleDelegator) }\n  it('uses JSON') { JSON.generate([1]) }\n  \
+                it('needs nothing') { expect(1).to eq(1) }\nend\n";
+    let dir = Project::new(&[("spec/libs_spec.rb", spec)]);
+    // Plain rspec's own formatter: the JSON one would load `json` itself.
+    let plain = Command::new("rspec").current_dir(dir.path()).output().unwrap();
+    let (stdout, _) = texts(&plain);
+    assert!(stdout.contains("4 examples, 3 failures"), "{stdout}");
+    let id = |n: u32| format!("./spec/libs_spec.rb[1:{n}]");
+    let tests = BTreeMap::from([(id(1), "failed"), (id(2), "failed"), (id(3), "failed"), (id(4), "passed")]);
+    for mode in [&["-j", "1"][..], &["-j", "2"], &[REDIS, "-j", "2"]] {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
+        assert_eq!(ours.tests, tests, "{shown}");
+        assert_eq!(ours.exit, Some(1), "{shown}");
+    }
+}
+
 /// A crate whose `tests::parse` passes while `tests::parse_fails` (a name
 /// that `tests::parse` is a prefix of) fails, with a failing, a passing
 /// and an ignored doctest of one item (rustdoc runs all three for any of

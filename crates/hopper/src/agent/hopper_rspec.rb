@@ -10,8 +10,11 @@
 # corrupt or eat the protocol.
 
 if ENV['HOPPER_RSPEC_AGENT'] == '1'
-  require 'json'
-  require 'tempfile'
+  # Nothing but rspec itself: a library required here is loaded into every
+  # example, so a spec that uses `Tempfile` or `JSON` without requiring it
+  # would pass here and fail under plain rspec (hashie 5.0.0's did, with
+  # `json` and `tempfile`, which loads `delegate`). So the protocol's JSON
+  # is read and written below, and the capture file is opened by hand.
   require 'rspec/core'
 
   module HopperRSpecAgent
@@ -27,14 +30,60 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
     # example and its subprocesses print is in its result, and matchers that
     # reopen $stdout (`output.to_stdout_from_any_process`) work as under
     # plain rspec. Unlinked at once, so nothing is left behind.
-    CAPTURE = Tempfile.create('hopper-rspec-stdout')
-    File.unlink(CAPTURE.path)
+    # It sits beside this file, in hopper's private directory.
+    capture_path = File.join(File.dirname(File.expand_path(__FILE__)), "stdout-#{Process.pid}")
+    CAPTURE = File.open(capture_path, File::RDWR | File::CREAT | File::EXCL | File::TRUNC, 0o600)
+    File.unlink(capture_path)
     CAPTURE.sync = true
     # The formatters write to stderr, never into an example's capture.
     RSpec.configuration.output_stream = STDERR if RSpec.configuration.output_stream.equal?(STDOUT)
 
     def self.reply(message)
-      REPLIES.write(JSON.generate(message) + "\n")
+      REPLIES.write(json(message) + "\n")
+    end
+
+    ESCAPES = { '"' => '\\"', '\\' => '\\\\', "\n" => '\\n', "\r" => '\\r', "\t" => '\\t' }.freeze
+    UNESCAPES = { '"' => '"', '\\' => '\\', '/' => '/', 'b' => "\b", 'f' => "\f", 'n' => "\n", 'r' => "\r",
+                  't' => "\t" }.freeze
+
+    # A reply as JSON: hashes, arrays, strings (made valid UTF-8), integers,
+    # true, false and nil.
+    def self.json(value)
+      case value
+      when Hash then "{#{value.map { |k, v| "#{json(k.to_s)}:#{json(v)}" }.join(',')}}"
+      when Array then "[#{value.map { |v| json(v) }.join(',')}]"
+      when String, Symbol
+        text = value.to_s.encode(Encoding::UTF_8, invalid: :replace, undef: :replace)
+        escaped = text.scrub.gsub(/["\\\x00-\x1f]/) { |c| ESCAPES[c] || format('\\u%04x', c.ord) }
+        "\"#{escaped}\""
+      when Integer, true, false then value.to_s
+      else 'null'
+      end
+    end
+
+    # A request: hopper writes one flat JSON object a line, whose values are
+    # strings and integers (`{"op":"run","seq":7,"test":"..."}`).
+    def self.parse_request(line)
+      string = /"((?:[^"\\]|\\.)*)"/
+      pairs = line.scan(/#{string}\s*:\s*(?:#{string}|(-?\d+))/)
+      raise ArgumentError, "not a request: #{line}" if pairs.empty?
+
+      pairs.to_h { |key, text, number| [unescape(key), text ? unescape(text) : Integer(number)] }
+    end
+
+    # A JSON string's body unescaped, \\u escapes and surrogate pairs included.
+    def self.unescape(body)
+      body.gsub(/\\u(d[89ab]\h\h)\\u(d[c-f]\h\h)|\\u(\h{4})|\\(.)/i) do
+        if Regexp.last_match(1)
+          high = Regexp.last_match(1).hex
+          low = Regexp.last_match(2).hex
+          [0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)].pack('U')
+        elsif Regexp.last_match(3)
+          [Regexp.last_match(3).hex].pack('U')
+        else
+          UNESCAPES.fetch(Regexp.last_match(4), Regexp.last_match(4))
+        end
+      end
     end
 
     def self.tail(text)
@@ -86,7 +135,7 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       configuration.reporter.report(examples.size) do |reporter|
         configuration.with_suite_hooks do
           while (line = REQUESTS.gets)
-            request = JSON.parse(line)
+            request = parse_request(line)
             break if request['op'] == 'exit'
             seq = request['seq']
             reply(event: 'started', seq: seq)
