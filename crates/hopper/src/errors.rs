@@ -123,6 +123,28 @@ pub enum UnitsError {
         /// What was lost.
         lost: String,
     },
+    /// A test binary that cargo ran printed no libtest listing: a target
+    /// with `harness = false` (or another custom harness), whose tests
+    /// hopper cannot run one by one. Leaving it out would pass a build that
+    /// `cargo test` fails.
+    #[error(
+        "discovery with `{command}` would lose tests: cargo ran {binaries} test binaries and doctest runs, and only \
+         {listed} printed a libtest listing (`N tests, M benchmarks`); a target with `harness = false` (or another \
+         custom harness) lists no tests, so hopper cannot run it test by test, and leaving it out would pass a build \
+         that `cargo test` fails. The binaries: {names}. Run such a target on its own (`cargo test --test NAME`, \
+         e.g. as a unit of a `--units-from` list) and give hopper a command without it (`-- cargo test --lib \
+         --test OTHER {{unit}}`); nothing was run"
+    )]
+    UnlistedTargets {
+        /// The listing command.
+        command: String,
+        /// The test binaries and doctest runs cargo started.
+        binaries: usize,
+        /// Those that printed a libtest listing.
+        listed: usize,
+        /// The binaries, as cargo named them.
+        names: String,
+    },
     /// Tests of one name in several cargo test targets (or packages), asked
     /// to run in batches, whose commands and reports name tests by their
     /// names alone.

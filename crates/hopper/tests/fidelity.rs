@@ -616,6 +616,78 @@ fn a_cargo_test_unit_that_ran_no_test_is_an_error() {
     assert!(stdout.contains("FAIL tests::parse (ran no test"), "{stdout}");
 }
 
+/// pytest's node ids are relative to its rootdir, and the ids a command
+/// line names to the directory pytest runs in: run from a subdirectory of
+/// the rootdir, every test of `--per-process` and `--batch-size` failed with
+/// "file or directory not found" (markupsafe 3.0.4 from its `tests/`).
+#[test]
+fn pytest_per_process_and_batches_run_from_below_the_rootdir() {
+    let python = venv_python();
+    let dir = Project::new(&[
+        ("pytest.ini", "[pytest]\n"),
+        ("tests/test_sub.py", "def test_one():\n    pass\n\ndef test_two():\n    assert 0, 'two fails'\n"),
+    ]);
+    let below = dir.path().join("tests");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let plain = Command::new(&python).args(&command[1..]).current_dir(&below).output().unwrap();
+    assert!(texts(&plain).0.contains("1 failed, 1 passed"), "{:?}", texts(&plain));
+    for mode in [&["--per-process", "-j", "2"][..], &["-j", "1", "--batch-size", "10"], &["-j", "2"]] {
+        let output = hopper(&below)
+            .args(["run", "--no-timings", "--max-requeues", "0", "--discover", "pytest"])
+            .args(mode)
+            .arg("--")
+            .args(command)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(1), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains("2 units, 1 passed (0 flaky), 1 failed"), "{mode:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains("FAIL tests/test_sub.py::test_two (AssertionError: two fails"), "{mode:?}\n{stdout}");
+    }
+}
+
+/// A `harness = false` test target lists nothing for `--list`, so it had no
+/// unit and never ran: hopper passed a crate whose `cargo test` fails. Now
+/// discovery says so and runs nothing; without that target it runs.
+#[test]
+fn a_target_without_a_libtest_listing_is_an_error_not_a_pass() {
+    let custom = "fn main() {\n    if std::env::args().any(|a| a == \"--list\") {\n        return;\n    }\n    \
+                  eprintln!(\"custom harness: a check FAILED\");\n    std::process::exit(1);\n}\n";
+    let dir = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"noharness\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[[test]]\nname = \"custom\"\n\
+             path = \"tests/custom.rs\"\nharness = false\n\n[workspace]\n",
+        ),
+        ("src/lib.rs", "#[cfg(test)]\nmod tests {\n    #[test]\n    fn unit_ok() {}\n}\n"),
+        ("tests/custom.rs", custom),
+    ]);
+    let plain = Command::new("cargo")
+        .arg("test")
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!plain.status.success(), "cargo test fails: {:?}", texts(&plain));
+    let run = |command: &[&str]| {
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "-j", "2", "--no-timings", "--discover", "cargo-test", "--"])
+            .args(command)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        (output.status.code(), format!("{stdout}\n{stderr}"))
+    };
+    let (code, shown) = run(&["cargo", "test", "-q", "{unit}"]);
+    assert_eq!(code, Some(2), "{shown}");
+    assert!(shown.contains("only 2 printed a libtest listing"), "{shown}");
+    assert!(shown.contains("The binaries: src/lib.rs, tests/custom.rs."), "{shown}");
+    assert!(!shown.contains("PASSED"), "{shown}");
+    let (code, shown) = run(&["cargo", "test", "-q", "--lib", "{unit}"]);
+    assert_eq!(code, Some(0), "the advised command runs the rest: {shown}");
+}
+
 #[test]
 fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {
     let python = venv_python();

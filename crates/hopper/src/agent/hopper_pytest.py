@@ -251,6 +251,12 @@ def _write_collected(session, collected):
     with open(path, "w", encoding="utf-8") as out:
         tests = [item.nodeid for item in session.items]
         doc = {"tests": tests, "collected": collected, "errors": _collect_errors}
+        # Node ids are relative to the rootdir, a command line's paths to the
+        # directory pytest runs in: hopper prefixes the ids it passes.
+        config = session.config
+        rootdir = os.path.relpath(str(config.rootpath), str(config.invocation_params.dir))
+        if rootdir != ".":
+            doc["rootdir"] = rootdir
         if SHARDS > 1:
             doc["shard"] = SHARD
             doc["shards"] = SHARDS

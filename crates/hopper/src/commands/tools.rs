@@ -159,13 +159,13 @@ impl Execution {
                 (discovered.units, Invocations::Batches(BatchSlots::one_per_process(Arc::new(launcher), counted)))
             }
             Execution::PerProcess { command: template, results, one_by_exit_code } => {
-                let (units, cargo_targets) = match source {
+                let (units, cargo_targets, pytest_rootdir) = match source {
                     UnitSource::Discover(kind) => {
                         let discovered = discover(*kind, command, plugins).await?;
                         outside_errors = discovered.outside_errors;
-                        (discovered.units, discovered.cargo_targets)
+                        (discovered.units, discovered.cargo_targets, discovered.pytest_rootdir)
                     }
-                    other => (collect_units(other).await?, None),
+                    other => (collect_units(other).await?, None, None),
                 };
                 // cargo-test units one at a time: the exact test in its
                 // binary, and libtest's own count must say it ran.
@@ -188,7 +188,14 @@ impl Execution {
                             .into());
                         }
                     }
-                    BatchSlots::template(batch_size, template, results)?
+                    match pytest_rootdir {
+                        // pytest run from below its rootdir: ids as that directory names them.
+                        Some(rootdir) => {
+                            let launcher = Arc::new(pytest::FromRootdir::new(template, rootdir));
+                            BatchSlots::launched(batch_size, launcher, results)?
+                        }
+                        None => BatchSlots::template(batch_size, template, results)?,
+                    }
                 };
                 (units, Invocations::Batches(slots))
             }

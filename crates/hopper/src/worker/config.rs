@@ -102,6 +102,17 @@ impl BatchSlots {
         Ok(Self { size, start: BatchStart::Template(command), results, shared: None })
     }
 
+    /// Batches of up to `size` units, each started by `launcher`, judged by
+    /// `results`.
+    pub fn launched(
+        size: usize,
+        launcher: Arc<dyn Launcher>,
+        results: Arc<dyn BatchResults>,
+    ) -> Result<Self, HopperError> {
+        let size = NonZeroUsize::new(size).ok_or(HopperError::ZeroBatchSize)?;
+        Ok(Self { size, start: BatchStart::Launcher(launcher), results, shared: None })
+    }
+
     /// One unit per process, started by `launcher`, judged by `results`
     /// (as nextest runs its tests).
     pub fn one_per_process(launcher: Arc<dyn Launcher>, results: Arc<dyn BatchResults>) -> Self {

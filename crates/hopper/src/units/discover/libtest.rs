@@ -3,7 +3,7 @@
 //! count.
 
 use super::cargo_exact::CargoUnits;
-use super::cargo_packages::Packages;
+use super::cargo_packages::{running_line, Packages};
 use crate::errors::UnitsError;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
@@ -35,11 +35,34 @@ pub async fn list(command: &[String]) -> Result<(String, Listing, Option<CargoUn
         return Err(failed(shown, &output));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    unlisted_targets(&stdout, &stderr).map_or(Ok(()), |(binaries, listed, names)| {
+        Err(UnitsError::UnlistedTargets { command: shown.clone(), binaries, listed, names })
+    })?;
     let mut listing = parse(&stdout);
     let packages = Packages::load(&argv).await;
-    let targets = super::cargo_exact::targets(&stdout, &String::from_utf8_lossy(&output.stderr), packages.as_ref());
+    let targets = super::cargo_exact::targets(&stdout, &stderr, packages.as_ref());
     let units = targets.map(|targets| CargoUnits::qualify(&mut listing.ids, targets));
     Ok((shown, listing, units))
+}
+
+/// When some test binary cargo ran printed no libtest listing (a target
+/// with `harness = false`): how many binaries and doctest runs cargo started
+/// (its `Running` and `Doc-tests` lines), how many `N tests, M benchmarks`
+/// lines they printed, and the binaries' names. Each libtest binary prints
+/// its count line, also for 0 tests; a library's doctests may print two.
+fn unlisted_targets(stdout: &str, stderr: &str) -> Option<(usize, usize, String)> {
+    let binaries: Vec<&str> = stderr.lines().filter_map(|l| running_line(l).map(|(source, _)| source)).collect();
+    let doc_runs = stderr.lines().filter(|l| l.trim().starts_with("Doc-tests ")).count();
+    let listed = stdout.lines().filter(|l| is_count_line(l)).count();
+    let started = binaries.len() + doc_runs;
+    (listed < started).then(|| (started, listed, binaries.join(", ")))
+}
+
+fn is_count_line(line: &str) -> bool {
+    line.split_once(' ').is_some_and(|(n, rest)| {
+        n.parse::<usize>().is_ok() && (rest.starts_with("test, ") || rest.starts_with("tests, "))
+    })
 }
 
 /// Test names (`name: test` lines) and the sum of the `N tests, M benchmarks` lines.
@@ -49,10 +72,8 @@ pub fn parse(stdout: &str) -> Listing {
     for line in stdout.lines() {
         if let Some(name) = line.strip_suffix(": test") {
             ids.push(name.to_owned());
-        } else if let Some((n, rest)) = line.split_once(' ') {
-            if rest.starts_with("test, ") || rest.starts_with("tests, ") {
-                counted += n.parse::<usize>().unwrap_or(0);
-            }
+        } else if is_count_line(line) {
+            counted += line.split_once(' ').and_then(|(n, _)| n.parse::<usize>().ok()).unwrap_or(0);
         }
     }
     Listing { ids, counted }
@@ -69,6 +90,20 @@ mod tests {
         let listing = parse(out);
         assert_eq!(listing.ids, vec!["tests::a", "tests::b c"]);
         assert_eq!(listing.counted, 2);
+    }
+
+    #[test]
+    fn a_binary_that_lists_nothing_is_found() {
+        // repro: a `harness = false` test that prints nothing for `--list`.
+        let stderr = "     Running unittests src/lib.rs (target/debug/deps/noharness-9)\n     Running tests/custom.rs \
+                      (target/debug/deps/custom-d)\n   Doc-tests noharness\n";
+        let stdout = "tests::unit_ok: test\n\n1 test, 0 benchmarks\n0 tests, 0 benchmarks\n";
+        assert_eq!(unlisted_targets(stdout, stderr), Some((3, 2, "src/lib.rs, tests/custom.rs".into())));
+        let every = "tests::unit_ok: test\n\n1 test, 0 benchmarks\n0 tests, 0 benchmarks\n0 tests, 0 benchmarks\n";
+        assert_eq!(unlisted_targets(every, stderr), None);
+        // edition 2024: a library's doctests may list in two sections.
+        let merged = "1 test, 0 benchmarks\n0 tests, 0 benchmarks\n2 tests, 0 benchmarks\n1 test, 0 benchmarks\n";
+        assert_eq!(unlisted_targets(merged, stderr), None);
     }
 
     #[test]

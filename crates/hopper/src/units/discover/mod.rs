@@ -100,6 +100,9 @@ pub struct Discovered {
     /// cargo-test only: each test's target (see [`cargo_exact`]), when
     /// cargo's output named them.
     pub cargo_targets: Option<cargo_exact::CargoUnits>,
+    /// pytest only: its rootdir from the directory it runs in, when not that
+    /// one (see [`pytest::FromRootdir`]).
+    pub pytest_rootdir: Option<String>,
 }
 
 /// Lists the tests of `kind` with the user's `command` (empty: the tool's
@@ -108,11 +111,13 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
     let source_name = format!("--discover {kind}");
     let mut outside_errors = Vec::new();
     let mut cargo_targets = None;
+    let mut pytest_rootdir = None;
     let (shown, listing, nextest) = match kind {
         DiscoverKind::Pytest => {
-            let (shown, listing, errors) = pytest::list(command, plugins).await?;
-            outside_errors = errors;
-            (shown, listing, None)
+            let (shown, found) = pytest::list(command, plugins).await?;
+            outside_errors = found.errors;
+            pytest_rootdir = found.rootdir;
+            (shown, found.listing, None)
         }
         DiscoverKind::Nextest => {
             let (shown, listing, tests) = nextest::list(command).await?;
@@ -129,7 +134,7 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
         }
     };
     let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
-    Ok(Discovered { units, nextest, outside_errors, cargo_targets })
+    Ok(Discovered { units, nextest, outside_errors, cargo_targets, pytest_rootdir })
 }
 
 /// The units of a listing, or the error that says what would be lost: ids

@@ -7,7 +7,10 @@ use crate::agent::child::{AgentChild, AgentCommand, NotReady, SLOT_ENV};
 use crate::agent::plugins::Plugins;
 use crate::agent::shards::{file_of, interleave, Sharding, SHARD_ENV};
 use crate::errors::{ListingError, UnitsError};
+use crate::exec::template::CommandTemplate;
 use crate::verdicts::outside::OutsideError;
+use crate::worker::launch::{Invocation, Launcher};
+use leasehold_core::UnitId;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -37,7 +40,7 @@ const TESTS_FAILED: i32 = 1;
 /// Collects with the user's command; returns the command shown in messages,
 /// the listing, and the files that did not collect (kept going with
 /// `--continue-on-collection-errors`; each is an error of the build).
-pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, Listing, Vec<OutsideError>), UnitsError> {
+pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, Found), UnitsError> {
     let out = plugins.scratch_file("collected.json");
     let candidates: Vec<ListCommand> = base_commands(command)
         .into_iter()
@@ -53,7 +56,10 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
     let (shown, output) = run_first_installed(&candidates).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if output.status.code() == Some(NO_TESTS_COLLECTED) {
-        return Ok((shown, Listing { ids: Vec::new(), counted: 0 }, Vec::new()));
+        return Ok((
+            shown,
+            Found { listing: Listing { ids: Vec::new(), counted: 0 }, errors: Vec::new(), rootdir: None },
+        ));
     }
     // The plugin wrote the files that did not collect, with their tracebacks.
     let errors = std::fs::read_to_string(&out).ok().map(|t| collection_errors(&t)).unwrap_or_default();
@@ -73,11 +79,23 @@ pub async fn list(command: &[String], plugins: &Plugins) -> Result<(String, List
             Plugins::PYTEST_MODULE
         )),
     })?;
-    let (ids, _) = parse_collected(&text).map_err(|detail| UnitsError::DiscoverParse {
+    let collection = parse_collection(&text).map_err(|detail| UnitsError::DiscoverParse {
         command: shown.clone(),
         source: ListingError::Inconsistent(detail),
     })?;
-    Ok((shown, Listing { ids, counted }, errors))
+    let found = Found { listing: Listing { ids: collection.tests, counted }, errors, rootdir: collection.rootdir };
+    Ok((shown, found))
+}
+
+/// A pytest collection: its ids, the files that did not collect, and
+/// pytest's rootdir from the directory it ran in (when not that one).
+pub struct Found {
+    /// The node ids, and pytest's own count.
+    pub listing: Listing,
+    /// The files that did not collect.
+    pub errors: Vec<OutsideError>,
+    /// See [`FromRootdir`].
+    pub rootdir: Option<String>,
 }
 
 /// The collection errors in the plugin's node id file, and the files skipped
@@ -313,14 +331,50 @@ pub fn merge_shards(parsed: Vec<ShardCollection>) -> Result<(Listing, Option<Sha
 
 /// The node ids in the plugin's file, and pytest's own count.
 pub fn parse_collected(text: &str) -> Result<(Vec<String>, usize), String> {
-    #[derive(serde::Deserialize)]
-    struct Collected {
-        tests: Vec<String>,
-        collected: usize,
+    parse_collection(text).map(|c| (c.tests, c.collected))
+}
+
+/// What the plugin wrote of a collection.
+#[derive(serde::Deserialize)]
+struct Collected {
+    tests: Vec<String>,
+    collected: usize,
+    /// pytest's rootdir from the directory it ran in, when not that one.
+    #[serde(default)]
+    rootdir: Option<String>,
+}
+
+fn parse_collection(text: &str) -> Result<Collected, String> {
+    serde_json::from_str::<Collected>(text).map_err(|e| format!("the plugin's node id file: {e}"))
+}
+
+/// Runs pytest's node ids, which are relative to its rootdir, with a command
+/// run from another directory (a subdirectory of the rootdir): each id is
+/// passed as that directory sees it (`../tests/test_a.py::test_x` for
+/// `tests/test_a.py::test_x` from `tests/`), where pytest would find no file.
+/// Reports name tests by their node ids, as the units.
+#[derive(Debug, Clone)]
+pub struct FromRootdir {
+    template: CommandTemplate,
+    rootdir: String,
+}
+
+impl FromRootdir {
+    /// `template`'s units given relative to `rootdir` (a path from the
+    /// directory the command runs in).
+    pub fn new(template: CommandTemplate, rootdir: String) -> Self {
+        Self { template, rootdir }
     }
-    serde_json::from_str::<Collected>(text)
-        .map(|c| (c.tests, c.collected))
-        .map_err(|e| format!("the plugin's node id file: {e}"))
+}
+
+impl Launcher for FromRootdir {
+    fn invocation(&self, units: &[UnitId]) -> Invocation {
+        let named: Vec<UnitId> = units
+            .iter()
+            .map(|u| UnitId::new(format!("{}/{}", self.rootdir, u)).unwrap_or_else(|_| u.clone()))
+            .collect();
+        Invocation { argv: self.template.render(&named), ..Invocation::default() }
+    }
 }
 
 /// The number of selected tests in pytest's own collection summary, in any of
