@@ -1225,6 +1225,29 @@ fn passes_after_own_reruns_are_flaky(
     }
 }
 
+/// pytest's `-x` (or `--maxfail`, here in an addopts) means nothing to an
+/// agent that runs a share of the tests: it was ignored without a word.
+/// Now the agents say they turned it off, and every test runs.
+#[test]
+fn maxfail_is_turned_off_for_the_agents_with_a_note() {
+    let python = venv_python();
+    let dir = Project::new(&[
+        ("pytest.ini", "[pytest]\naddopts = --maxfail=1\n"),
+        ("test_x.py", "def test_1():\n    assert 0\n\ndef test_2():\n    pass\n\ndef test_3():\n    pass\n"),
+    ]);
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let output = hopper(dir.path())
+        .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "pytest", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("{stdout}\n{stderr}");
+    assert!(stdout.contains("3 units, 2 passed (0 flaky), 1 failed"), "{shown}");
+    let note = "pytest's -x/--maxfail (from the command or addopts) is turned off in hopper's agents";
+    assert_eq!(shown.matches(note).count(), 1, "the note, once: {shown}");
+}
+
 /// Reads a JUnit file with two consumers, junitparser and Python's own
 /// ElementTree (checking the shape JUnit's schema gives: `testsuites` or
 /// `testsuite` at the root, every `testcase` with a `name` and a

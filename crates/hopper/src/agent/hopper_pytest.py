@@ -159,6 +159,13 @@ XDIST_NOTE = (
     "no agent sees them"
 )
 
+MAXFAIL_NOTE = (
+    "pytest's -x/--maxfail (from the command or addopts) is turned off in hopper's agents: each agent "
+    "runs a share of the tests, so its own count of failures means nothing; every test runs. "
+    "hopper's --max-failures N stops the whole build after N failed tests"
+)
+
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
@@ -178,6 +185,9 @@ def pytest_cmdline_main(config):
         if hasattr(config.option, "tx"):
             config.option.tx = []
         _notes.append(XDIST_NOTE)
+    if getattr(config.option, "maxfail", 0):
+        config.option.maxfail = 0
+        _notes.append(MAXFAIL_NOTE)
     return None
 
 
