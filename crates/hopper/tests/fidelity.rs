@@ -1058,6 +1058,33 @@ fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
     }
 }
 
+/// A nextest command without `{unit}` got the unit as a name filter, which
+/// matches no test: every unit failed with nextest's exit code 4. A command
+/// with its own filterset ran all of it for each unit. Each unit's command
+/// now filters by the unit alone, and the command's own filterset chooses
+/// the tests at discovery only.
+#[test]
+fn a_nextest_command_runs_each_unit_by_its_filter_alone() {
+    let dir = Project::new(CARGO_SUITE);
+    let run = |command: &[&str]| {
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest", "--"])
+            .args(command)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        (output.status.code(), format!("{stdout}\n{stderr}"))
+    };
+    let (code, shown) = run(&["cargo", "nextest", "run", "--no-fail-fast"]);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(shown.contains("3 units, 2 passed (0 flaky), 1 failed"), "{shown}");
+    let (code, shown) = run(&["cargo", "nextest", "run", "-E", "test(=tests::parse) | test(=integration)"]);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("2 units, 2 passed (0 flaky), 0 failed"), "{shown}");
+    assert!(shown.contains("chose the tests at discovery"), "{shown}");
+}
+
 #[test]
 fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
     let dir = Project::new(&[

@@ -12,7 +12,9 @@ use crate::agent::child::{agent_env, AgentCommand, SpareAgent};
 use crate::agent::plugins::Plugins;
 use crate::errors::{HopperError, UnitsError};
 use crate::exec::template::CommandTemplate;
-use crate::units::discover::{cargo_exact, checked_units, discover, name_some, paths, pytest, rspec, DiscoverKind};
+use crate::units::discover::{
+    cargo_exact, checked_units, discover, name_some, nextest, paths, pytest, rspec, DiscoverKind,
+};
 use crate::units::{collect_units, UnitSource};
 use crate::verdicts::outside::OutsideError;
 use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan};
@@ -108,7 +110,7 @@ impl Execution {
             (_, Some(DiscoverKind::Nextest)) if command.is_empty() && !batches => Execution::Nextest,
             _ => {
                 // Agents report per test themselves; batches read the tool's report.
-                let plan = ResultsPlan::resolve(results, batch_size, tool, command.to_vec())?;
+                let plan = ResultsPlan::resolve(results, batch_size, tool, for_each_unit(command, tool))?;
                 let command = CommandTemplate::new(without_tool_paths(plan.command.clone(), tool))?;
                 let one_by_exit_code = batch_size == 1 && results.is_none_or(|r| r == ResultsFormat::ExitCode);
                 return Ok(Execution::PerProcess { command, results: plan.results()?, one_by_exit_code });
@@ -202,6 +204,23 @@ impl Execution {
         };
         Ok(Prepared { units, invocations, outside_errors })
     }
+}
+
+/// `command` as each unit runs it: for nextest, filtered by the unit alone
+/// (see [`nextest::per_unit_command`]), its own filtersets only for discovery.
+fn for_each_unit(command: &[String], tool: Option<DiscoverKind>) -> Vec<String> {
+    if tool != Some(DiscoverKind::Nextest) {
+        return command.to_vec();
+    }
+    let (kept, dropped) = nextest::per_unit_command(command.to_vec());
+    if !dropped.is_empty() {
+        eprintln!(
+            "hopper: {} chose the tests at discovery; each unit's command filters by the unit alone (nextest runs \
+             the tests matching any of its filtersets), so it runs without it",
+            dropped.join(" ")
+        );
+    }
+    kept
 }
 
 /// `command` for running units: a discovered tool's own path arguments

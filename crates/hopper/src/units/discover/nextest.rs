@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use leasehold_core::UnitId;
 
 use crate::errors::{ListingError, UnitsError};
+use crate::exec::template::PLACEHOLDER;
 
 use super::listing::{failed, run_first_installed, without_placeholder, ListCommand, Listing};
 
@@ -38,12 +39,104 @@ pub struct NextestTests {
     pub library_path: Vec<PathBuf>,
 }
 
+/// nextest's options that take a filterset.
+const FILTERSET_FLAGS: [&str; 3] = ["-E", "--filterset", "--filter-expr"];
+
+/// The command that runs one unit from the user's `cargo nextest run ...`:
+/// its own filtersets dropped (they chose the tests at discovery, and
+/// nextest runs the tests matching *any* filterset, so each unit would run
+/// all of them), and `-E {unit}` added (before a `--`) when it has no
+/// `{unit}` (a unit is a filterset: as a name it matched no test, and every
+/// unit failed with nextest's "no tests to run"). Also gives the dropped
+/// filtersets, for the user.
+pub fn per_unit_command(command: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let end = command.iter().position(|a| a == "--").unwrap_or(command.len());
+    let (mut kept, mut dropped) = (Vec::with_capacity(command.len() + 2), Vec::new());
+    let mut parts = command.into_iter().enumerate().peekable();
+    while let Some((i, part)) = parts.next() {
+        let own = |value: &str| !value.contains(PLACEHOLDER);
+        if i < end && FILTERSET_FLAGS.contains(&part.as_str()) {
+            if let Some((_, value)) = parts.next_if(|(_, value)| own(value)) {
+                dropped.extend([part, value]);
+                continue;
+            }
+        } else if i < end
+            && FILTERSET_FLAGS.iter().any(|flag| part.strip_prefix(flag).is_some_and(|v| v.starts_with('=') && own(v)))
+        {
+            dropped.push(part);
+            continue;
+        }
+        kept.push(part);
+    }
+    if !kept.iter().any(|a| a.contains(PLACEHOLDER)) {
+        let at = kept.iter().position(|a| a == "--").unwrap_or(kept.len());
+        kept.splice(at..at, ["-E".to_owned(), PLACEHOLDER.to_owned()]);
+    }
+    (kept, dropped)
+}
+
+/// `cargo nextest run`'s options that `cargo nextest list` refuses, with a
+/// value (from nextest 0.9's `run --help` less `list --help`).
+const RUN_ONLY_WITH_VALUE: &[&str] = &[
+    "--debugger",
+    "--failure-output",
+    "--final-status-level",
+    "--flaky-result",
+    "--max-fail",
+    "--max-progress-running",
+    "--message-format",
+    "--message-format-version",
+    "--no-tests",
+    "--retries",
+    "--status-level",
+    "--stress-count",
+    "--stress-duration",
+    "--success-output",
+    "--tracer",
+    "-R",
+    "--rerun",
+    "-j",
+    "--test-threads",
+];
+
+/// The same, without a value.
+const RUN_ONLY_FLAGS: &[&str] = &[
+    "--fail-fast",
+    "--hide-progress-bar",
+    "--no-capture",
+    "--nocapture",
+    "--no-fail-fast",
+    "--no-input-handler",
+    "--no-output-indent",
+    "--no-run",
+];
+
+/// `argv` (before its `--`) without the options only `run` takes
+/// (`--no-fail-fast`, `--retries 2`, `-j=4`): `list` would refuse them.
+fn without_run_options(argv: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut parts = argv.into_iter();
+    while let Some(part) = parts.next() {
+        let name = part.split_once('=').map_or(part.as_str(), |(name, _)| name);
+        if RUN_ONLY_FLAGS.contains(&part.as_str()) || (name != part && RUN_ONLY_WITH_VALUE.contains(&name)) {
+            continue;
+        }
+        if RUN_ONLY_WITH_VALUE.contains(&part.as_str()) {
+            parts.next();
+            continue;
+        }
+        out.push(part);
+    }
+    out
+}
+
 /// The listing command for the user's `cargo nextest run ...` (or none).
 pub fn list_command(command: &[String]) -> Vec<String> {
     let mut base = without_placeholder(command, &["-E", "--filterset", "--filter-expr"]);
     if let Some(end) = base.iter().position(|a| a == "--") {
         base.truncate(end);
     }
+    let mut base = without_run_options(base);
     let nextest = base.iter().position(|a| a == "nextest");
     let run = nextest.and_then(|n| base.iter().skip(n + 1).position(|a| a == "run").map(|r| n + 1 + r));
     let mut argv = match run {
@@ -209,6 +302,46 @@ mod tests {
             "a::other":{"ignored":false,"filter-match":{"status":"mismatch","reason":"expression"}}}},
         "core::it":{"binary-path":"/t/debug/deps/it-2","cwd":"/src/core","testcases":{
             "b":{"ignored":false,"filter-match":{"status":"matches"}}}}}}"#;
+
+    #[test]
+    fn run_only_options_are_left_out_of_the_listing() {
+        let argv = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let run = argv(&[
+            "cargo",
+            "nextest",
+            "run",
+            "--no-fail-fast",
+            "--retries",
+            "2",
+            "-j=4",
+            "--features",
+            "serde",
+            "-P",
+            "ci",
+            "--",
+            "--nocapture",
+        ]);
+        assert_eq!(
+            list_command(&run),
+            argv(&["cargo", "nextest", "list", "--features", "serde", "-P", "ci", "--message-format", "json"])
+        );
+    }
+
+    #[test]
+    fn a_units_command_filters_by_the_unit_alone() {
+        let argv = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let (kept, dropped) = per_unit_command(argv(&["cargo", "nextest", "run", "--features", "serde"]));
+        assert_eq!(kept, argv(&["cargo", "nextest", "run", "--features", "serde", "-E", "{unit}"]));
+        assert!(dropped.is_empty());
+        let mine =
+            argv(&["cargo", "nextest", "run", "-E", "test(passes)", "--filterset=kind(lib)", "--", "--nocapture"]);
+        let (kept, dropped) = per_unit_command(mine);
+        assert_eq!(kept, argv(&["cargo", "nextest", "run", "-E", "{unit}", "--", "--nocapture"]));
+        assert_eq!(dropped, argv(&["-E", "test(passes)", "--filterset=kind(lib)"]));
+        let placed = argv(&["cargo", "nextest", "run", "-E", "test(a)", "--filterset", "{unit}"]);
+        let (kept, _) = per_unit_command(placed);
+        assert_eq!(kept, argv(&["cargo", "nextest", "run", "--filterset", "{unit}"]), "the unit's own filter stays");
+    }
 
     #[test]
     fn parses_tests_and_how_to_run_them() {
