@@ -1085,6 +1085,36 @@ fn a_nextest_command_runs_each_unit_by_its_filter_alone() {
     assert!(shown.contains("chose the tests at discovery"), "{shown}");
 }
 
+/// `.cargo/config.toml`'s `[env]` reaches the tests only through cargo: a
+/// test binary hopper ran directly lacked it, and a test reading it failed
+/// where `cargo nextest run` passed it. Such a project's tests run through
+/// `cargo nextest run -E {unit}`, with a note; so does the note on nextest's
+/// test groups, which hopper's units do not keep.
+#[test]
+fn nextest_tests_get_cargo_configs_env() {
+    let dir = Project::new(&[
+        ("Cargo.toml", "[package]\nname = \"cfgenv\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n"),
+        (".cargo/config.toml", "[env]\nMY_SETTING = \"from-cargo-config\"\n"),
+        (".config/nextest.toml", "[test-groups.serial]\nmax-threads = 1\n"),
+        (
+            "src/lib.rs",
+            "#[cfg(test)]\nmod tests {\n    #[test]\n    fn reads_cargo_env() {\n        \
+             assert_eq!(std::env::var(\"MY_SETTING\").as_deref(), Ok(\"from-cargo-config\"));\n    }\n}\n",
+        ),
+    ]);
+    let output = hopper(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    let shown = format!("{stdout}\n{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("1 units, 1 passed"), "{shown}");
+    assert!(shown.contains("sets environment variables for the tests ([env])"), "{shown}");
+    assert!(shown.contains("defines nextest test groups"), "{shown}");
+}
+
 #[test]
 fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
     let dir = Project::new(&[

@@ -3,7 +3,7 @@
 //! how its units are listed for that way, and the agent command hopper
 //! builds for the tools it ships an agent for.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leasehold_core::{RunId, UnitSpec, WorkerId};
@@ -103,6 +103,27 @@ impl Execution {
             UnitSource::Discover(kind) => Some(*kind),
             _ => None,
         };
+        let cargo_runs_them;
+        let command = match direct_nextest_lacks_env(tool, command, batches) {
+            Some(config) => {
+                eprintln!(
+                    "hopper: {} sets environment variables for the tests ([env]), which cargo gives them: each \
+                     test runs through `cargo nextest run -E {{unit}}` (a cargo start per test) instead of its binary \
+                     run directly",
+                    config.display()
+                );
+                cargo_runs_them = ["cargo", "nextest", "run"].map(String::from);
+                &cargo_runs_them[..]
+            }
+            None => command,
+        };
+        if let Some(config) = nextest_groups(tool) {
+            eprintln!(
+                "hopper: {} defines nextest test groups, which do not hold between hopper's units (each runs on its \
+                 own): give hopper the same limits with --group NAME=LIMIT:GLOB",
+                config.display()
+            );
+        }
         let execution = match (mode, tool) {
             (ExecutionChoice::Agent, _) => Execution::Custom,
             (ExecutionChoice::Default, Some(DiscoverKind::Pytest)) if !batches => Execution::Pytest,
@@ -204,6 +225,20 @@ impl Execution {
         };
         Ok(Prepared { units, invocations, outside_errors })
     }
+}
+
+/// For `--discover nextest` with no command (test binaries run directly):
+/// the cargo config that sets the tests' environment, which only cargo
+/// gives them.
+fn direct_nextest_lacks_env(tool: Option<DiscoverKind>, command: &[String], batches: bool) -> Option<PathBuf> {
+    let direct = tool == Some(DiscoverKind::Nextest) && command.is_empty() && !batches;
+    direct.then(|| std::env::current_dir().ok().and_then(|cwd| nextest::cargo_config_env(&cwd))).flatten()
+}
+
+/// For `--discover nextest`: nextest's config, when it defines test groups.
+fn nextest_groups(tool: Option<DiscoverKind>) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok().filter(|_| tool == Some(DiscoverKind::Nextest))?;
+    nextest::nextest_test_groups(&cwd)
 }
 
 /// `command` as each unit runs it: for nextest, filtered by the unit alone

@@ -4,7 +4,7 @@
 //! hopper can run each test as nextest does, without cargo.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use leasehold_core::UnitId;
 
@@ -37,6 +37,32 @@ pub struct NextestTests {
     pub tests: HashMap<UnitId, NextestTest>,
     /// `LD_LIBRARY_PATH` entries nextest gives the tests, in order.
     pub library_path: Vec<PathBuf>,
+}
+
+/// The cargo config file, in `dir` or above it or in `CARGO_HOME`, that sets
+/// environment variables (`[env]`): cargo gives them to the tests that
+/// `cargo nextest run` runs, and a test binary hopper ran directly lacked
+/// them (a test reading one failed where nextest passed it).
+pub fn cargo_config_env(dir: &Path) -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let in_tree = dir.ancestors().flat_map(|d| [d.join(".cargo/config.toml"), d.join(".cargo/config")]);
+    let in_home = home.into_iter().flat_map(|h| [h.join("config.toml"), h.join("config")]);
+    in_tree.chain(in_home).find(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| {
+            text.lines().map(str::trim).any(|l| l == "[env]" || l.starts_with("[env.") || l.starts_with("env."))
+        })
+    })
+}
+
+/// nextest's own config (`.config/nextest.toml` in `dir` or above it) when
+/// it defines test groups: each unit runs on its own, so nextest's groups
+/// do not hold between them (hopper's `--group` does).
+pub fn nextest_test_groups(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .map(|d| d.join(".config/nextest.toml"))
+        .find(|file| std::fs::read_to_string(file).is_ok_and(|text| text.contains("test-groups")))
 }
 
 /// nextest's options that take a filterset.
