@@ -455,7 +455,10 @@ pub enum HopperError {
         source: tokio::task::JoinError,
     },
     /// The run does not exist (yet) after waiting for it.
-    #[error("build {run} not found after waiting {waited:?}: no worker has started it (check --build and --queue)")]
+    #[error(
+        "build {run} not found{}: no worker has started it (check --build and --queue)",
+        if waited.is_zero() { String::new() } else { format!(" after waiting {:.1} s", waited.as_secs_f64()) }
+    )]
     RunNotFound {
         /// The run.
         run: RunId,
