@@ -276,6 +276,15 @@ pub fn verdicts_from_cases(
         .collect()
 }
 
+/// A report's failure message as one line, as an agent's result has it:
+/// pytest's JUnit message holds the assertion's explanation too (`assert 2
+/// == 3\n +  where 2 = f()`, or `[+5 more lines; full report in element
+/// text]`), which the unit's output keeps. Messages merged from subtests
+/// (joined by `; `) keep their first lines each.
+fn one_line(message: &str) -> String {
+    message.split("; ").filter_map(|m| m.lines().next()).collect::<Vec<_>>().join("; ")
+}
+
 fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
     if cases.is_empty() {
         return UnitResult { verdict: missing.clone(), duration: None, output: None };
@@ -283,7 +292,7 @@ fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
     let duration = cases.iter().map(|c| c.duration).sum::<Option<Duration>>();
     let failed: Vec<&&ReportedCase> = cases.iter().filter(|c| c.status == CaseStatus::Failed).collect();
     if let Some(first) = failed.first() {
-        let mut detail = first.message.clone().unwrap_or_default();
+        let mut detail = first.message.as_deref().map(one_line).unwrap_or_default();
         if cases.len() > 1 {
             detail = format!("{} of {} tests failed; first: {detail}", failed.len(), cases.len());
         }
@@ -428,6 +437,16 @@ impl BatchResults for ToolReports {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_message_is_shown_on_one_line() {
+        assert_eq!(one_line("assert 2 == 3\n +  where 2 = f()"), "assert 2 == 3");
+        assert_eq!(
+            one_line("AssertionError: i is 1\nassert 1 == 0; AssertionError: i is 2"),
+            "AssertionError: i is 1; AssertionError: i is 2"
+        );
+        assert_eq!(one_line("boom"), "boom");
+    }
 
     fn cmd(parts: &[&str]) -> Vec<String> {
         parts.iter().map(|s| s.to_string()).collect()
