@@ -32,8 +32,11 @@ impl AttemptEnd {
         matches!(self, AttemptEnd::Passed | AttemptEnd::Skipped | AttemptEnd::Failed | AttemptEnd::ReclaimExhausted)
     }
 
-    fn label(self) -> &'static str {
+    /// The line's first word; an expected failure (a skip whose reason says
+    /// `xfail`) is an XFAIL, as the summary counts it apart.
+    fn label(self, detail: Option<&str>) -> &'static str {
         match self {
+            AttemptEnd::Skipped if detail.is_some_and(crate::verdicts::skips::is_xfail) => "XFAIL",
             AttemptEnd::Passed => "PASS ",
             AttemptEnd::Skipped => "SKIP ",
             AttemptEnd::Failed => "FAIL ",
@@ -86,8 +89,8 @@ impl RunObserver for PlainObserver {
         // One write a line: stderr is unbuffered, and `writeln!` on it makes
         // a write call per formatted piece (five a line, on the hot path).
         let line = match detail {
-            Some(d) => format!("{} {:>7.2}s {unit} ({d})\n", end.label(), duration.as_secs_f64()),
-            None => format!("{} {:>7.2}s {unit}\n", end.label(), duration.as_secs_f64()),
+            Some(d) => format!("{} {:>7.2}s {unit} ({d})\n", end.label(detail), duration.as_secs_f64()),
+            None => format!("{} {:>7.2}s {unit}\n", end.label(detail), duration.as_secs_f64()),
         };
         to_stderr(&line);
     }
@@ -139,8 +142,9 @@ impl RunObserver for BarObserver {
 
     fn attempt_ended(&self, unit: &UnitId, end: AttemptEnd, duration: Duration, detail: Option<&str>) {
         if !matches!(end, AttemptEnd::Passed | AttemptEnd::Skipped) {
+            let label = end.label(detail);
             let detail = detail.map(|d| format!(" ({d})")).unwrap_or_default();
-            self.bar.println(format!("{} {:>7.2}s {unit}{detail}", end.label(), duration.as_secs_f64()));
+            self.bar.println(format!("{label} {:>7.2}s {unit}{detail}", duration.as_secs_f64()));
         }
         if end.is_final() {
             self.bar.inc(1);
@@ -166,5 +170,19 @@ pub fn default_observer() -> Box<dyn RunObserver> {
         Box::new(BarObserver::new())
     } else {
         Box::new(PlainObserver)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expected_failure_is_labelled_xfail() {
+        assert_eq!(AttemptEnd::Skipped.label(Some("xfail: known bug")), "XFAIL");
+        assert_eq!(AttemptEnd::Skipped.label(Some("xfail")), "XFAIL");
+        assert_eq!(AttemptEnd::Skipped.label(Some("not on windows")), "SKIP ");
+        assert_eq!(AttemptEnd::Skipped.label(None), "SKIP ");
+        assert_eq!(AttemptEnd::Failed.label(Some("xfail")), "FAIL ", "only a skip is an expected failure");
     }
 }
