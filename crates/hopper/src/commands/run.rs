@@ -287,8 +287,9 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let summary = outcome?;
     if backend.shared {
         eprintln!(
-            "hopper: worker done: {} passed, {} failed, {} retried, {} stale here; run `hopper report` for the build's verdict",
-            summary.passed, summary.failed, summary.retried, summary.stale
+            "hopper: worker done: {} passed, {} skipped, {} failed, {} retried, {} stale here; run `hopper report` for \
+             the build's verdict",
+            summary.passed, summary.skipped, summary.failed, summary.retried, summary.stale
         );
         return Ok(exit::PASSED);
     }

@@ -543,11 +543,11 @@ impl Slot {
         for ((delivery, request, duration), reply) in done.iter().zip(replies) {
             match reply {
                 Ack::Ok => {
-                    shared.summary.lock().passed += 1;
                     let (end, reason) = match request.outcome {
                         Outcome::Skipped => (AttemptEnd::Skipped, skips::reason_of(request.errors.as_ref())),
                         _ => (AttemptEnd::Passed, None),
                     };
+                    shared.summary.lock().count(end);
                     shared.observer.attempt_ended(&delivery.unit, end, *duration, reason.as_deref());
                 }
                 reply => fenced_off(&shared, delivery, "finalize", reply).await,

@@ -181,8 +181,8 @@ async fn run_batch(
                 shared.held.let_go([delivery]);
                 match shared.queue.finalize(run, worker, delivery, &request).await? {
                     Ack::Ok => {
-                        shared.summary.lock().passed += 1;
                         let end = if outcome == Outcome::Skipped { AttemptEnd::Skipped } else { AttemptEnd::Passed };
+                        shared.summary.lock().count(end);
                         shared.observer.attempt_ended(&delivery.unit, end, per_unit, reason);
                     }
                     reply => fenced_off(shared, delivery, "finalize", reply).await,

@@ -33,6 +33,8 @@ pub struct WorkerSummary {
     pub invocations: u64,
     /// Units finalized as passed by this worker.
     pub passed: u64,
+    /// Units finalized as skipped (expected failures included) by this worker.
+    pub skipped: u64,
     /// Units finalized as failed by this worker.
     pub failed: u64,
     /// Attempts that failed and were requeued.
@@ -43,6 +45,17 @@ pub struct WorkerSummary {
     pub released: u64,
     /// Latest duration of each unit this worker ran (milliseconds).
     pub timings: Vec<(String, u64)>,
+}
+
+impl WorkerSummary {
+    /// Counts a unit this worker finalized as passed or skipped.
+    pub(super) fn count(&mut self, end: AttemptEnd) {
+        if end == AttemptEnd::Skipped {
+            self.skipped += 1;
+        } else {
+            self.passed += 1;
+        }
+    }
 }
 
 /// What the worker's slots share.
