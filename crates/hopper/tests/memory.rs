@@ -196,6 +196,31 @@ fn timings_of_an_earlier_run_order_the_next_slowest_first() {
     assert!(second_order[0].contains("c_slow.sh"), "slowest first with timings: {second_order:?}");
 }
 
+/// The default timings file appears in the project: the run that writes it
+/// first says what it is, and later runs say nothing.
+#[test]
+fn the_run_that_makes_the_timings_file_says_so_once() {
+    let mut suite = Suite::new();
+    suite.passing("a.sh");
+    let list = suite.unit_list();
+    let run = || {
+        let output = hopper(suite.path())
+            .args(["run", "--units-from"])
+            .arg(&list)
+            .args(["--", "sh", "{unit}"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{:?}", texts(&output));
+        texts(&output).1
+    };
+    let note = "wrote each unit's duration to .hopper/timings.json";
+    let first = run();
+    assert!(first.contains(note), "{first}");
+    assert!(suite.path().join(".hopper/timings.json").exists());
+    let second = run();
+    assert!(!second.contains(note), "once: {second}");
+}
+
 fn assert_one_line_error(output: &std::process::Output, needle: &str) {
     let (stdout, stderr) = texts(output);
     assert_eq!(output.status.code(), Some(2), "stdout:\n{stdout}\nstderr:\n{stderr}");

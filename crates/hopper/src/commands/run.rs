@@ -283,6 +283,12 @@ async fn run_worker(options: RunOptions, env: EnvLookup<'_>, shutdown: Cancellat
     let timings = worker.summary().timings;
     if let Err(error) = backend.timings.record(&timings).await {
         tracing::warn!(%error, "could not save timings");
+    } else if let Some(path) = backend.new_timings_file.filter(|p| std::path::Path::new(p).exists()) {
+        // The file appeared in the project: say what it is, once.
+        eprintln!(
+            "hopper: wrote each unit's duration to {path}, to run the slowest first next time (--no-timings: none \
+             kept; --timings FILE: elsewhere); add it to .gitignore"
+        );
     }
     let summary = outcome?;
     if backend.shared {

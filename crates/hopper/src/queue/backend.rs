@@ -86,6 +86,9 @@ pub struct Backend {
     pub timings: Arc<dyn TimingsStore>,
     /// Whether other processes share the queue.
     pub shared: bool,
+    /// The timings file this run makes in the project (the default one, not
+    /// there yet): the run says what it is once it is written.
+    pub new_timings_file: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -109,6 +112,9 @@ pub async fn connect(kind: &QueueKind, options: &BackendOptions) -> Result<Backe
             queue: Arc::new(leasehold_mem::MemoryStore::new()),
             timings: file_timings(Some(DEFAULT_TIMINGS_FILE)),
             shared: false,
+            new_timings_file: (matches!(options.timings, TimingsChoice::Default)
+                && !std::path::Path::new(DEFAULT_TIMINGS_FILE).exists())
+            .then_some(DEFAULT_TIMINGS_FILE),
         }),
         QueueKind::Redis(url) => redis_wiring::connect(url, options).await,
     }
@@ -146,7 +152,7 @@ mod redis_wiring {
             // The same store: its timings hash lives under the same prefix.
             TimingsChoice::Default => Arc::new(store.clone()),
         };
-        Ok(Backend { queue: Arc::new(store), timings, shared: true })
+        Ok(Backend { queue: Arc::new(store), timings, shared: true, new_timings_file: None })
     }
 }
 
