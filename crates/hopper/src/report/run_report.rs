@@ -458,7 +458,8 @@ impl RunReport {
         if !reclaimed.is_empty() {
             let _ = writeln!(
                 out,
-                "\nRECLAIMED units ({}): taken over from a worker that stopped responding:",
+                "\nRECLAIMED units ({}): taken over from a worker that stopped responding (each was running there or \
+                 reserved ahead for its slots; the reclaim timeout, --timeout, passed first):",
                 reclaimed.len()
             );
             for unit in &reclaimed {
