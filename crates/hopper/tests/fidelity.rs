@@ -1282,6 +1282,27 @@ fn passes_after_own_reruns_are_flaky(
     }
 }
 
+/// A test that passed despite its non-strict xfail mark is "xpassed" to
+/// pytest, counted apart from the passes: so it is in hopper's verdict line
+/// (it was one of the passes), on memory and on Redis.
+#[test]
+fn an_xpass_is_counted_apart_as_pytest_counts_it() {
+    let python = venv_python();
+    let dir = Project::new(&[(
+        "test_x.py",
+        "import pytest\n\n@pytest.mark.xfail(reason='known bug')\ndef test_xpass():\n    pass\n\n\
+         @pytest.mark.xfail(reason='real')\ndef test_xfail():\n    assert 0\n\ndef test_ok():\n    pass\n",
+    )]);
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let plain = Command::new(&python).args(&command[1..]).current_dir(dir.path()).output().unwrap();
+    assert!(texts(&plain).0.contains("1 passed, 1 xfailed, 1 xpassed"), "{:?}", texts(&plain));
+    for mode in [&["-j", "2"][..], &[REDIS, "-j", "1"]] {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_eq!(ours.tests.get("test_x.py::test_xpass"), Some(&"passed"), "a JUnit success, as pytest's: {shown}");
+        assert!(shown.contains("3 units, 1 passed (0 flaky), 0 failed, 0 unfinished, 1 xfailed, 1 xpassed"), "{shown}");
+    }
+}
+
 /// pytest's `-x` (or `--maxfail`, here in an addopts) means nothing to an
 /// agent that runs a share of the tests: it was ignored without a word.
 /// Now the agents say they turned it off, and every test runs.

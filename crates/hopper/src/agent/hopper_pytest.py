@@ -493,6 +493,9 @@ def _verdict(reports):
             prefix = "" if report.when == "call" else "error in %s: " % report.when
             message = message or prefix + _crash_message(report)
             failures.append(report.longreprtext)
+        elif report.passed and report.when == "call" and hasattr(report, "wasxfail") and outcome == "passed":
+            # A non-strict xfail that passed: pytest counts it "xpassed".
+            message = "xpass: %s" % report.wasxfail if report.wasxfail else "xpass"
         elif report.skipped and outcome == "passed":
             outcome = "skipped"
             if hasattr(report, "wasxfail"):

@@ -223,6 +223,7 @@ mod tests {
             abandoned: 0,
             finalized_events: 1,
             skip_reason: None,
+            xpassed: false,
         }
     }
 

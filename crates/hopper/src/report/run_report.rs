@@ -77,6 +77,8 @@ pub struct UnitReport {
     pub finalized_events: u32,
     /// Why it was skipped, when it was and the tool said.
     pub skip_reason: Option<String>,
+    /// It passed despite an xfail mark (pytest's "xpassed").
+    pub xpassed: bool,
 }
 
 impl UnitReport {
@@ -94,6 +96,7 @@ impl UnitReport {
             abandoned: 0,
             finalized_events: 0,
             skip_reason: None,
+            xpassed: false,
         }
     }
 
@@ -239,6 +242,7 @@ impl RunReport {
                 if outcome == Outcome::Skipped {
                     unit.skip_reason = skips::reason_of(errors.as_ref());
                 }
+                unit.xpassed = outcome == Outcome::Passed && skips::xpassed(errors.as_ref());
                 // The tool's own failed tries before this pass: it is flaky.
                 for (detail, output) in reruns::of(errors.as_ref()) {
                     let reason = reruns::RERUN_REASON.to_owned();
@@ -399,12 +403,14 @@ impl RunReport {
         let failed: Vec<&UnitReport> = self.failing().collect();
         let flaky: Vec<&UnitReport> = self.flaky().filter(|u| !self.is_quarantined(u)).collect();
         let unfinished = self.unfinished();
-        let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count();
+        // Passes despite an xfail mark apart, as pytest counts them.
+        let xpassed = self.units.iter().filter(|u| u.xpassed).count();
+        let passed = self.units.iter().filter(|u| u.outcome == Some(Outcome::Passed)).count() - xpassed;
         // Said only when there are any, so that every unit is counted
         // somewhere; expected failures apart, as pytest counts them.
         let skips = self.units.iter().filter(|u| u.outcome == Some(Outcome::Skipped));
         let xfailed = skips.clone().filter(|u| u.skip_reason.as_deref().is_some_and(skips::is_xfail)).count();
-        let skipped: String = [(skips.count() - xfailed, "skipped"), (xfailed, "xfailed")]
+        let skipped: String = [(skips.count() - xfailed, "skipped"), (xfailed, "xfailed"), (xpassed, "xpassed")]
             .into_iter()
             .filter(|(n, _)| *n > 0)
             .map(|(n, what)| format!(", {n} {what}"))

@@ -11,15 +11,40 @@ use leasehold_core::{FinalizeRequest, Outcome};
 /// The key of the reason in a skipped unit's `errors` payload.
 pub const SKIP_REASON: &str = "skip_reason";
 
-/// The finalize request of a unit with `outcome`, its skip reason kept.
+/// The key of an unexpected pass's reason in a passed unit's `errors`.
+pub const XPASS_REASON: &str = "xpass_reason";
+
+/// The finalize request of a unit with `outcome`, its skip reason kept, or,
+/// for a pass, the reason of the xfail mark it passed despite (pytest's
+/// "xpassed", whose reason starts `xpass`).
 pub fn finalize_request(outcome: Outcome, duration_ms: u64, reason: Option<&str>) -> FinalizeRequest {
     let mut request = FinalizeRequest::new(outcome, duration_ms);
-    if let (Outcome::Skipped, Some(reason)) = (outcome, reason.map(str::trim).filter(|r| !r.is_empty())) {
+    let key = match outcome {
+        Outcome::Skipped => SKIP_REASON,
+        Outcome::Passed if reason.is_some_and(is_xpass) => XPASS_REASON,
+        _ => return request,
+    };
+    if let Some(reason) = reason.map(str::trim).filter(|r| !r.is_empty()) {
         // Far below the payload's limit: a reason is a line.
         let reason: String = reason.chars().take(1024).collect();
-        request.errors = Some(serde_json::json!({ SKIP_REASON: reason }));
+        request.errors = Some(serde_json::json!({ key: reason }));
     }
     request
+}
+
+/// Whether a pass's reason says it passed despite an xfail mark.
+pub fn is_xpass(reason: &str) -> bool {
+    reason.strip_prefix("xpass").is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
+/// Whether a finalized pass's `errors` say it passed despite an xfail mark.
+pub fn xpassed(errors: Option<&serde_json::Value>) -> bool {
+    xpass_reason(errors).is_some()
+}
+
+/// The reason of a pass despite an xfail mark, from its `errors`.
+pub fn xpass_reason(errors: Option<&serde_json::Value>) -> Option<String> {
+    errors?.get(XPASS_REASON)?.as_str().map(str::to_owned)
 }
 
 /// The word an expected failure's reason starts with (`xfail: known bug`),
@@ -55,6 +80,16 @@ pub fn reason_of(errors: Option<&serde_json::Value>) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_unexpected_pass_keeps_its_reason_and_a_plain_pass_none() {
+        use leasehold_core::Outcome;
+        let xpass = super::finalize_request(Outcome::Passed, 1, Some("xpass: flaky on 3.11"));
+        assert!(super::xpassed(xpass.errors.as_ref()));
+        let plain = super::finalize_request(Outcome::Passed, 1, Some("anything"));
+        assert_eq!(plain.errors, None);
+        assert!(!super::is_xpass("xpassed_test"));
+    }
 
     #[test]
     fn an_xfail_without_a_reason_says_xfail_alone() {

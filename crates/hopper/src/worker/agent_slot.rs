@@ -545,7 +545,7 @@ impl Slot {
                 Ack::Ok => {
                     let (end, reason) = match request.outcome {
                         Outcome::Skipped => (AttemptEnd::Skipped, skips::reason_of(request.errors.as_ref())),
-                        _ => (AttemptEnd::Passed, None),
+                        _ => (AttemptEnd::Passed, skips::xpass_reason(request.errors.as_ref())),
                     };
                     shared.summary.lock().count(end);
                     shared.observer.attempt_ended(&delivery.unit, end, *duration, reason.as_deref());

@@ -33,10 +33,12 @@ impl AttemptEnd {
     }
 
     /// The line's first word; an expected failure (a skip whose reason says
-    /// `xfail`) is an XFAIL, as the summary counts it apart.
+    /// `xfail`) is an XFAIL, and a pass despite an xfail mark an XPASS, as
+    /// the summary counts them apart.
     fn label(self, detail: Option<&str>) -> &'static str {
         match self {
             AttemptEnd::Skipped if detail.is_some_and(crate::verdicts::skips::is_xfail) => "XFAIL",
+            AttemptEnd::Passed if detail.is_some_and(crate::verdicts::skips::is_xpass) => "XPASS",
             AttemptEnd::Passed => "PASS ",
             AttemptEnd::Skipped => "SKIP ",
             AttemptEnd::Failed => "FAIL ",
@@ -184,5 +186,6 @@ mod tests {
         assert_eq!(AttemptEnd::Skipped.label(Some("not on windows")), "SKIP ");
         assert_eq!(AttemptEnd::Skipped.label(None), "SKIP ");
         assert_eq!(AttemptEnd::Failed.label(Some("xfail")), "FAIL ", "only a skip is an expected failure");
+        assert_eq!(AttemptEnd::Passed.label(Some("xpass: known bug")), "XPASS");
     }
 }
