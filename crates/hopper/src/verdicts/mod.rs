@@ -280,9 +280,11 @@ pub fn verdicts_from_cases(
 /// pytest's JUnit message holds the assertion's explanation too (`assert 2
 /// == 3\n +  where 2 = f()`, or `[+5 more lines; full report in element
 /// text]`), which the unit's output keeps. Messages merged from subtests
-/// (joined by `; `) keep their first lines each.
+/// (joined by `; `) keep their first lines each; a first line is the first
+/// that is not blank (RSpec's starts with a newline).
 fn one_line(message: &str) -> String {
-    message.split("; ").filter_map(|m| m.lines().next()).collect::<Vec<_>>().join("; ")
+    let first = |m: &'_ str| m.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default().to_owned();
+    message.split("; ").map(first).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
@@ -446,6 +448,7 @@ mod tests {
             "AssertionError: i is 1; AssertionError: i is 2"
         );
         assert_eq!(one_line("boom"), "boom");
+        assert_eq!(one_line("\nexpected: 3\n     got: 2\n"), "expected: 3", "RSpec's message");
     }
 
     fn cmd(parts: &[&str]) -> Vec<String> {
