@@ -302,7 +302,7 @@ fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
         return UnitResult {
             verdict: UnitVerdict::Failed { reason: "test_failed", detail },
             duration,
-            output: Some(tail(&output.join("\n"), CASE_OUTPUT_BYTES)),
+            output: Some(tail(&output.join("\n"), CASE_OUTPUT_BYTES).to_owned()),
         };
     }
     if cases.iter().all(|c| c.status == CaseStatus::Skipped) {
@@ -313,12 +313,13 @@ fn sum_cases(cases: &[&ReportedCase], missing: &UnitVerdict) -> UnitResult {
     UnitResult { verdict: UnitVerdict::Passed, duration, output: None }
 }
 
-fn tail(text: &str, max: usize) -> String {
+/// The last `max` bytes of `text` at most, from a character's start.
+pub(crate) fn tail(text: &str, max: usize) -> &str {
     let mut start = text.len().saturating_sub(max);
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    text[start..].to_owned()
+    &text[start..]
 }
 
 /// The errors outside any test among `cases`, each with its group: a case

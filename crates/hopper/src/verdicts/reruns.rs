@@ -14,6 +14,8 @@
 use leasehold_core::{FinalizeRequest, Outcome};
 use serde_json::{json, Value};
 
+use super::tail;
+
 /// The key of the failed tries in a passed unit's `errors` payload.
 pub const RERUNS: &str = "reruns";
 /// The reason each of them is reported under.
@@ -66,14 +68,6 @@ fn head(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-fn tail(text: &str, max: usize) -> &str {
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
 }
 
 #[cfg(test)]

@@ -54,15 +54,15 @@ pub async fn list(command: &[String]) -> Result<(String, Listing, Option<CargoUn
 fn unlisted_targets(stdout: &str, stderr: &str) -> Option<(usize, usize, String)> {
     let binaries: Vec<&str> = stderr.lines().filter_map(|l| running_line(l).map(|(source, _)| source)).collect();
     let doc_runs = stderr.lines().filter(|l| l.trim().starts_with("Doc-tests ")).count();
-    let listed = stdout.lines().filter(|l| is_count_line(l)).count();
+    let listed = stdout.lines().filter_map(count_line).count();
     let started = binaries.len() + doc_runs;
     (listed < started).then(|| (started, listed, binaries.join(", ")))
 }
 
-fn is_count_line(line: &str) -> bool {
-    line.split_once(' ').is_some_and(|(n, rest)| {
-        n.parse::<usize>().is_ok() && (rest.starts_with("test, ") || rest.starts_with("tests, "))
-    })
+/// The N of a binary's `N tests, M benchmarks` line.
+fn count_line(line: &str) -> Option<usize> {
+    let (n, rest) = line.split_once(' ')?;
+    (rest.starts_with("test, ") || rest.starts_with("tests, ")).then(|| n.parse().ok()).flatten()
 }
 
 /// Test names (`name: test` lines) and the sum of the `N tests, M benchmarks` lines.
@@ -72,8 +72,8 @@ pub fn parse(stdout: &str) -> Listing {
     for line in stdout.lines() {
         if let Some(name) = line.strip_suffix(": test") {
             ids.push(name.to_owned());
-        } else if is_count_line(line) {
-            counted += line.split_once(' ').and_then(|(n, _)| n.parse::<usize>().ok()).unwrap_or(0);
+        } else if let Some(n) = count_line(line) {
+            counted += n;
         }
     }
     Listing { ids, counted }

@@ -158,7 +158,7 @@ fn without_run_options(argv: Vec<String>) -> Vec<String> {
 
 /// The listing command for the user's `cargo nextest run ...` (or none).
 pub fn list_command(command: &[String]) -> Vec<String> {
-    let mut base = without_placeholder(command, &["-E", "--filterset", "--filter-expr"]);
+    let mut base = without_placeholder(command, &FILTERSET_FLAGS);
     if let Some(end) = base.iter().position(|a| a == "--") {
         base.truncate(end);
     }
