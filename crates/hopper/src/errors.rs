@@ -123,15 +123,15 @@ pub enum UnitsError {
         /// What was lost.
         lost: String,
     },
-    /// A test binary that cargo ran printed no libtest listing: a target
-    /// with `harness = false` (or another custom harness), whose tests
+    /// A test binary that cargo ran printed no listing at all: a target
+    /// with `harness = false` and a harness of its own, whose tests
     /// hopper cannot run one by one. Leaving it out would pass a build that
     /// `cargo test` fails.
     #[error(
         "discovery with `{command}` would lose tests: cargo ran {binaries} test binaries and doctest runs, and only \
-         {listed} printed a libtest listing (`N tests, M benchmarks`); a target with `harness = false` (or another \
-         custom harness) lists no tests, so hopper cannot run it test by test, and leaving it out would pass a build \
-         that `cargo test` fails. The binaries: {names}. Run such a target on its own (`cargo test --test NAME`, \
+         {listed} listed their tests (`NAME: test` lines, as libtest and libtest-mimic print them); a target with \
+         `harness = false` and a harness of its own lists no tests, so hopper cannot run it test by test, and leaving \
+         it out would pass a build that `cargo test` fails. The binaries that listed nothing: {names}. Run such a target on its own (`cargo test --test NAME`, \
          e.g. as a unit of a `--units-from` list) and give hopper a command without it (`-- cargo test --lib \
          --test OTHER {{unit}}`); nothing was run"
     )]
@@ -140,9 +140,9 @@ pub enum UnitsError {
         command: String,
         /// The test binaries and doctest runs cargo started.
         binaries: usize,
-        /// Those that printed a libtest listing.
+        /// Those that listed their tests.
         listed: usize,
-        /// The binaries, as cargo named them.
+        /// The binaries that listed nothing, as cargo named them.
         names: String,
     },
     /// Tests of one name in several cargo test targets (or packages), asked

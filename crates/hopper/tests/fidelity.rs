@@ -362,10 +362,14 @@ fn an_rspec_example_sees_no_library_the_agent_uses() {
     assert!(stdout.contains("4 examples, 3 failures"), "{stdout}");
     let id = |n: u32| format!("./spec/libs_spec.rb[1:{n}]");
     let tests = BTreeMap::from([(id(1), "failed"), (id(2), "failed"), (id(3), "failed"), (id(4), "passed")]);
-    for mode in [&["-j", "1"][..], &["-j", "2"], &[REDIS, "-j", "2"]] {
+    // Batches and --per-process write their report with hopper's formatter,
+    // which loads nothing either (RSpec's `--format json` loads `json`).
+    let modes =
+        [&["-j", "1"][..], &["-j", "2"], &[REDIS, "-j", "2"], &["-j", "2", "--batch-size", "3"], &["--per-process"]];
+    for mode in modes {
         let (ours, shown) = hopper_verdict(dir.path(), mode, "rspec", &["rspec"]);
-        assert_eq!(ours.tests, tests, "{shown}");
-        assert_eq!(ours.exit, Some(1), "{shown}");
+        assert_eq!(ours.tests, tests, "{mode:?}: {shown}");
+        assert_eq!(ours.exit, Some(1), "{mode:?}: {shown}");
     }
 }
 
@@ -657,10 +661,12 @@ fn a_target_without_a_libtest_listing_is_an_error_not_a_pass() {
         (
             "Cargo.toml",
             "[package]\nname = \"noharness\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[[test]]\nname = \"custom\"\n\
-             path = \"tests/custom.rs\"\nharness = false\n\n[workspace]\n",
+             path = \"tests/custom.rs\"\nharness = false\n\n[[test]]\nname = \"mimic\"\npath = \"tests/mimic.rs\"\n\
+             harness = false\n\n[workspace]\n",
         ),
         ("src/lib.rs", "#[cfg(test)]\nmod tests {\n    #[test]\n    fn unit_ok() {}\n}\n"),
         ("tests/custom.rs", custom),
+        ("tests/mimic.rs", MIMIC_HARNESS),
     ]);
     let plain = Command::new("cargo")
         .arg("test")
@@ -681,12 +687,56 @@ fn a_target_without_a_libtest_listing_is_an_error_not_a_pass() {
     };
     let (code, shown) = run(&["cargo", "test", "-q", "{unit}"]);
     assert_eq!(code, Some(2), "{shown}");
-    assert!(shown.contains("only 2 printed a libtest listing"), "{shown}");
-    assert!(shown.contains("The binaries: src/lib.rs, tests/custom.rs."), "{shown}");
+    assert!(shown.contains("only 3 listed their tests"), "{shown}");
+    assert!(shown.contains("The binaries that listed nothing: tests/custom.rs."), "{shown}");
     assert!(!shown.contains("PASSED"), "{shown}");
     let (code, shown) = run(&["cargo", "test", "-q", "--lib", "{unit}"]);
     assert_eq!(code, Some(0), "the advised command runs the rest: {shown}");
+    // The libtest-mimic target lists its tests, and they run one by one.
+    let (code, shown) = run(&["cargo", "test", "-q", "--lib", "--test", "mimic", "{unit}"]);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(shown.contains("3 units, 2 passed (0 flaky), 1 failed"), "{shown}");
+    assert!(shown.contains("FAIL mimic_fails") && shown.contains("mimic says no"), "{shown}");
 }
+
+/// A `harness = false` target as libtest-mimic 0.8 builds one (it was tried
+/// with the real crate): `--list` prints `NAME: test` lines and no count
+/// line; a run takes one filter and prints libtest's summary.
+const MIMIC_HARNESS: &str = r#"fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests = ["mimic_ok", "mimic_fails"];
+    if args.iter().any(|a| a == "--list") {
+        for name in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filter = args.iter().find(|a| !a.starts_with('-'));
+    let chosen: Vec<&str> = tests.into_iter().filter(|t| filter.is_none_or(|f| f == t)).collect();
+    println!("
+running {} tests", chosen.len());
+    let failed: Vec<&str> = chosen.iter().copied().filter(|t| *t == "mimic_fails").collect();
+    for name in &chosen {
+        println!("test {name} ... {}", if failed.contains(name) { "FAILED" } else { "ok" });
+    }
+    for name in &failed {
+        println!("
+---- {name} ----
+mimic says no
+");
+    }
+    let outcome = if failed.is_empty() { "ok" } else { "FAILED" };
+    println!(
+        "
+test result: {outcome}. {} passed; {} failed; 0 ignored; 0 measured; {} filtered out; finished in 0.00s
+",
+        chosen.len() - failed.len(),
+        failed.len(),
+        tests.len() - chosen.len()
+    );
+    std::process::exit(if failed.is_empty() { 0 } else { 101 });
+}
+"#;
 
 #[test]
 fn pytest_subtests_in_a_batch_are_one_failed_test_with_all_messages() {

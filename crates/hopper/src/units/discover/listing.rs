@@ -87,6 +87,39 @@ pub async fn run_first_installed(candidates: &[ListCommand]) -> Result<(String, 
     }
 }
 
+/// Runs `list` with its stdout and stderr on one pipe, so that their lines
+/// keep the order they were written in (cargo's `Running` line on stderr,
+/// then that binary's listing on stdout). The output holds the merged text
+/// as both stdout and stderr.
+pub async fn run_merged(list: &ListCommand) -> Result<(String, std::process::Output), UnitsError> {
+    let command = shown(&list.argv);
+    tracing::debug!(%command, "discovering units (stdout and stderr merged)");
+    let spawn_error = |source| UnitsError::DiscoverSpawn { command: command.clone(), source };
+    let Some((program, args)) = list.argv.split_first() else {
+        return Err(spawn_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")));
+    };
+    let (mut reader, writer) = std::io::pipe().map_err(spawn_error)?;
+    let also = writer.try_clone().map_err(spawn_error)?;
+    let mut child = {
+        // Dropped once spawned: the pipe's write ends must be the child's alone,
+        // or the read below never ends.
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .envs(list.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(writer)
+            .stderr(also);
+        cmd.spawn().map_err(spawn_error)?
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        let mut merged = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut merged).map(|_| merged)
+    });
+    let status = child.wait().await.map_err(spawn_error)?;
+    let merged = read.await.map_err(|e| spawn_error(std::io::Error::other(e)))?.map_err(spawn_error)?;
+    Ok((command, std::process::Output { status, stdout: merged.clone(), stderr: merged }))
+}
+
 async fn run_listing(list: &ListCommand) -> (String, std::io::Result<std::process::Output>) {
     let command = shown(&list.argv);
     tracing::debug!(%command, "discovering units");
