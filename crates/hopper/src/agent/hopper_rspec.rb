@@ -1,22 +1,68 @@
-# hopper's RSpec agent, shipped inside the hopper binary.
+# hopper's RSpec agent and report formatter, shipped inside the hopper binary.
 #
 # hopper writes this file to a private temporary directory and runs the
-# user's rspec command with `--require` of it and HOPPER_RSPEC_AGENT=1. RSpec
-# loads the spec files once; instead of running them, this agent serves
-# hopper's agent protocol (docs/agent-protocol.md): `run` requests as JSON
-# lines on the original stdin, one `result` line per example on the original
-# stdout. The examples' own stdout is captured into their results (and goes
-# to stderr between examples), and stdin becomes /dev/null, so no example can
-# corrupt or eat the protocol.
+# user's rspec command with `--require` of it.
+#
+# With HOPPER_RSPEC_AGENT=1 it is the agent: RSpec loads the spec files
+# once; instead of running them, this agent serves hopper's agent protocol
+# (docs/agent-protocol.md): `run` requests as JSON lines on the original
+# stdin, one `result` line per example on the original stdout. The examples'
+# own stdout is captured into their results (and goes to stderr between
+# examples), and stdin becomes /dev/null, so no example can corrupt or eat
+# the protocol.
+#
+# Otherwise it only defines `HopperRSpecReport`, the formatter batches and
+# `--per-process` runs write their report with (`--format HopperRSpecReport
+# --out FILE`): RSpec's JSON document, as far as hopper reads it.
+#
+# Nothing but rspec itself is required here: a library required here is
+# loaded into every example, so a spec that uses `Tempfile` or `JSON` without
+# requiring it would pass here and fail under plain rspec (hashie 5.0.0's
+# did, with `json` and `tempfile`, which loads `delegate`; RSpec's own
+# `--format json` loads `json`). So JSON is read and written by hand below.
+
+require 'rspec/core'
+
+# JSON without the `json` library.
+module HopperJSON
+  ESCAPES = { '"' => '\\"', '\\' => '\\\\', "\n" => '\\n', "\r" => '\\r', "\t" => '\\t' }.freeze
+  UNESCAPES = { '"' => '"', '\\' => '\\', '/' => '/', 'b' => "\b", 'f' => "\f", 'n' => "\n", 'r' => "\r",
+                't' => "\t" }.freeze
+
+  # A value as JSON: hashes, arrays, strings (made valid UTF-8), integers,
+  # floats, true, false and nil.
+  def self.json(value)
+    case value
+    when Hash then "{#{value.map { |k, v| "#{json(k.to_s)}:#{json(v)}" }.join(',')}}"
+    when Array then "[#{value.map { |v| json(v) }.join(',')}]"
+    when String, Symbol
+      text = value.to_s.encode(Encoding::UTF_8, invalid: :replace, undef: :replace)
+      escaped = text.scrub.gsub(/["\\\x00-\x1f]/) { |c| ESCAPES[c] || format('\\u%04x', c.ord) }
+      "\"#{escaped}\""
+    when Integer, true, false then value.to_s
+    when Float then value.finite? ? value.to_s : 'null'
+    else 'null'
+    end
+  end
+
+  # A JSON string's body unescaped, \\u escapes and surrogate pairs included.
+  def self.unescape(body)
+    body.gsub(/\\u(d[89ab]\h\h)\\u(d[c-f]\h\h)|\\u(\h{4})|\\(.)/i) do
+      if Regexp.last_match(1)
+        high = Regexp.last_match(1).hex
+        low = Regexp.last_match(2).hex
+        [0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)].pack('U')
+      elsif Regexp.last_match(3)
+        [Regexp.last_match(3).hex].pack('U')
+      else
+        UNESCAPES.fetch(Regexp.last_match(4), Regexp.last_match(4))
+      end
+    end
+  end
+end
 
 if ENV['HOPPER_RSPEC_AGENT'] == '1'
-  # Nothing but rspec itself: a library required here is loaded into every
-  # example, so a spec that uses `Tempfile` or `JSON` without requiring it
-  # would pass here and fail under plain rspec (hashie 5.0.0's did, with
-  # `json` and `tempfile`, which loads `delegate`). So the protocol's JSON
-  # is read and written below, and the capture file is opened by hand.
-  require 'rspec/core'
-
+  # The capture file is opened by hand, without `tempfile` (see above).
   module HopperRSpecAgent
     PROTOCOL = 1
     OUTPUT_TAIL = Integer(ENV.fetch('HOPPER_OUTPUT_TAIL', '16384'))
@@ -42,23 +88,8 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       REPLIES.write(json(message) + "\n")
     end
 
-    ESCAPES = { '"' => '\\"', '\\' => '\\\\', "\n" => '\\n', "\r" => '\\r', "\t" => '\\t' }.freeze
-    UNESCAPES = { '"' => '"', '\\' => '\\', '/' => '/', 'b' => "\b", 'f' => "\f", 'n' => "\n", 'r' => "\r",
-                  't' => "\t" }.freeze
-
-    # A reply as JSON: hashes, arrays, strings (made valid UTF-8), integers,
-    # true, false and nil.
     def self.json(value)
-      case value
-      when Hash then "{#{value.map { |k, v| "#{json(k.to_s)}:#{json(v)}" }.join(',')}}"
-      when Array then "[#{value.map { |v| json(v) }.join(',')}]"
-      when String, Symbol
-        text = value.to_s.encode(Encoding::UTF_8, invalid: :replace, undef: :replace)
-        escaped = text.scrub.gsub(/["\\\x00-\x1f]/) { |c| ESCAPES[c] || format('\\u%04x', c.ord) }
-        "\"#{escaped}\""
-      when Integer, true, false then value.to_s
-      else 'null'
-      end
+      HopperJSON.json(value)
     end
 
     # A request: hopper writes one flat JSON object a line, whose values are
@@ -68,22 +99,7 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
       pairs = line.scan(/#{string}\s*:\s*(?:#{string}|(-?\d+))/)
       raise ArgumentError, "not a request: #{line}" if pairs.empty?
 
-      pairs.to_h { |key, text, number| [unescape(key), text ? unescape(text) : Integer(number)] }
-    end
-
-    # A JSON string's body unescaped, \\u escapes and surrogate pairs included.
-    def self.unescape(body)
-      body.gsub(/\\u(d[89ab]\h\h)\\u(d[c-f]\h\h)|\\u(\h{4})|\\(.)/i) do
-        if Regexp.last_match(1)
-          high = Regexp.last_match(1).hex
-          low = Regexp.last_match(2).hex
-          [0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)].pack('U')
-        elsif Regexp.last_match(3)
-          [Regexp.last_match(3).hex].pack('U')
-        else
-          UNESCAPES.fetch(Regexp.last_match(4), Regexp.last_match(4))
-        end
-      end
+      pairs.to_h { |key, text, number| [HopperJSON.unescape(key), text ? HopperJSON.unescape(text) : Integer(number)] }
     end
 
     def self.tail(text)
@@ -239,4 +255,58 @@ if ENV['HOPPER_RSPEC_AGENT'] == '1'
   RSpec::Core::Runner.prepend(HopperRSpecAgent::Runner)
   RSpec::Core::Reporter.prepend(HopperRSpecAgent::NonExampleErrors)
   RSpec::Core::ExampleGroup.singleton_class.prepend(HopperRSpecAgent::ContextHooks)
+end
+
+# The report of a batch or a `--per-process` run: RSpec's JSON document
+# (`--format json`), as far as hopper reads it (`src/verdicts/rspec.rs`):
+# each example's id, description, status, place, time, pending message and
+# exception, RSpec's messages (its errors outside examples) and the summary.
+class HopperRSpecReport
+  RSpec::Core::Formatters.register self, :message, :dump_summary, :stop, :close
+
+  def initialize(output)
+    @output = output
+    @document = { version: RSpec::Core::Version::STRING, messages: [], examples: [] }
+  end
+
+  def message(notification)
+    @document[:messages] << notification.message
+  end
+
+  def stop(notification)
+    @document[:examples] = notification.notifications.map { |example| described(example) }
+  end
+
+  def dump_summary(summary)
+    @document[:summary] = {
+      duration: summary.duration, example_count: summary.example_count,
+      failure_count: summary.failure_count, pending_count: summary.pending_count,
+      errors_outside_of_examples_count: summary.errors_outside_of_examples_count
+    }
+  end
+
+  def close(_notification)
+    @output.write(HopperJSON.json(@document))
+  end
+
+  private
+
+  # An example's notification as RSpec's JSON formatter writes it (the
+  # backtrace filtered as RSpec shows it).
+  def described(notification)
+    example = notification.example
+    result = example.execution_result
+    hash = {
+      id: example.id, description: example.description, full_description: example.full_description,
+      status: result.status.to_s, file_path: example.metadata[:file_path],
+      line_number: example.metadata[:line_number], run_time: result.run_time,
+      pending_message: result.pending_message
+    }
+    error = example.exception
+    if error
+      hash[:exception] = { class: error.class.name, message: error.message,
+                           backtrace: notification.formatted_backtrace }
+    end
+    hash
+  end
 end

@@ -17,7 +17,7 @@ use crate::units::discover::{
 };
 use crate::units::{collect_units, UnitSource};
 use crate::verdicts::outside::OutsideError;
-use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan};
+use crate::verdicts::{BatchResults, ResultsFormat, ResultsPlan, RSPEC_REPORTER_PLACEHOLDER};
 use crate::worker::launch::NextestLauncher;
 use crate::worker::{BatchSlots, Invocations};
 
@@ -182,6 +182,8 @@ impl Execution {
                 (discovered.units, Invocations::Batches(BatchSlots::one_per_process(Arc::new(launcher), counted)))
             }
             Execution::PerProcess { command: template, results, one_by_exit_code } => {
+                let reporter = plugins.rspec_agent().display().to_string();
+                let template = template.replacing(RSPEC_REPORTER_PLACEHOLDER, &reporter);
                 let (units, cargo_targets, pytest_rootdir) = match source {
                     UnitSource::Discover(kind) => {
                         let discovered = discover(*kind, command, plugins).await?;

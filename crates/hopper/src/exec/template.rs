@@ -34,6 +34,13 @@ impl CommandTemplate {
         &self.parts
     }
 
+    /// The template with `from` replaced by `to` in every part (a path
+    /// known only once the run starts).
+    pub fn replacing(self, from: &str, to: &str) -> Self {
+        let parts = self.parts.into_iter().map(|p| p.replace(from, to)).collect();
+        Self { parts, has_placeholder: self.has_placeholder }
+    }
+
     /// The program and arguments for one batch of units (a batch of one is a
     /// single unit).
     pub fn render(&self, units: &[UnitId]) -> Vec<String> {

@@ -21,7 +21,7 @@
 //! directory (also given as `HOPPER_REPORT`), reads the file when the
 //! invocation ends and deletes it. For discovered pytest and rspec suites
 //! hopper adds the tool's own option when the command has no `{report}`
-//! (`--junitxml={report}`, `--format progress --format json --out {report}`).
+//! (`--junitxml={report}`; for rspec, hopper's own formatter, `--format HopperRSpecReport --out {report}`).
 
 pub mod case;
 pub mod junit;
@@ -165,9 +165,17 @@ impl ResultsPlan {
         if !has_placeholder {
             let added: &[&str] = match (format, tool) {
                 (ResultsFormat::Junit, Some(DiscoverKind::Pytest)) => &["--junitxml={report}"],
-                (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => {
-                    &["--format", "progress", "--format", "json", "--out", "{report}"]
-                }
+                // hopper's own formatter: RSpec's `json` one loads `json` into the run.
+                (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => &[
+                    "--require",
+                    RSPEC_REPORTER_PLACEHOLDER,
+                    "--format",
+                    "progress",
+                    "--format",
+                    "HopperRSpecReport",
+                    "--out",
+                    "{report}",
+                ],
                 _ => {
                     return Err(VerdictsError::NoReportPlaceholder { format: format.as_str(), advice: advice(format) })
                 }
@@ -186,6 +194,10 @@ impl ResultsPlan {
         })
     }
 }
+
+/// Where hopper's RSpec report formatter lies (its private directory, known
+/// once the run starts): replaced in the command before the first unit runs.
+pub const RSPEC_REPORTER_PLACEHOLDER: &str = "{hopper-rspec-reporter}";
 
 fn advice(format: ResultsFormat) -> &'static str {
     match format {
@@ -470,7 +482,19 @@ mod tests {
         let plan = ResultsPlan::resolve(None, 5, Some(DiscoverKind::Rspec), cmd(&["rspec", "--", "{unit}"])).unwrap();
         assert_eq!(
             plan.command,
-            cmd(&["rspec", "--format", "progress", "--format", "json", "--out", "{report}", "--", "{unit}"])
+            cmd(&[
+                "rspec",
+                "--require",
+                RSPEC_REPORTER_PLACEHOLDER,
+                "--format",
+                "progress",
+                "--format",
+                "HopperRSpecReport",
+                "--out",
+                "{report}",
+                "--",
+                "{unit}"
+            ])
         );
         let mine = cmd(&["pytest", "--junit-xml", "{report}"]);
         let plan = ResultsPlan::resolve(Some(ResultsFormat::Junit), 5, None, mine.clone()).unwrap();
