@@ -11,6 +11,8 @@
 //! * With `--flaky-result fail` a flaky unit is a failing case (type
 //!   `flaky`) that keeps its `<flakyFailure>` elements; the attempt that
 //!   passed is named in its `hopper.flaky` property and its system-out.
+//! * A unit reclaimed from a worker that stopped responding says from whom
+//!   in its `hopper.reclaimed` property.
 //! * A quarantined unit keeps its real status; its `hopper.quarantined`
 //!   property and its system-out say its outcome, that it does not fail
 //!   the build, and when it is ready to leave the quarantine.
@@ -32,6 +34,9 @@ use crate::verdicts::names;
 pub const FLAKY_PROPERTY: &str = "hopper.flaky";
 /// The property of a worker-specific failure: where it failed and passed.
 pub const WORKER_SPECIFIC_PROPERTY: &str = "hopper.worker-specific";
+/// The property of a unit reclaimed from a worker that stopped responding:
+/// from whom, and who finished it.
+pub const RECLAIMED_PROPERTY: &str = "hopper.reclaimed";
 
 /// One failed attempt as a `<flakyFailure>` or `<rerunFailure>` (which of
 /// the two is the case's to say).
@@ -140,6 +145,9 @@ impl RunReport {
                 let note = format!("failed on {}, passed on {passed_on}", failed_on.join(", "));
                 notes.push_str(&format!("hopper: worker-specific failure: {note}\n"));
                 case.add_property(Property::new(WORKER_SPECIFIC_PROPERTY, note));
+            }
+            if !unit.reclaimed_from.is_empty() {
+                case.add_property(Property::new(RECLAIMED_PROPERTY, unit.reclaim_note()));
             }
             // Its real status stays (a dashboard sees it fail), marked as
             // not failing the build.

@@ -34,6 +34,8 @@ const MISSING_NOTICE: Duration = Duration::from_secs(2);
 const FOLLOW_GAP: Duration = Duration::from_millis(50);
 /// Lines of output shown per failure in the text report.
 const TAIL_LINES: usize = 30;
+/// Up to this many reclaimed units get a line each; more are grouped.
+const RECLAIMED_LINES: usize = 20;
 
 /// One failed attempt of a unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +121,15 @@ impl UnitReport {
             }
         }
         Some((failed_on, passed_on))
+    }
+
+    /// Whom it was reclaimed from and who finished it (`from w1, finished
+    /// by w2`), for a reclaimed unit.
+    pub fn reclaim_note(&self) -> String {
+        let from: Vec<String> =
+            self.reclaimed_from.iter().map(|w| w.as_ref().map_or_else(|| "?".into(), |w| w.to_string())).collect();
+        let by = self.finalized_by.as_ref().map(|w| format!(", finished by {w}")).unwrap_or_default();
+        format!("from {}{by}", from.join(", "))
     }
 
     /// Finalized as failed.
@@ -468,14 +479,31 @@ impl RunReport {
                  reserved ahead for its slots; the reclaim timeout, --timeout, passed first):",
                 reclaimed.len()
             );
-            for unit in &reclaimed {
-                let from: Vec<String> = unit
-                    .reclaimed_from
-                    .iter()
-                    .map(|w| w.as_ref().map(|w| w.to_string()).unwrap_or_else(|| "?".into()))
-                    .collect();
-                let by = unit.finalized_by.as_ref().map(|w| format!(", finished by {w}")).unwrap_or_default();
-                let _ = writeln!(out, "  RECLAIMED {} (from {}{by})", unit.unit, from.join(", "));
+            if reclaimed.len() <= RECLAIMED_LINES {
+                for unit in &reclaimed {
+                    let _ = writeln!(out, "  RECLAIMED {} ({})", unit.unit, unit.reclaim_note());
+                }
+            } else {
+                // A killed worker's reserve ahead can be hundreds of units:
+                // one line for the units of each worker (the JUnit names each).
+                let mut by_note: Vec<(String, Vec<UnitId>)> = Vec::new();
+                for unit in &reclaimed {
+                    let note = unit.reclaim_note();
+                    match by_note.iter_mut().find(|(n, _)| *n == note) {
+                        Some((_, units)) => units.push(unit.unit.clone()),
+                        None => by_note.push((note, vec![unit.unit.clone()])),
+                    }
+                }
+                for (note, units) in &by_note {
+                    let _ = writeln!(
+                        out,
+                        "  RECLAIMED {} unit(s) ({note}): {}",
+                        units.len(),
+                        crate::errors::name_units(units)
+                    );
+                }
+                let _ =
+                    writeln!(out, "  (the JUnit XML names each in its {} property)", super::junit::RECLAIMED_PROPERTY);
             }
         }
         self.write_quarantined(&mut out);
@@ -893,6 +921,30 @@ mod tests {
         assert!(text.contains("| boom"), "{text}");
         assert!(text.contains("FLAKY flaky"), "{text}");
         assert!(text.contains("FAILED: 4 units, 2 passed (1 flaky), 1 failed, 1 unfinished; "), "{text}");
+    }
+
+    #[test]
+    fn a_few_reclaims_get_a_line_each_and_many_one_line_per_worker() {
+        let mut report = sample();
+        let (dead, other) = (WorkerId::new("w1").unwrap(), WorkerId::new("w2").unwrap());
+        report.units[0].reclaimed_from.push(Some(dead.clone()));
+        report.units[0].finalized_by = Some(other.clone());
+        let text = report.render(5);
+        assert!(text.contains("\n  RECLAIMED ok (from w1, finished by w2)\n"), "{text}");
+        let junit = report.junit().to_string().unwrap();
+        assert!(junit.contains(r#"<property name="hopper.reclaimed" value="from w1, finished by w2"/>"#), "{junit}");
+        // A killed worker's reserve ahead: hundreds of units, one line.
+        for i in 0..30 {
+            let mut unit = UnitReport::new(UnitId::new(format!("ahead{i}")).unwrap(), "file".into());
+            unit.reclaimed_from.push(Some(dead.clone()));
+            unit.finalized_by = Some(other.clone());
+            report.units.push(unit);
+        }
+        let text = report.render(5);
+        assert!(text.contains("RECLAIMED units (31)"), "{text}");
+        assert!(text.contains("\n  RECLAIMED 31 unit(s) (from w1, finished by w2): ok, ahead0, ahead1, "), "{text}");
+        assert!(text.contains("and 21 more\n  (the JUnit XML names each in its hopper.reclaimed property)"), "{text}");
+        assert!(!text.contains("RECLAIMED ahead0"), "{text}");
     }
 
     #[test]
