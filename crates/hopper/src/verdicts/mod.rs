@@ -165,17 +165,7 @@ impl ResultsPlan {
         if !has_placeholder {
             let added: &[&str] = match (format, tool) {
                 (ResultsFormat::Junit, Some(DiscoverKind::Pytest)) => &["--junitxml={report}"],
-                // hopper's own formatter: RSpec's `json` one loads `json` into the run.
-                (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => &[
-                    "--require",
-                    RSPEC_REPORTER_PLACEHOLDER,
-                    "--format",
-                    "progress",
-                    "--format",
-                    "HopperRSpecReport",
-                    "--out",
-                    "{report}",
-                ],
+                (ResultsFormat::RspecJson, Some(DiscoverKind::Rspec)) => &RSPEC_REPORT_OPTIONS,
                 _ => {
                     return Err(VerdictsError::NoReportPlaceholder { format: format.as_str(), advice: advice(format) })
                 }
@@ -194,6 +184,20 @@ impl ResultsPlan {
         })
     }
 }
+
+/// What a discovered rspec's batch command gets: progress on the terminal,
+/// and the report written by hopper's own formatter (RSpec's `json` one
+/// loads `json` into the run).
+const RSPEC_REPORT_OPTIONS: [&str; 8] = [
+    "--require",
+    RSPEC_REPORTER_PLACEHOLDER,
+    "--format",
+    "progress",
+    "--format",
+    "HopperRSpecReport",
+    "--out",
+    "{report}",
+];
 
 /// Where hopper's RSpec report formatter lies (its private directory, known
 /// once the run starts): replaced in the command before the first unit runs.
@@ -480,22 +484,8 @@ mod tests {
         assert_eq!(plan.format, ResultsFormat::Junit);
         assert_eq!(plan.command, cmd(&["pytest", "-q", "--junitxml={report}"]));
         let plan = ResultsPlan::resolve(None, 5, Some(DiscoverKind::Rspec), cmd(&["rspec", "--", "{unit}"])).unwrap();
-        assert_eq!(
-            plan.command,
-            cmd(&[
-                "rspec",
-                "--require",
-                RSPEC_REPORTER_PLACEHOLDER,
-                "--format",
-                "progress",
-                "--format",
-                "HopperRSpecReport",
-                "--out",
-                "{report}",
-                "--",
-                "{unit}"
-            ])
-        );
+        let expected: Vec<&str> = [&["rspec"][..], &RSPEC_REPORT_OPTIONS, &["--", "{unit}"]].concat();
+        assert_eq!(plan.command, cmd(&expected), "before the lone `--`");
         let mine = cmd(&["pytest", "--junit-xml", "{report}"]);
         let plan = ResultsPlan::resolve(Some(ResultsFormat::Junit), 5, None, mine.clone()).unwrap();
         assert_eq!(plan.command, mine, "the user's own {{report}} is kept");
