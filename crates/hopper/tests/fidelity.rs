@@ -1167,6 +1167,43 @@ fn nextest_tests_get_cargo_configs_env() {
     assert!(shown.contains("defines nextest test groups"), "{shown}");
 }
 
+/// Two tests that share a resource, which nextest's test group of one
+/// thread keeps apart; each fails if the other holds the resource. hopper
+/// runs each as a unit on its own, so the group must become a hopper group
+/// (every worker together), or the two slots run them at once.
+#[test]
+fn nextests_test_groups_hold_between_units() {
+    let test = |name: &str| {
+        format!(
+            "    #[test]\n    fn {name}() {{\n        let lock = std::path::Path::new(env!(\"CARGO_MANIFEST_DIR\")).join(\"held\");\n        \
+             std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).expect(\"the other test holds it\");\n        \
+             std::thread::sleep(std::time::Duration::from_millis(1500));\n        std::fs::remove_file(&lock).unwrap();\n    }}\n"
+        )
+    };
+    let lib = format!("#[cfg(test)]\nmod tests {{\n{}{}}}\n", test("first"), test("second"));
+    let dir = Project::new(&[
+        ("Cargo.toml", "[package]\nname = \"grouped\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n"),
+        (
+            ".config/nextest.toml",
+            "[test-groups]\nshared = { max-threads = 1 }\n\n[[profile.default.overrides]]\nfilter = \"test(/first|second/)\"\n\
+             test-group = \"shared\"\n",
+        ),
+        ("src/lib.rs", lib.as_str()),
+    ]);
+    for command in [&[][..], &["cargo", "nextest", "run"]] {
+        let output = hopper(dir.path())
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest", "--"])
+            .args(command)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        let shown = format!("{command:?}:\n{stdout}\n{stderr}");
+        assert_eq!(output.status.code(), Some(0), "{shown}");
+        assert!(shown.contains("2 units, 2 passed"), "{shown}");
+    }
+}
+
 #[test]
 fn a_spec_file_that_does_not_load_is_named_with_its_backtrace() {
     let dir = Project::new(&[

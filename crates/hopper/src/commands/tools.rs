@@ -119,8 +119,8 @@ impl Execution {
         };
         if let Some(config) = nextest_groups(tool) {
             eprintln!(
-                "hopper: {} defines nextest test groups, which do not hold between hopper's units (each runs on its \
-                 own): give hopper the same limits with --group NAME=LIMIT:GLOB",
+                "hopper: {} defines nextest test groups: their tests keep their groups' limits, held across the \
+                 whole build (every worker together; a --group NAME=LIMIT:GLOB that matches a test outranks them)",
                 config.display()
             );
         }

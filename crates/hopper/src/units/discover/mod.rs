@@ -18,6 +18,7 @@ pub mod libtest;
 pub mod libtest_output;
 pub mod listing;
 pub mod nextest;
+pub mod nextest_groups;
 pub mod paths;
 pub mod pytest;
 pub mod rspec;
@@ -112,6 +113,7 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
     let mut outside_errors = Vec::new();
     let mut cargo_targets = None;
     let mut pytest_rootdir = None;
+    let mut test_groups = Vec::new();
     let (shown, listing, nextest) = match kind {
         DiscoverKind::Pytest => {
             let (shown, found) = pytest::list(command, plugins).await?;
@@ -121,6 +123,10 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
         }
         DiscoverKind::Nextest => {
             let (shown, listing, tests) = nextest::list(command).await?;
+            // Each test is a unit: its group's limit must hold between units.
+            if std::env::current_dir().ok().and_then(|cwd| nextest::nextest_test_groups(&cwd)).is_some() {
+                test_groups = nextest_groups::read(command).await?;
+            }
             (shown, listing, Some(tests))
         }
         DiscoverKind::CargoTest => {
@@ -133,7 +139,8 @@ pub async fn discover(kind: DiscoverKind, command: &[String], plugins: &Plugins)
             (shown, listing, None)
         }
     };
-    let units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
+    let mut units = checked_units(&shown, listing, kind.unit_kind(), &source_name)?;
+    nextest_groups::assign(&mut units, &test_groups);
     Ok(Discovered { units, nextest, outside_errors, cargo_targets, pytest_rootdir })
 }
 
