@@ -25,6 +25,7 @@ use quick_junit::{FlakyOrRerun, NonSuccessKind, Property, Report, TestCase, Test
 
 use super::flaky::FlakyResult;
 use super::quarantine::QUARANTINE_PROPERTY;
+use super::run_report::RECLAIMED_PROPERTY;
 use super::{FailedAttempt, RunReport, UnitReport};
 use crate::errors::HopperError;
 use crate::verdicts::names;
@@ -34,9 +35,6 @@ use crate::verdicts::names;
 pub const FLAKY_PROPERTY: &str = "hopper.flaky";
 /// The property of a worker-specific failure: where it failed and passed.
 pub const WORKER_SPECIFIC_PROPERTY: &str = "hopper.worker-specific";
-/// The property of a unit reclaimed from a worker that stopped responding:
-/// from whom, and who finished it.
-pub const RECLAIMED_PROPERTY: &str = "hopper.reclaimed";
 
 /// One failed attempt as a `<flakyFailure>` or `<rerunFailure>` (which of
 /// the two is the case's to say).

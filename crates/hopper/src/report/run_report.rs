@@ -36,6 +36,9 @@ const FOLLOW_GAP: Duration = Duration::from_millis(50);
 const TAIL_LINES: usize = 30;
 /// Up to this many reclaimed units get a line each; more are grouped.
 const RECLAIMED_LINES: usize = 20;
+/// The JUnit property of a unit reclaimed from a worker that stopped
+/// responding: from whom, and who finished it.
+pub const RECLAIMED_PROPERTY: &str = "hopper.reclaimed";
 
 /// One failed attempt of a unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -502,8 +505,7 @@ impl RunReport {
                         crate::errors::name_units(units)
                     );
                 }
-                let _ =
-                    writeln!(out, "  (the JUnit XML names each in its {} property)", super::junit::RECLAIMED_PROPERTY);
+                let _ = writeln!(out, "  (the JUnit XML names each in its {} property)", RECLAIMED_PROPERTY);
             }
         }
         self.write_quarantined(&mut out);
