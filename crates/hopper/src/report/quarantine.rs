@@ -225,11 +225,17 @@ pub async fn count_passes(mut report: RunReport, store: &dyn TimingsStore, count
         .iter()
         .filter_map(|u| u.outcome.map(|o| (u.unit.to_string(), o == Outcome::Passed && !u.is_flaky())))
         .collect();
-    let earlier = match store.load_streaks().await {
-        Ok(streaks) => Some(streaks),
-        Err(error) => {
-            tracing::warn!(%error, "could not read the units' pass streaks; no unit is named ready to leave the quarantine");
-            None
+    // Only the quarantined units' streaks are used: with none, the whole
+    // hash (a field per unit of every build) is not fetched.
+    let earlier = if report.quarantine.is_empty() {
+        None
+    } else {
+        match store.load_streaks().await {
+            Ok(streaks) => Some(streaks),
+            Err(error) => {
+                tracing::warn!(%error, "could not read the units' pass streaks; no unit is named ready to leave the quarantine");
+                None
+            }
         }
     };
     if let Err(error) = store.record_outcomes(counted_as, &outcomes).await {
