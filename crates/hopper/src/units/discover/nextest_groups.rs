@@ -8,6 +8,11 @@
 //! whose limit holds across the whole build: every worker together. That is
 //! never looser than nextest's, so tests that share a database or a port
 //! keep off each other on any machine.
+//!
+//! A group of `num-cpus` threads is left out: its limit would depend on the
+//! machine that read it, and workers that disagree on a unit's group
+//! disagree on the build's unit list (the second is refused). A worker
+//! runs at most its `-j` slots at once anyway.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -44,19 +49,28 @@ pub async fn read(command: &[String]) -> Result<Vec<TestGroup>, UnitsError> {
     if !output.status.success() {
         return Err(failed(shown, &output));
     }
-    let cpus = std::thread::available_parallelism().map_or(NonZeroU32::MIN, |n| {
-        NonZeroU32::new(u32::try_from(n.get()).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN)
-    });
-    parse(&String::from_utf8_lossy(&output.stdout), cpus)
-        .map_err(|detail| UnitsError::DiscoverParse { command: shown, source: ListingError::Inconsistent(detail) })
+    let text = String::from_utf8_lossy(&output.stdout);
+    let (groups, per_machine) = parse(&text)
+        .map_err(|detail| UnitsError::DiscoverParse { command: shown, source: ListingError::Inconsistent(detail) })?;
+    if !per_machine.is_empty() {
+        tracing::warn!(
+            groups = per_machine.join(", "),
+            "nextest test groups of num-cpus threads are left out (a limit per machine; each worker runs at most \
+             its -j slots at once): give one with --group NAME=LIMIT:GLOB if the whole build must keep to it"
+        );
+    }
+    Ok(groups)
 }
 
 /// Parses show-config's text: a `group: NAME (max threads = N)` line per
 /// group, then for each override that feeds it a `  * override ...` line,
 /// each binary id (six spaces in, ending in `:`) and its tests (ten spaces
-/// in). `num-cpus` is this machine's `cpus`.
-pub fn parse(text: &str, cpus: NonZeroU32) -> Result<Vec<TestGroup>, String> {
+/// in). Also gives the names of the groups of `num-cpus` threads, left out.
+pub fn parse(text: &str) -> Result<(Vec<TestGroup>, Vec<&str>), String> {
     let mut groups: Vec<TestGroup> = Vec::new();
+    let mut per_machine = Vec::new();
+    // The group being read (None: one left out), and its binary.
+    let mut current: Option<usize> = None;
     let mut binary: Option<&str> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("group: ") {
@@ -64,24 +78,31 @@ pub fn parse(text: &str, cpus: NonZeroU32) -> Result<Vec<TestGroup>, String> {
                 .strip_suffix(')')
                 .and_then(|r| r.rsplit_once(" (max threads = "))
                 .ok_or_else(|| format!("a group line without its limit: {line:?}"))?;
-            let limit = match limit {
-                "num-cpus" => cpus,
-                n => n.parse().map_err(|_| format!("group {name}: max threads {n:?} is not a whole number from 1"))?,
-            };
-            groups.push((UnitGroup { name: format!("{NAME_PREFIX}{name}"), limit }, Vec::new()));
+            current = None;
             binary = None;
+            if limit == "num-cpus" {
+                per_machine.push(name);
+                continue;
+            }
+            let limit: NonZeroU32 = limit
+                .parse()
+                .map_err(|_| format!("group {name}: max threads {limit:?} is not a whole number from 1"))?;
+            groups.push((UnitGroup { name: format!("{NAME_PREFIX}{name}"), limit }, Vec::new()));
+            current = Some(groups.len() - 1);
         } else if let Some(test) = line.strip_prefix("          ") {
-            let (Some((_, tests)), Some(binary)) = (groups.last_mut(), binary) else {
+            let Some(binary) = binary else {
                 return Err(format!("a test outside any group's binary: {line:?}"));
             };
-            tests.push(filterset(binary, test));
+            if let Some(at) = current {
+                groups[at].1.push(filterset(binary, test));
+            }
         } else if let Some(id) = line.strip_prefix("      ").and_then(|l| l.strip_suffix(':')) {
             binary = Some(id);
         } else if line.starts_with("  * ") {
             binary = None;
         }
     }
-    Ok(groups)
+    Ok((groups, per_machine))
 }
 
 /// Puts each unit listed in a group in it.
@@ -115,30 +136,29 @@ group: wide (max threads = num-cpus)
 
     #[test]
     fn groups_and_their_tests_are_read_as_unit_ids() {
-        let groups = parse(SHOWN, NonZeroU32::new(8).unwrap()).unwrap();
+        let (groups, per_machine) = parse(SHOWN).unwrap();
         let names: Vec<(&str, u32, &[String])> =
             groups.iter().map(|(g, ids)| (g.name.as_str(), g.limit.get(), ids.as_slice())).collect();
         assert_eq!(
             names,
-            [
-                (
-                    "nextest:pair",
-                    2,
-                    &[
-                        filterset("datatest-stable::example", "test_artifact::b.txt"),
-                        filterset("datatest-stable::integration", "ui")
-                    ][..]
-                ),
-                ("nextest:wide", 8, &[filterset("datatest-stable", "data_source::tests::nested_dirs")][..]),
-            ]
+            [(
+                "nextest:pair",
+                2,
+                &[
+                    filterset("datatest-stable::example", "test_artifact::b.txt"),
+                    filterset("datatest-stable::integration", "ui")
+                ][..]
+            )]
         );
-        let bad = parse("group: x (max threads = lots)\n", NonZeroU32::MIN).unwrap_err();
+        // A limit per machine would make workers of other machines disagree.
+        assert_eq!(per_machine, ["wide"]);
+        let bad = parse("group: x (max threads = lots)\n").unwrap_err();
         assert!(bad.contains("\"lots\" is not a whole number"), "{bad}");
     }
 
     #[test]
     fn listed_units_join_their_groups() {
-        let groups = parse(SHOWN, NonZeroU32::MIN).unwrap();
+        let (groups, _) = parse(SHOWN).unwrap();
         let ui = filterset("datatest-stable::integration", "ui");
         let mut units: Vec<UnitSpec> =
             [ui.as_str(), "other"].iter().map(|id| UnitSpec::new(UnitId::new(*id).unwrap(), "test")).collect();
