@@ -1586,3 +1586,32 @@ fn doctests_and_ignored_tests_keep_their_verdicts_on_redis() {
     };
     assert_same(&plain, &ours, &shown);
 }
+
+/// A test file's import changes what another file's tests see (here it
+/// patches a library global; jsonschema 4.23.0's `test_import_cli` needs
+/// `test_cli.py` to have imported `jsonschema.cli`). Plain pytest imports
+/// every file before it runs a test; hopper's agents collect a share of the
+/// files each, and the agent without the patching file passed the tests
+/// that fail under pytest. Every agent now imports every file.
+#[test]
+fn a_test_files_import_reaches_every_agent_as_in_one_pytest() {
+    let python = venv_python();
+    let dir = Project::new(&[
+        ("settings.py", "MODE = 'strict'\n"),
+        ("test_a_patches.py", "import settings\n\nsettings.MODE = 'lenient'\n\ndef test_a():\n    pass\n"),
+        // Ten tests of 50 ms: each slot runs some of them.
+        (
+            "test_b_reads.py",
+            "import time\n\nimport pytest\n\nimport settings\n\n@pytest.mark.parametrize('n', range(10))\n\
+             def test_b(n):\n    time.sleep(0.05)\n    assert settings.MODE == 'strict'\n",
+        ),
+    ]);
+    let (plain, _) = plain_pytest(dir.path(), &[]);
+    assert_eq!(plain.tests.get("test_b_reads.py::test_b[9]"), Some(&"failed"), "{plain:?}");
+    let command = [python.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    // No retries (hopper_verdict gives none): a first attempt must fail as pytest does.
+    for mode in [&["-j", "2"][..], &[REDIS, "-j", "2"]] {
+        let (ours, shown) = hopper_verdict(dir.path(), mode, "pytest", &command);
+        assert_same(&plain, &ours, &shown);
+    }
+}

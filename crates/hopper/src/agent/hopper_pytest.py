@@ -18,10 +18,12 @@ collection is the discovery, so a slot's agent is the only collection.
 
 Sharded collection (agent mode, ``HOPPER_SHARD=k/n`` with n > 1): the n
 agents of one hopper worker split the test FILES between them, so each file
-is imported and collected by one agent only. Files are dealt in pytest's own
+is collected (its tests made into items) by one agent only; every agent
+still imports every file, in pytest's order, as plain pytest does before
+it runs a test (see ``_import_only``). Files are dealt in pytest's own
 collection order, each to the shard with the fewest bytes of files so far
 (ties to the lowest shard), which every agent computes alike. A file of
-another shard gets an empty collect report before pytest imports it; its
+another shard is imported and gets an empty collect report; its
 collector is kept, so a test of it that hopper sends anyway is collected then
 (lazily, under the same parents, through the same collection hooks). An
 agent whose shard got no file (fewer files than agents) will only run other
@@ -337,10 +339,29 @@ def pytest_make_collect_report(collector):
     if collector.session.isinitpath(collector.path) and _names_given(collector.config):
         return None  # collected; its items are set aside in pytest_collection_modifyitems
     known.collectors.append(collector)
-    # Another agent collects this file: report it empty, without importing it.
+    if isinstance(collector, pytest.Module):
+        _import_only(collector)
+    # Another agent collects this file: report it empty.
     from _pytest.reports import CollectReport
 
     return CollectReport(collector.nodeid, "passed", None, [])
+
+
+def _import_only(module):
+    """Imports another shard's test module without collecting its tests.
+
+    Plain pytest imports every test file before it runs a test, and a
+    file's import can change what other files' tests see: a patched
+    global, a registered hook, a module a test expects to be loaded
+    already (jsonschema 4.23.0's ``test_import_cli`` passes only once
+    ``test_cli.py`` imported ``jsonschema.cli``). So each agent imports
+    every file, in pytest's order, and builds the items of its own only.
+    An import that fails is the owning agent's collection error to report.
+    """
+    try:
+        module.obj
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception):
+        pass
 
 
 # Items of other shards' files that had to be collected here (see above).
