@@ -47,8 +47,13 @@ pub fn parse(text: &str) -> Vec<ReportedCase> {
             ids.push(test.to_owned());
             ids.push(format!("{binary}::{test}"));
         }
-        let message = (status == CaseStatus::Failed)
-            .then(|| line.message.clone().unwrap_or_else(|| "the test failed".to_owned()));
+        // libtest's JSON gives a failure's panic only in its output.
+        let message = (status == CaseStatus::Failed).then(|| {
+            line.message
+                .clone()
+                .or_else(|| line.stdout.as_deref().and_then(panic_message))
+                .unwrap_or_else(|| "the test failed".to_owned())
+        });
         cases.push(ReportedCase {
             outside: None,
             ids,
@@ -59,6 +64,24 @@ pub fn parse(text: &str) -> Vec<ReportedCase> {
         });
     }
     cases
+}
+
+/// The panic message of a failed Rust test in libtest's output: the line
+/// after `thread '...' panicked at FILE:LINE:COL:` (the message itself, as
+/// `assertion `left == right` failed: parse_fails fails`).
+pub fn panic_message(output: &str) -> Option<String> {
+    let mut lines = output.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim().strip_prefix("thread '") else { continue };
+        // Newer Rust names the thread's id too: `thread 'x' (9079) panicked at`.
+        let Some((_, at)) = rest.split_once(" panicked at ") else { continue };
+        // Before Rust 1.73 the message followed on the same line: `at 'msg', file:line:col`.
+        if let Some(old) = at.strip_prefix('\'').and_then(|m| m.rsplit_once("', ")) {
+            return Some(old.0.to_owned());
+        }
+        return lines.next().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
+    }
+    None
 }
 
 #[cfg(test)]
@@ -83,7 +106,21 @@ mod tests {
         assert_eq!(cases[0].duration, Some(Duration::from_millis(500)));
         assert_eq!(cases[1].status, CaseStatus::Failed);
         assert!(cases[1].output.contains("deliberate"));
+        assert_eq!(cases[1].message.as_deref(), Some("deliberate"), "the panic's message, not a stock phrase");
         assert_eq!(cases[2].status, CaseStatus::Skipped);
         assert_eq!(cases[3].ids, vec!["demo$it::works", "it::works", "demo::it::works"]);
+    }
+
+    #[test]
+    fn a_failures_message_is_its_panic_message() {
+        let out =
+            "running 1 test\n\nthread 'tests::parse_fails' panicked at src/lib.rs:21:9:\nassertion `left == right` \
+                   failed: parse_fails fails\n  left: 2\n right: 5\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(panic_message(out).as_deref(), Some("assertion `left == right` failed: parse_fails fails"));
+        let with_id = "thread 'tests::x' (9079) panicked at src/lib.rs:21:9:\nboom\n";
+        assert_eq!(panic_message(with_id).as_deref(), Some("boom"));
+        let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
+        assert_eq!(panic_message(old).as_deref(), Some("boom"));
+        assert_eq!(panic_message("test result: ok\n"), None);
     }
 }

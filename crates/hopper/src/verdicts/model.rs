@@ -105,7 +105,14 @@ impl BatchResults for ExitCodeResults {
         limits: &ProcessLimits,
         _report: Option<&Path>,
     ) -> HashMap<UnitId, UnitResult> {
-        let verdict = termination_verdict(&result.termination, limits);
+        let mut verdict = termination_verdict(&result.termination, limits);
+        // A Rust test run alone (`cargo nextest run -E {unit}`) says why it
+        // failed in its panic; a batch's would be one unit's only.
+        if let (UnitVerdict::Failed { reason: "exit", detail }, [_]) = (&mut verdict, units) {
+            if let Some(panic) = super::libtest::panic_message(&result.output.text(usize::MAX)) {
+                *detail = format!("{panic} ({detail})");
+            }
+        }
         units.iter().map(|u| (u.clone(), UnitResult::from(verdict.clone()))).collect()
     }
 }
@@ -126,5 +133,28 @@ mod tests {
             termination_verdict(&Termination::Exited(2), &limits),
             UnitVerdict::Failed { reason: "exit", ref detail } if detail == "exit code 2"
         ));
+    }
+
+    #[test]
+    fn a_lone_rust_tests_exit_code_verdict_names_its_panic() {
+        let mut output = crate::exec::process::OutputTail::new(4096);
+        output.push(
+            b"    FAIL [0.01s] demo tests::b
+thread 'tests::b' panicked at src/lib.rs:9:5:
+deliberate
+",
+        );
+        let result =
+            ProcessResult { termination: Termination::Exited(100), duration: Duration::from_millis(10), output };
+        let units: Vec<UnitId> = ["a", "b"].iter().map(|u| UnitId::new(*u).unwrap()).collect();
+        let limits = ProcessLimits::default();
+        let alone = ExitCodeResults.verdicts(&units[..1], &result, &limits, None);
+        assert!(matches!(
+            &alone[&units[0]].verdict,
+            UnitVerdict::Failed { detail, .. } if detail == "deliberate (exit code 100)"
+        ));
+        // A batch's panic is one of its units' only.
+        let batch = ExitCodeResults.verdicts(&units, &result, &limits, None);
+        assert!(matches!(&batch[&units[1]].verdict, UnitVerdict::Failed { detail, .. } if detail == "exit code 100"));
     }
 }

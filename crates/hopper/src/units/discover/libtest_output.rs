@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+pub use crate::verdicts::libtest::panic_message;
 use crate::verdicts::model::{UnitResult, UnitVerdict};
 
 /// libtest's counts in an output: the sums of every `test result:` line's
@@ -26,24 +27,6 @@ pub fn counts(output: &str) -> Option<(u64, u64, u64)> {
         }
     }
     seen.then_some((passed, failed, ignored))
-}
-
-/// The panic message of a failed Rust test in libtest's output: the line
-/// after `thread '...' panicked at FILE:LINE:COL:` (the message itself, as
-/// `assertion `left == right` failed: parse_fails fails`).
-pub fn panic_message(output: &str) -> Option<String> {
-    let mut lines = output.lines();
-    while let Some(line) = lines.next() {
-        let Some(rest) = line.trim().strip_prefix("thread '") else { continue };
-        // Newer Rust names the thread's id too: `thread 'x' (9079) panicked at`.
-        let Some((_, at)) = rest.split_once(" panicked at ") else { continue };
-        // Before Rust 1.73 the message followed on the same line: `at 'msg', file:line:col`.
-        if let Some(old) = at.strip_prefix('\'').and_then(|m| m.rsplit_once("', ")) {
-            return Some(old.0.to_owned());
-        }
-        return lines.next().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
-    }
-    None
 }
 
 /// The reason libtest gives an ignored test: `test x ... ignored, too
@@ -206,19 +189,6 @@ mod tests {
 
     /// Edition 2024 lists a library's doctests in two sections (those merged
     /// into one binary, then the rest), under one `Doc-tests` line.
-
-    #[test]
-    fn a_failures_message_is_its_panic_message() {
-        let out =
-            "running 1 test\n\nthread 'tests::parse_fails' panicked at src/lib.rs:21:9:\nassertion `left == right` \
-                   failed: parse_fails fails\n  left: 2\n right: 5\nnote: run with `RUST_BACKTRACE=1`\n";
-        assert_eq!(panic_message(out).as_deref(), Some("assertion `left == right` failed: parse_fails fails"));
-        let with_id = "thread 'tests::x' (9079) panicked at src/lib.rs:21:9:\nboom\n";
-        assert_eq!(panic_message(with_id).as_deref(), Some("boom"));
-        let old = "thread 'main' panicked at 'boom', src/main.rs:2:5\n";
-        assert_eq!(panic_message(old).as_deref(), Some("boom"));
-        assert_eq!(panic_message("test result: ok\n"), None);
-    }
 
     #[test]
     fn an_ignored_tests_reason_is_read_in_both_verbosities() {
