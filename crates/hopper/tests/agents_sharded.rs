@@ -17,19 +17,23 @@ use common::{junit_cases, spawn_worker, texts, venv_bin, Project, RAN_LOG_VAR};
 use leasehold_redis::test_support::{redis_url, unique_prefix};
 use quick_junit::TestCaseStatus;
 
-/// Logs `import <file> <pid>` when a test module is imported and
-/// `ran <test> <pid>` when a test runs.
+/// Logs `import <file> <pid>` when a test module is imported, `collect
+/// <file> <pid>` when its tests are made into items, and `ran <test> <pid>`
+/// when a test runs.
 fn helper() -> String {
     "import os\n\n\ndef log(what):\n    with open(os.environ['RAN_LOG'], 'a') as out:\n        out.write('%s %d\\n' % (what, os.getpid()))\n".to_owned()
 }
 
-/// A test module: logs its import, then defines the `first` text and `fast`
-/// tests (parametrized, with ids that have spaces, brackets, quotes and
-/// unicode).
+/// A test module: logs its import and its collection (pytest calls a
+/// module's `pytest_generate_tests` only while it makes the module's items),
+/// then defines the `first` text and `fast` tests (parametrized, with ids
+/// that have spaces, brackets, quotes and unicode).
 fn module(name: &str, fast: usize, first: &str) -> String {
     let params: Vec<String> = (0..fast).map(|i| format!("\"{name} v{i} [a b] 'q' é\"")).collect();
     format!(
-        "import time\n\nimport pytest\n\nfrom helper import log\n\nlog('import {name}')\n\n\n{first}\n\n@pytest.mark.parametrize('v', [{}])\ndef test_fast(v):\n    log('ran ' + v)\n",
+        "import time\n\nimport pytest\n\nfrom helper import log\n\nlog('import {name}')\n_collected = []\n\n\n\
+         def pytest_generate_tests(metafunc):\n    if not _collected:\n        _collected.append(1)\n        \
+         log('collect {name}')\n\n\n{first}\n\n@pytest.mark.parametrize('v', [{}])\ndef test_fast(v):\n    log('ran ' + v)\n",
         params.join(", ")
     )
 }
@@ -110,18 +114,24 @@ fn the_agents_split_the_files_and_together_run_every_test_once() {
     let cases = junit_cases(&project.junit());
     assert!(cases.contains_key("tests/test_a.py::test_fast[a v0 [a b] 'q' \\xe9]"), "{:?}", cases.keys());
 
-    // Two agents collected, and before any test ran each file was imported by one of them only.
+    // Two agents collected, and before any test ran each file's tests were
+    // made by one of them only; each imported every file, as one pytest would.
     let logged = logged(&project);
     let first_run = logged.iter().position(|(what, _)| what.starts_with("ran ")).expect("tests ran");
-    let mut importers: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let (mut importers, mut collectors): (BTreeMap<&str, BTreeSet<u32>>, BTreeMap<&str, BTreeSet<u32>>) =
+        Default::default();
     for (what, pid) in &logged[..first_run] {
-        let file = what.strip_prefix("import ").expect("only imports before the first test");
-        importers.entry(file).or_default().insert(*pid);
+        match what.split_once(' ') {
+            Some(("import", file)) => importers.entry(file).or_default().insert(*pid),
+            Some(("collect", file)) => collectors.entry(file).or_default().insert(*pid),
+            _ => panic!("only imports and collections before the first test: {what}"),
+        };
     }
-    assert_eq!(importers.len(), 5, "every file was collected: {importers:?}");
-    assert!(importers.values().all(|pids| pids.len() == 1), "each file by one agent: {importers:?}");
-    let agents: BTreeSet<u32> = importers.values().flatten().copied().collect();
-    assert_eq!(agents.len(), 2, "both agents collected a share: {importers:?}");
+    assert_eq!(collectors.len(), 5, "every file was collected: {collectors:?}");
+    assert!(collectors.values().all(|pids| pids.len() == 1), "each file by one agent: {collectors:?}");
+    let agents: BTreeSet<u32> = collectors.values().flatten().copied().collect();
+    assert_eq!(agents.len(), 2, "both agents collected a share: {collectors:?}");
+    assert!(importers.len() == 5 && importers.values().all(|pids| *pids == agents), "{importers:?}");
 }
 
 #[test]
@@ -140,13 +150,13 @@ fn a_test_of_a_file_its_agent_did_not_collect_is_collected_on_request() {
     assert_every_test_once(&project, &output, 33);
     let logged = logged(&project);
     let pid_of = |what: &str| logged.iter().find(|(w, _)| w == what).map(|(_, pid)| *pid).expect(what);
-    let (a_agent, b_agent) = (pid_of("import a"), pid_of("import b"));
+    let (a_agent, b_agent) = (pid_of("collect a"), pid_of("collect b"));
     assert_ne!(a_agent, b_agent, "{logged:?}");
     assert_eq!(pid_of("ran slow"), b_agent);
     let b_by_a = logged.iter().filter(|(w, pid)| w.starts_with("ran b ") && *pid == a_agent).count();
     assert!(b_by_a > 0, "shard 0's agent took some of b's tests: {logged:?}");
-    let imports_of_b: Vec<u32> = logged.iter().filter(|(w, _)| w == "import b").map(|(_, pid)| *pid).collect();
-    assert_eq!(imports_of_b, [b_agent, a_agent], "b was imported by its own agent, then on request: {logged:?}");
+    let collections_of_b: Vec<u32> = logged.iter().filter(|(w, _)| w == "collect b").map(|(_, pid)| *pid).collect();
+    assert_eq!(collections_of_b, [b_agent, a_agent], "b was collected by its own agent, then on request: {logged:?}");
 }
 
 #[test]
@@ -223,8 +233,10 @@ fn the_plugin_deals_each_file_to_one_shard_and_collects_another_on_request() {
     // Shard 1's agent ran the test of test_a.py it was sent, after importing it.
     assert!(shards[1].1.contains("\"seq\":1,\"outcome\":\"passed\""), "{}", shards[1].1);
     let logged = logged(&project);
-    let pid_of_b = logged.iter().find(|(w, _)| w == "import b").map(|(_, p)| *p).unwrap();
+    let pid_of_b = logged.iter().find(|(w, _)| w == "collect b").map(|(_, p)| *p).unwrap();
     assert!(logged.contains(&("ran a v1 [a b] 'q' é".to_owned(), pid_of_b)), "{logged:?}");
+    // a: collected by shard 0, then by shard 1 on request; imported once by each.
+    assert_eq!(logged.iter().filter(|(w, _)| w == "collect a").count(), 2, "{logged:?}");
     assert_eq!(logged.iter().filter(|(w, _)| w == "import a").count(), 2, "{logged:?}");
 }
 

@@ -201,7 +201,8 @@ fn nextest_discovery_runs_each_test_by_its_filterset() {
         &output,
         &["binary_id(=discover-demo) & test(=tests::passes)", "binary_id(=discover-demo) & test(=tests::passes_too)"],
         "binary_id(=discover-demo) & test(=tests::fails)",
-        "exit code 100;",
+        // The test's panic, then the exit code.
+        "assertion `left == right` failed: deliberate failure (exit code 100);",
     );
     assert_eq!(ran(&project), vec!["fails", "passes", "passes_too"]);
 }
