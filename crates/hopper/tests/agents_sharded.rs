@@ -118,8 +118,8 @@ fn the_agents_split_the_files_and_together_run_every_test_once() {
     // made by one of them only; each imported every file, as one pytest would.
     let logged = logged(&project);
     let first_run = logged.iter().position(|(what, _)| what.starts_with("ran ")).expect("tests ran");
-    let (mut importers, mut collectors): (BTreeMap<&str, BTreeSet<u32>>, BTreeMap<&str, BTreeSet<u32>>) =
-        Default::default();
+    let mut importers: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut collectors = importers.clone();
     for (what, pid) in &logged[..first_run] {
         match what.split_once(' ') {
             Some(("import", file)) => importers.entry(file).or_default().insert(*pid),
