@@ -1118,16 +1118,7 @@ fn nextest_discovery_runs_each_binary_test_and_keeps_ignored_ones_as_skips() {
 #[test]
 fn a_nextest_command_runs_each_unit_by_its_filter_alone() {
     let dir = Project::new(CARGO_SUITE);
-    let run = |command: &[&str]| {
-        let output = hopper(dir.path())
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest", "--"])
-            .args(command)
-            .output()
-            .unwrap();
-        let (stdout, stderr) = texts(&output);
-        (output.status.code(), format!("{stdout}\n{stderr}"))
-    };
+    let run = |command: &[&str]| nextest_run(dir.path(), command);
     let (code, shown) = run(&["cargo", "nextest", "run", "--no-fail-fast"]);
     assert_eq!(code, Some(1), "{shown}");
     assert!(shown.contains("3 units, 2 passed (0 flaky), 1 failed"), "{shown}");
@@ -1191,17 +1182,23 @@ fn nextests_test_groups_hold_between_units() {
         ("src/lib.rs", lib.as_str()),
     ]);
     for command in [&[][..], &["cargo", "nextest", "run"]] {
-        let output = hopper(dir.path())
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest", "--"])
-            .args(command)
-            .output()
-            .unwrap();
-        let (stdout, stderr) = texts(&output);
-        let shown = format!("{command:?}:\n{stdout}\n{stderr}");
-        assert_eq!(output.status.code(), Some(0), "{shown}");
-        assert!(shown.contains("2 units, 2 passed"), "{shown}");
+        let (code, shown) = nextest_run(dir.path(), command);
+        assert_eq!(code, Some(0), "{command:?}: {shown}");
+        assert!(shown.contains("2 units, 2 passed"), "{command:?}: {shown}");
     }
+}
+
+/// `hopper run -j 2 --discover nextest -- COMMAND` in `dir`, with no retries
+/// and the crate's own target directory: the exit code, stdout and stderr.
+fn nextest_run(dir: &Path, command: &[&str]) -> (Option<i32>, String) {
+    let output = hopper(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .args(["run", "--no-timings", "--max-requeues", "0", "-j", "2", "--discover", "nextest", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&output);
+    (output.status.code(), format!("{stdout}\n{stderr}"))
 }
 
 #[test]
