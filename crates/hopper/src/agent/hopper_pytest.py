@@ -19,8 +19,8 @@ collection is the discovery, so a slot's agent is the only collection.
 Sharded collection (agent mode, ``HOPPER_SHARD=k/n`` with n > 1): the n
 agents of one hopper worker split the test FILES between them, so each file
 is collected (its tests made into items) by one agent only; every agent
-still imports every file, in pytest's order, as plain pytest does before
-it runs a test (see ``_import_only``). Files are dealt in pytest's own
+still imports every file, its own first, then the others in pytest's order,
+as plain pytest imports them all before it runs a test (see ``_import_only``). Files are dealt in pytest's own
 collection order, each to the shard with the fewest bytes of files so far
 (ties to the lowest shard), which every agent computes alike. A file of
 another shard is imported and gets an empty collect report; its
@@ -302,8 +302,9 @@ def pytest_collection_finish(session):
         _write_collected(session, len(session.items))
     # After its own files, so that their owners have mostly rewritten and
     # cached them by now (see _share_rewritten_files).
-    while _import_later:
-        _import_only(_import_later.pop(0))
+    for module in _import_later:
+        _import_only(module)
+    _import_later.clear()
 
 
 class _File:
@@ -383,7 +384,8 @@ def _import_only(module):
     global, a registered hook, a module a test expects to be loaded
     already (jsonschema 4.23.0's ``test_import_cli`` passes only once
     ``test_cli.py`` imported ``jsonschema.cli``). So each agent imports
-    every file, in pytest's order, and builds the items of its own only.
+    every file (its own while collecting them, the others' after, in
+    pytest's order) and builds the items of its own only.
     An import that fails is the owning agent's collection error to report.
     """
     try:
