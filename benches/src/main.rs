@@ -12,6 +12,7 @@ mod hopper_redis;
 mod hopper_tail;
 mod machine;
 mod mem_queue;
+mod queue_model;
 mod redis_per_test;
 mod redis_queue;
 mod redis_stats;
@@ -32,6 +33,10 @@ const BENCHES: &[(&str, &str)] = &[
     ("mem-queue", "unit lifecycles per second through the memory backend, 1 task and 8 tasks"),
     ("redis-queue", "no-op units per second and Redis CPU per unit, 8 workers on one Redis"),
     ("redis-per-test", "Redis CPU per test with hopper's agent-slot pattern: 20,000 units, 2 workers × 2 slots"),
+    (
+        "queue-model",
+        "Redis CPU per unit of the queue's data model (format 3) beside a prototype of the range model",
+    ),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),
     ("hopper-pytest", "20,000 pytest tests: one pytest, hopper -j 2 agents, per file, and on Redis (CPU per test)"),
@@ -73,6 +78,7 @@ fn main() -> Result<()> {
             "mem-queue" => mem_queue::run().await,
             "redis-queue" => redis_queue::run().await,
             "redis-per-test" => redis_per_test::run().await,
+            "queue-model" => queue_model::run().await,
             "hopper-local" => hopper_local::run().await,
             "hopper-redis" => hopper_redis::run().await,
             "sync-ownership" => sync_ownership::run().await,
