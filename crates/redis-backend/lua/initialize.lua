@@ -87,11 +87,14 @@ if type(first) == "table" and first.err then
     return redis.error_reply(first.err)
   end
 end
+-- A unit's state is stored only once it differs from the fresh one (the
+-- scripts read an absent state as fresh): here, only quarantined units'.
+-- The field "\1sparse" tells a run of fresh units from a lost state hash
+-- (Redis loses or evicts whole keys, never one field of a hash).
 local CHUNK = 256
-local states = {}
+local states = { "\1sparse", "1" }
 local has_groups = 0
 for i = 1, total do
-  local id = ARGV[5 + 4 * i]
   if ARGV[7 + 4 * i] ~= "" then
     has_groups = 1
   end
@@ -101,15 +104,13 @@ for i = 1, total do
       return redis.error_reply(added.err)
     end
   end
-  states[#states + 1] = id
   if ARGV[8 + 4 * i] == "1" then
+    states[#states + 1] = ARGV[5 + 4 * i]
     states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false,"quarantined":true}'
-  else
-    states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
-  end
-  if #states >= 2 * CHUNK then
-    redis.call("HSET", unit_state, unpack(states))
-    states = {}
+    if #states >= 2 * CHUNK then
+      redis.call("HSET", unit_state, unpack(states))
+      states = {}
+    end
   end
 end
 if #states > 0 then

@@ -75,8 +75,15 @@ pub fn streaks(prefix: &str) -> String {
 /// it is raised by every change an older worker could misread. Format 1 is
 /// every version from before the format was recorded; 2 tagged runs with
 /// their format; 3 keeps each group's running count in the meta hash (a
-/// format-2 worker would never lower it, and its group would stall).
-pub const QUEUE_FORMAT: u32 = 3;
+/// format-2 worker would never lower it, and its group would stall); 4
+/// stores a unit's state only once it changes (a format-3 worker would read
+/// a fresh unit's absent state as lost).
+pub const QUEUE_FORMAT: u32 = 4;
+
+/// The field of a run's state hash that says absent states are fresh ones
+/// (format 4): only changed states are stored, and a hash without this
+/// field was lost.
+pub const SPARSE_STATES: &str = "\u{1}sparse";
 
 /// The six keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -211,11 +211,15 @@ async fn corrupt_state_gives_corrupt_or_a_clear_error() {
     assert_eq!(store.finalize(&s.run, &w("w1"), &a, &done).await.unwrap(), Ack::Corrupt);
     assert_eq!(store.requeue(&s.run, &w("w1"), &a, &RequeueRequest::default()).await.unwrap(), RequeueReply::Corrupt);
     assert_eq!(store.progress(&s.run).await.unwrap().unwrap().finalized, 0);
-    let s2 = spec("r2", &["x"]);
+    // The state hash lost (evicted, say) while the streams are not: a fresh
+    // unit's state is stored nowhere, so the loss is told by the hash itself.
+    let s2 = spec("r2", &["x", "y"]);
     store.initialize(&s2).await.unwrap();
-    let _: () =
-        redis::cmd("HDEL").arg(store.run_keys(&s2.run).unit_state).arg("x").query_async(&mut admin).await.unwrap();
+    let held = store.reserve(&s2.run, &w("w1"), LONG).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(store.run_keys(&s2.run).unit_state).query_async(&mut admin).await.unwrap();
     assert_eq!(store.reserve(&s2.run, &w("w1"), LONG).await.unwrap(), ReserveReply::Corrupt);
+    let ReserveReply::Delivered(held) = held else { panic!("{held:?}") };
+    assert_eq!(store.finalize(&s2.run, &w("w1"), &held, &done).await.unwrap(), Ack::Corrupt);
 
     // A worker record that is not valid JSON: a clear error from the read;
     // transitions rewrite it.

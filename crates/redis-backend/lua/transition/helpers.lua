@@ -239,20 +239,35 @@ local function parse_state(raw)
     quarantined = rest ~= "" }
 end
 
--- The unit's state, or nil when it is missing or unreadable (CORRUPT).
+local FRESH_STATE = { retry_index = 0, reclaim_count = 0, entered_retry = false }
+
+-- An absent state is the fresh one while the state hash holds its "\1sparse"
+-- field (written at initialisation: only changed states are stored); without
+-- it the hash was lost, and the state with it. Read at most once a call.
+local sparse = nil
+local function absent_is_fresh()
+  if sparse == nil then
+    sparse = redis.call("HEXISTS", unit_state, "\1sparse") == 1
+  end
+  return sparse
+end
+
+-- The unit's state (a table of its own, the caller may change it), or nil
+-- when it is lost or unreadable (CORRUPT).
 local function read_state(unit_id)
   local raw = redis.call("HGET", unit_state, unit_id)
   if not raw then
+    if absent_is_fresh() then
+      return { retry_index = 0, reclaim_count = 0, entered_retry = false }
+    end
     return nil
   end
   return parse_state(raw)
 end
 
-local FRESH_RAW = '{"retry_index":0,"reclaim_count":0,"entered_retry":false}'
-local FRESH_STATE = { retry_index = 0, reclaim_count = 0, entered_retry = false }
-
 -- States of many units in one call: a list parallel to `unit_ids` (false
--- where missing or unreadable).
+-- where lost or unreadable). Fresh states are one shared, read-only table:
+-- batch paths never change a state.
 local function read_states(unit_ids)
   local out = {}
   local CHUNK = 512
@@ -262,11 +277,10 @@ local function read_states(unit_ids)
     for i = 1, #raws do
       local raw = raws[i]
       local state = false
-      if raw == FRESH_RAW then
-        -- Shared, read-only: batch paths never change a state.
-        state = FRESH_STATE
-      elseif raw then
+      if raw then
         state = parse_state(raw) or false
+      elseif absent_is_fresh() then
+        state = FRESH_STATE
       end
       out[first + i - 1] = state
     end

@@ -11,8 +11,9 @@
 --
 -- Replies are arrays whose first element is a status string: "OK", "NONE",
 -- "FINALIZED", "REQUEUED", "STOPPED" (reserve on a run at its failure limit),
--- "STALE" (fence failed) or "CORRUPT" (meta or the
--- unit's unit_state entry is missing or unreadable). STALE and CORRUPT are
+-- "STALE" (fence failed) or "CORRUPT" (meta is missing, the unit's
+-- unit_state entry is unreadable, or the state hash was lost: see
+-- `absent_is_fresh`). STALE and CORRUPT are
 -- status replies, not Lua errors, so the caller can tell them from Redis errors.
 --
 -- Differences from the seed, all for speed or exactness:
