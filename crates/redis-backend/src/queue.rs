@@ -672,9 +672,7 @@ impl RunLog for RedisStore {
             // Only changed states are stored: a unit of the run without one
             // is fresh. Telling it from a unit not in the run reads the unit
             // list, which only diagnostics and tests ask for.
-            (true, None) if sparse => {
-                Ok(self.units(run).await?.iter().any(|u| u.id == *unit).then(UnitState::default))
-            }
+            (true, None) if sparse => Ok(self.units(run).await?.iter().any(|u| u.id == *unit).then(UnitState::default)),
             _ => Ok(None),
         }
     }
@@ -879,8 +877,10 @@ pub(crate) fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<
 }
 
 /// The events of a packed attempts entry (`lua/transition/events.lua`):
-/// "packed", worker, "at_ms", at_ms, then per event "D" unit stream entry_id
-/// state, "F" unit state tail, or "J" json (a lone "" pads the last pair).
+/// "packed", worker, "at_ms", at_ms, then "S" stream state n and n pairs of
+/// unit and entry_id (n fresh deliveries), or per event "D" unit stream
+/// entry_id state (one, as format 3 wrote them), "F" unit state tail, or "J"
+/// json (a lone "" pads the last pair).
 /// Each is rebuilt as the JSON the script wrote before events were packed.
 fn unpack_events(tokens: &[String]) -> Result<Vec<Event>, String> {
     let [_, worker, at_label, at_ms, rest @ ..] = tokens else { return Err("no packed header".into()) };
@@ -911,6 +911,17 @@ fn unpack_events(tokens: &[String]) -> Result<Vec<Event>, String> {
                     + &format!(r#","stream":"{stream}","entry_id":"{entry_id}","delivery_count":1}}"#);
                 out.push(parse(&json)?);
                 i += 5;
+            }
+            "S" => {
+                let [stream, state, n] = event_tokens::<3>(rest, i)?;
+                let n: usize = n.parse().map_err(|_| format!("bad delivered run length {n:?}"))?;
+                let pairs = rest.get(i + 4..i + 4 + 2 * n).ok_or("truncated delivered run")?;
+                for pair in pairs.chunks_exact(2) {
+                    let json = head("delivered", &pair[0], state)?
+                        + &format!(r#","stream":"{stream}","entry_id":"{}","delivery_count":1}}"#, pair[1]);
+                    out.push(parse(&json)?);
+                }
+                i += 4 + 2 * n;
             }
             "F" => {
                 let [unit, state, tail] = event_tokens::<3>(rest, i)?;
@@ -1069,9 +1080,40 @@ mod tests {
         assert_eq!(packed.len(), 3);
         let (_, single) = attempts_entry(&run, entry("9-1", &["json", &released])).unwrap();
         assert_eq!(single, vec![batch[2].clone()]);
+
+        // A run of fresh deliveries (format 4) reads as one `delivered` event a pair.
+        let second =
+            head("delivered", "u2", 0, 0) + r#","stream":"units:priority","entry_id":"5-2","delivery_count":1}"#;
+        let runs = serde_json::to_string(
+            &[&delivered, &second, &finalized].map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap()),
+        )
+        .unwrap();
+        let (_, expected) = attempts_entry(&run, entry("9-3", &["batch", &runs])).unwrap();
+        let tokens = [
+            "packed",
+            "w\"1",
+            "at_ms",
+            "1700",
+            "S",
+            "units:priority",
+            "0:0",
+            "2",
+            "u\"1",
+            "5-1",
+            "u2",
+            "5-2",
+            "F",
+            "u\"1",
+            "2:1",
+            tail,
+        ];
+        assert_eq!(attempts_entry(&run, entry("9-3", &tokens)).unwrap().1, expected);
+
         for bad in [
             &["packed", "w", "at_ms"][..],
             &["packed", "w", "at_ms", "1", "D", "u"],
+            &["packed", "w", "at_ms", "1", "S", "units", "0:0", "2", "u", "5-1"],
+            &["packed", "w", "at_ms", "1", "S", "units", "0:0", "x"],
             &["packed", "w", "at_ms", "1", "X"],
         ] {
             assert!(matches!(attempts_entry(&run, entry("9-2", bad)), Err(QueueError::Corrupt { .. })), "{bad:?}");

@@ -33,8 +33,10 @@ end
 -- of tokens (Redis stores them as field/value pairs; a lone "" pads the last
 -- pair): "packed", worker_id, "at_ms", at_ms, then per event
 --
--- * "D", unit, stream, entry_id, "<retry_index>:<reclaim_count>": a fresh
---   `delivered` event (delivery count 1) by this worker at at_ms;
+-- * "S", stream, "<retry_index>:<reclaim_count>", n, then n pairs of unit
+--   and entry_id: n fresh `delivered` events (delivery count 1) by this
+--   worker at at_ms (format 3 wrote "D", unit, stream, entry_id, state
+--   for each);
 -- * "F", unit, "<retry_index>:<reclaim_count>", tail: a `finalized` event
 --   whose fields after the header are the client-built JSON `tail`;
 -- * "J", json: any event, whole.
@@ -50,9 +52,11 @@ local EVENTS_PER_ENTRY = 65536
 local TOKENS_PER_ENTRY = 6000
 local ev_args, ev_n, ev_count, ev_json_only
 
+local ev_run_at
 local function ev_reset()
   ev_args = { "XADD", attempts, "*", "packed", worker_id, "at_ms", now_str }
   ev_n, ev_count, ev_json_only = 7, 0, true
+  ev_run_at = nil
 end
 ev_reset()
 
@@ -62,6 +66,7 @@ local function event_begin(tokens)
     flush_events()
   end
   ev_count = ev_count + 1
+  ev_run_at = nil
 end
 
 local function append_json(json)
@@ -83,15 +88,31 @@ local function state_code(state)
   return code
 end
 
--- A fresh `delivered` event (delivery count 1).
+-- A fresh `delivered` event (delivery count 1). The fresh deliveries of one
+-- reserve call share their stream and state, so they go as one run: "S",
+-- stream, state code, n, then n pairs of unit and entry id (two tokens a
+-- unit, not five). Any other event ends the run.
+local ev_run_short, ev_run_code
 local function append_delivered(unit, short, entry_id, state)
-  event_begin(5)
-  ev_args[ev_n + 1] = "D"
-  ev_args[ev_n + 2] = unit
-  ev_args[ev_n + 3] = short
-  ev_args[ev_n + 4] = entry_id
-  ev_args[ev_n + 5] = state_code(state)
-  ev_n = ev_n + 5
+  local code = state_code(state)
+  if ev_run_at and ev_run_short == short and ev_run_code == code
+      and ev_count < EVENTS_PER_ENTRY and ev_n + 2 <= TOKENS_PER_ENTRY then
+    ev_count = ev_count + 1
+    ev_args[ev_n + 1] = unit
+    ev_args[ev_n + 2] = entry_id
+    ev_n = ev_n + 2
+    ev_args[ev_run_at] = ev_args[ev_run_at] + 1
+    return
+  end
+  event_begin(6)
+  ev_args[ev_n + 1] = "S"
+  ev_args[ev_n + 2] = short
+  ev_args[ev_n + 3] = code
+  ev_args[ev_n + 4] = 1
+  ev_args[ev_n + 5] = unit
+  ev_args[ev_n + 6] = entry_id
+  ev_run_at, ev_run_short, ev_run_code = ev_n + 4, short, code
+  ev_n = ev_n + 6
   ev_json_only = false
 end
 
