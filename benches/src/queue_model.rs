@@ -1,5 +1,5 @@
 //! `queue-model`: what the Redis queue's data model costs Redis per unit,
-//! the model in use (format 3: one stream entry and one state per unit)
+//! the model in use (`leasehold_redis::keys::QUEUE_FORMAT`: one stream entry per unit)
 //! beside a measuring prototype of the range model (`benches/lua/ranges_model.lua`,
 //! `docs/queue-model.md`), driven the same way on one private redis-server.
 //!
@@ -26,6 +26,7 @@ use anyhow::{bail, ensure, Context, Result};
 use leasehold_core::{
     Ack, Budgets, FinalizeRequest, Outcome, RunId, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, WorkerId,
 };
+use leasehold_redis::keys::QUEUE_FORMAT;
 use leasehold_redis::test_support::{unique_prefix, RedisServer};
 use leasehold_redis::{RedisConfig, RedisStore};
 use redis::aio::MultiplexedConnection;
@@ -79,14 +80,8 @@ impl Pace {
     }
 }
 
-/// Format 3 through the real `RedisStore`.
-async fn format3(
-    url: &str,
-    meter: &mut Meter<'_>,
-    units: usize,
-    batch: NonZeroUsize,
-    pace: Pace,
-) -> Result<(f64, f64)> {
+/// The format in use, through the real `RedisStore`.
+async fn in_use(url: &str, meter: &mut Meter<'_>, units: usize, batch: NonZeroUsize, pace: Pace) -> Result<(f64, f64)> {
     let prefix = unique_prefix("queue-model");
     let run = RunId::new("queue-model")?;
     let spec = RunSpec {
@@ -119,7 +114,7 @@ async fn format3(
                 let items: Vec<_> =
                     reserved.deliveries.into_iter().map(|d| (d, FinalizeRequest::new(Outcome::Passed, 3))).collect();
                 for ack in store.finalize_batch(&run, &worker, &items).await? {
-                    ensure!(ack == Ack::Ok, "format 3: finalize replied {ack:?}");
+                    ensure!(ack == Ack::Ok, "in use: finalize replied {ack:?}");
                     finalized += 1;
                 }
             }
@@ -130,7 +125,7 @@ async fn format3(
         finalized += task.await??;
     }
     let run_s = meter.stop(started).await?;
-    ensure!(finalized == units, "format 3: {finalized} of {units} units finalized");
+    ensure!(finalized == units, "in use: {finalized} of {units} units finalized");
     Ok((init, run_s))
 }
 
@@ -292,16 +287,17 @@ pub async fn run() -> Result<serde_json::Value> {
     let idle = idle_rate(&mut stats, Duration::from_secs(1)).await?;
     let mut meter = Meter { conn: &mut stats, idle };
 
-    let (f3_init, f3_run) =
-        format3(&url, &mut meter, units, NonZeroUsize::new(batch).unwrap_or(NonZeroUsize::MIN), pace).await?;
-    let f3_stats = commandstats(meter.conn).await?;
+    let (used_init, used_run) =
+        in_use(&url, &mut meter, units, NonZeroUsize::new(batch).unwrap_or(NonZeroUsize::MIN), pace).await?;
+    let used_stats = commandstats(meter.conn).await?;
     let (r_init, r_run) = ranges(&url, &mut meter, units, (batch, chunk), pace).await?;
     let r_stats = commandstats(meter.conn).await?;
 
+    let in_use_name = format!("format {QUEUE_FORMAT} (in use)");
     let n = units as f64;
     let per = |s: f64| round3(s * 1e6 / n);
     for (name, init, run, stats) in
-        [("format 3", f3_init, f3_run, &f3_stats), ("range model (prototype)", r_init, r_run, &r_stats)]
+        [(in_use_name.as_str(), used_init, used_run, &used_stats), ("range model (prototype)", r_init, r_run, &r_stats)]
     {
         println!(
             "{name}: {:.2} µs of redis-server CPU per unit = {:.2} initialize + {:.2} run",
@@ -311,8 +307,8 @@ pub async fn run() -> Result<serde_json::Value> {
         );
         print_commandstats(stats, n);
     }
-    if f3_run <= 0.0 {
-        bail!("no CPU measured for format 3");
+    if used_run <= 0.0 {
+        bail!("no CPU measured for {in_use_name}");
     }
     Ok(json!({
         "bench": "queue-model",
@@ -320,13 +316,14 @@ pub async fn run() -> Result<serde_json::Value> {
         "batch": batch,
         "chunk": chunk,
         "test_us": test_us,
-        "format3_us_per_unit": per(f3_init + f3_run),
-        "format3_init_us_per_unit": per(f3_init),
-        "format3_run_us_per_unit": per(f3_run),
+        "queue_format": QUEUE_FORMAT,
+        "in_use_us_per_unit": per(used_init + used_run),
+        "in_use_init_us_per_unit": per(used_init),
+        "in_use_run_us_per_unit": per(used_run),
         "ranges_us_per_unit": per(r_init + r_run),
         "ranges_init_us_per_unit": per(r_init),
         "ranges_run_us_per_unit": per(r_run),
-        "format3_commands": commandstats_json(&f3_stats, n),
+        "in_use_commands": commandstats_json(&used_stats, n),
         "ranges_commands": commandstats_json(&r_stats, n),
     }))
 }
