@@ -1,7 +1,9 @@
 //! [`UnitQueue`] on Redis: every transition is one call of the transition
 //! script (`lua/transition/`, joined in `scripts.rs`).
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use leasehold_core::queue::{DeliveryOrigin, ORPHAN_EVENTS_TTL};
@@ -175,6 +177,21 @@ struct StoredWorker {
 }
 
 impl RedisStore {
+    /// The unit ids of `run`, whose fingerprint is `fingerprint`: read once
+    /// and kept for the last run asked about (a run's unit list never
+    /// changes under one fingerprint).
+    async fn unit_ids(&self, run: &RunId, fingerprint: String) -> Result<Arc<HashSet<UnitId>>, QueueError> {
+        let cached = |cache: &Option<(String, Arc<HashSet<UnitId>>)>| {
+            cache.as_ref().filter(|(f, _)| *f == fingerprint).map(|(_, ids)| Arc::clone(ids))
+        };
+        if let Some(ids) = cached(&self.inner.unit_ids.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(ids);
+        }
+        let ids: Arc<HashSet<UnitId>> = Arc::new(self.units(run).await?.into_iter().map(|u| u.id).collect());
+        *self.inner.unit_ids.lock().unwrap_or_else(|e| e.into_inner()) = Some((fingerprint, Arc::clone(&ids)));
+        Ok(ids)
+    }
+
     fn transition(&self, keys: &RunKeys, mode: &str, worker: &WorkerId) -> Call {
         Call::new(keys.all()).arg(mode).arg(worker.as_str())
     }
@@ -652,9 +669,10 @@ impl RunLog for RedisStore {
     async fn unit_state(&self, run: &RunId, unit: &UnitId) -> Result<Option<UnitState>, QueueError> {
         let keys = self.run_keys(run);
         let mut conn = self.conn();
-        let (exists, raw, sparse): (bool, Option<String>, bool) = redis::pipe()
-            .cmd("EXISTS")
+        let (fingerprint, raw, sparse): (Option<String>, Option<String>, bool) = redis::pipe()
+            .cmd("HGET")
             .arg(&keys.meta)
+            .arg("fingerprint")
             .cmd("HGET")
             .arg(&keys.unit_state)
             .arg(unit.as_str())
@@ -664,15 +682,15 @@ impl RunLog for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| queue_err("unit_state", run, e))?;
-        match (exists, raw) {
-            (true, Some(raw)) => serde_json::from_str(&raw).map(Some).map_err(|e| QueueError::Corrupt {
+        match (fingerprint, raw) {
+            (Some(_), Some(raw)) => serde_json::from_str(&raw).map(Some).map_err(|e| QueueError::Corrupt {
                 run: run.clone(),
                 detail: format!("unit_state of {unit:?} is not valid ({e}): {raw:?}"),
             }),
-            // Only changed states are stored: a unit of the run without one
-            // is fresh. Telling it from a unit not in the run reads the unit
-            // list, which only diagnostics and tests ask for.
-            (true, None) if sparse => Ok(self.units(run).await?.iter().any(|u| u.id == *unit).then(UnitState::default)),
+            // Only changed states are stored: a unit of the run without one is fresh.
+            (Some(fingerprint), None) if sparse => {
+                Ok(self.unit_ids(run, fingerprint).await?.contains(unit).then(UnitState::default))
+            }
             _ => Ok(None),
         }
     }

@@ -33,6 +33,11 @@ pub(crate) struct Inner {
     /// first use: a blocked call on the shared connection would hold up
     /// every call pipelined behind it.
     pub(crate) blocking: tokio::sync::Mutex<Option<Conn>>,
+    /// The unit ids of the last run `unit_state` looked a fresh unit up in,
+    /// under that run's fingerprint (which names its unit list exactly): a
+    /// run's states are stored only once they change, so telling a fresh
+    /// unit from one not in the run reads the unit list, once.
+    pub(crate) unit_ids: std::sync::Mutex<Option<(String, Arc<std::collections::HashSet<leasehold_core::UnitId>>)>>,
 }
 
 impl RedisStore {
@@ -53,7 +58,17 @@ impl RedisStore {
             Channel::new(config.node_urls()?, lease_keys.bucket_change_channel().to_owned(), config.connection_timeout);
         tracing::debug!(url = %config.url, prefix = %config.prefix, "connected to Redis");
         let blocking = tokio::sync::Mutex::new(None);
-        Ok(Self { inner: Arc::new(Inner { conn, config, lease_keys, user_active, bucket_changes, blocking }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                conn,
+                config,
+                lease_keys,
+                user_active,
+                bucket_changes,
+                blocking,
+                unit_ids: std::sync::Mutex::new(None),
+            }),
+        })
     }
 
     /// The settings this store was made with.

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{
     Ack, Budgets, FinalizeRequest, InitOutcome, LeaseError, LeaseKey, LeaseStore, Outcome, Presence, QueueError,
-    RequeueReply, RequeueRequest, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UserId,
-    WorkerId,
+    RequeueReply, RequeueRequest, ReserveReply, RunId, RunLog, RunSpec, Ttl, UnitId, UnitQueue, UnitSpec, UnitState,
+    UserId, WorkerId,
 };
 use leasehold_redis::test_support::RedisServer;
 use leasehold_redis::RedisStore;
@@ -311,4 +311,31 @@ async fn packed_events_page_exactly() {
     for (i, e) in all.iter().enumerate() {
         assert_eq!(store.events(&s.run, Some(e.id), 1000).await.unwrap(), all[i + 1..].to_vec());
     }
+}
+
+/// A fresh unit's state is stored nowhere (format 4), so `unit_state` tells
+/// it from a unit not in the run by the unit list, which it keeps under the
+/// run's fingerprint: a run lost and started again under the same id with
+/// other units is read afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unit_state_knows_a_run_started_again_with_other_units() {
+    let url = leasehold_redis::test_support::redis_url();
+    let store: RedisStore = common::store(&url, "restarted-run").await;
+    let mut admin = raw(&url).await;
+    let first = spec("r", &["a", "b"]);
+    store.initialize(&first).await.unwrap();
+    let a = UnitId::new("a").unwrap();
+    let c = UnitId::new("c").unwrap();
+    assert_eq!(store.unit_state(&first.run, &a).await.unwrap(), Some(UnitState::default()));
+    assert_eq!(store.unit_state(&first.run, &c).await.unwrap(), None);
+
+    // Every key of the run lost (a restart without persistence), then the
+    // same run id started with another unit list.
+    let _: () =
+        redis::cmd("DEL").arg(store.run_keys(&first.run).all().as_slice()).query_async(&mut admin).await.unwrap();
+    assert_eq!(store.unit_state(&first.run, &a).await.unwrap(), None);
+    let second = spec("r", &["c"]);
+    store.initialize(&second).await.unwrap();
+    assert_eq!(store.unit_state(&second.run, &a).await.unwrap(), None);
+    assert_eq!(store.unit_state(&second.run, &c).await.unwrap(), Some(UnitState::default()));
 }
