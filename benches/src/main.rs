@@ -35,7 +35,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("redis-per-test", "Redis CPU per test with hopper's agent-slot pattern: 20,000 units, 2 workers × 2 slots"),
     (
         "queue-model",
-        "Redis CPU per unit of the queue's data model (format 3) beside a prototype of the range model",
+        "Redis CPU per unit of the queue's data model in use beside a prototype of the range model",
     ),
     ("hopper-local", "hopper -j 2 on 2,000 units of `true` against xargs -P 2"),
     ("hopper-redis", "2,000 units through a private Redis with two hopper workers"),

@@ -34,21 +34,18 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::hopper_local::round3;
+use crate::redis_queue::env_usize;
 use crate::redis_stats::{commandstats, commandstats_json, cpu_s, idle_rate, print_commandstats, reset_stats};
 
 const RECLAIM_AFTER: Ttl = Ttl::from_secs(30);
 /// The tail a finalized event carries after its header (as hopper builds it).
 const TAIL: &str = r#","outcome":"passed","duration_ms":3,"reason":null,"errors":null}"#;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(default)
-}
-
 fn unit_name(i: usize) -> String {
     format!("tests/test_file_{:02}.py::TestCase::test_fast_{}[p{}]", i / 1000, i % 1000, i % 7)
 }
 
-/// redis-server CPU seconds spent in `f`, less the idle rate.
+/// redis-server CPU seconds between `start` and `stop`, less the idle rate.
 struct Meter<'a> {
     conn: &'a mut MultiplexedConnection,
     idle: f64,
@@ -154,7 +151,7 @@ impl Ranges {
         inv
     }
 
-    /// Reserves up to `max` units: the range id, its delivery count and (index, unit) of each.
+    /// Reserves up to `max` units: the range id and (index, unit) of each.
     async fn reserve(
         &self,
         conn: &mut MultiplexedConnection,
@@ -273,11 +270,11 @@ async fn check_fence(url: &str) -> Result<()> {
 
 /// Runs the benchmark; prints readable lines and returns its JSON figures.
 pub async fn run() -> Result<serde_json::Value> {
-    let units = env_usize("LEASEHOLD_BENCH_UNITS", 20_000);
-    let batch = env_usize("LEASEHOLD_BENCH_BATCH", 64);
-    let chunk = env_usize("LEASEHOLD_BENCH_CHUNK", 64);
-    let test_us = std::env::var("LEASEHOLD_BENCH_TEST_US").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
-    let pace = Pace { per_unit: Duration::from_micros(test_us) };
+    let units = env_usize("LEASEHOLD_BENCH_UNITS", 20_000).max(1);
+    let batch = env_usize("LEASEHOLD_BENCH_BATCH", 64).max(1);
+    let chunk = env_usize("LEASEHOLD_BENCH_CHUNK", 64).max(1);
+    let test_us = env_usize("LEASEHOLD_BENCH_TEST_US", 300);
+    let pace = Pace { per_unit: Duration::from_micros(test_us as u64) };
     let server = RedisServer::start().map_err(anyhow::Error::msg).context("cannot start a private redis-server")?;
     let url = server.url();
     println!("queue-model: {units} units, 2 workers, {batch} units a call, {test_us} µs a unit, chunks of {chunk}");

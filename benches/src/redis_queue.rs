@@ -38,7 +38,8 @@ use crate::redis_stats::{commandstats, cpu_s};
 const WORKERS: usize = 8;
 const RECLAIM_AFTER: Ttl = Ttl::from_secs(600);
 
-fn env_usize(name: &str, default: usize) -> usize {
+/// A count from the environment variable `name`, or `default`.
+pub(crate) fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 

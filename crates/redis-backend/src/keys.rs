@@ -82,7 +82,8 @@ pub const QUEUE_FORMAT: u32 = 4;
 
 /// The field of a run's state hash that says absent states are fresh ones
 /// (format 4): only changed states are stored, and a hash without this
-/// field was lost.
+/// field was lost. `lua/initialize.lua` writes it and
+/// `lua/transition/helpers.lua` reads it under this same name.
 pub const SPARSE_STATES: &str = "\u{1}sparse";
 
 /// The six keys of one run, in the order the scripts take them.

@@ -239,7 +239,11 @@ local function parse_state(raw)
     quarantined = rest ~= "" }
 end
 
-local FRESH_STATE = { retry_index = 0, reclaim_count = 0, entered_retry = false }
+local function fresh_state()
+  return { retry_index = 0, reclaim_count = 0, entered_retry = false }
+end
+-- Shared, read-only: batch paths never change a state.
+local FRESH_STATE = fresh_state()
 
 -- An absent state is the fresh one while the state hash holds its "\1sparse"
 -- field (written at initialisation: only changed states are stored); without
@@ -258,7 +262,7 @@ local function read_state(unit_id)
   local raw = redis.call("HGET", unit_state, unit_id)
   if not raw then
     if absent_is_fresh() then
-      return { retry_index = 0, reclaim_count = 0, entered_retry = false }
+      return fresh_state()
     end
     return nil
   end
@@ -266,8 +270,7 @@ local function read_state(unit_id)
 end
 
 -- States of many units in one call: a list parallel to `unit_ids` (false
--- where lost or unreadable). Fresh states are one shared, read-only table:
--- batch paths never change a state.
+-- where lost or unreadable). Fresh states are the one FRESH_STATE.
 local function read_states(unit_ids)
   local out = {}
   local CHUNK = 512
