@@ -2,7 +2,8 @@
 -- the consumer groups and the frozen budgets; later callers are told the run
 -- exists (and get its budgets) or, with another unit list, that it differs.
 --
--- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked,
+--       chunks, special, ranges, starts, clocks
 -- ARGV: "<format>:<fingerprint>" (the queue format of the caller's keys and
 --       entries, then the unit list's hash), nonce, ttl_ms, max_requeues, requeue_tolerance,
 --       max_reclaims, max_failures ("" for no limit), total, then `total`
@@ -21,6 +22,7 @@
 
 local units, priority, attempts, meta, unit_state, workers, parked =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local chunks, special, ranges, starts, clocks = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local fingerprint, nonce, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local total = ARGV[8]
 
@@ -50,73 +52,84 @@ end
 -- No meta: the run does not exist. Drop leftovers of an earlier run of the same
 -- id (state whose meta was lost) so the groups and units start clean; the
 -- event log is kept (worker errors may be recorded before initialisation).
-redis.call("DEL", units, priority, unit_state, workers, parked)
+redis.call("DEL", units, priority, unit_state, workers, parked, chunks, special, ranges, starts, clocks)
 total = tonumber(total)
 
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Main-stream entries share one millisecond (`<ms>-*`, Redis 7), so their
--- sequence numbers are consecutive: the entries a reserve call delivers are
--- runs of adjacent ids, and finalize_batch reads nearby ones with one range
--- read per span. Older servers (no `<ms>-*`) take "*".
-local id_form = string.format("%d-*", now)
--- An entry is one field: the unit id, valued its kind (the fewest values
--- for the scripts to read back, twice per unit), then "\1group" valued the
--- group for a unit in one.
-local function add_unit(form, i)
-  local id, kind, group, quarantined = ARGV[5 + 4 * i], ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[8 + 4 * i]
-  if group == "" and quarantined ~= "1" then
-    return redis.pcall("XADD", units, form, id, kind)
-  end
-  local args = { "XADD", units, form, id, kind }
-  if group ~= "" then
-    args[#args + 1], args[#args + 2] = "\1group", group
-  end
-  if quarantined == "1" then
-    -- Read back by `units` only (the scripts read it from the unit's state).
-    args[#args + 1], args[#args + 2] = "\1quarantined", "1"
-  end
-  return redis.pcall(unpack(args))
-end
-local first = total > 0 and add_unit(id_form, 1)
-if type(first) == "table" and first.err then
-  id_form = "*"
-  first = add_unit(id_form, 1)
-  if type(first) == "table" and first.err then
-    return redis.error_reply(first.err)
-  end
-end
+-- The main queue (format 5, transition/ranges.lua): the unit list packed in
+-- `chunks`, CHUNK_UNITS units a field (`unit\tkind\n`), and each unit's
+-- main-stream entry "0-<index + 1>": one field, the unit id valued its kind,
+-- then "\1group" valued the group for a unit in one. No worker reads that
+-- stream with `>` (the group starts at its end): it holds the pending rows
+-- of units that left their range or were delivered alone. Those (units in a
+-- group, and units whose kind holds a tab or a newline) are in `special`.
 -- A unit's state is stored only once it differs from the fresh one (the
 -- scripts read an absent state as fresh): here, only quarantined units'.
 -- The field "\1sparse" tells a run of fresh units from a lost state hash
 -- (Redis loses or evicts whole keys, never one field of a hash).
-local CHUNK = 256
+-- keys::CHUNK_UNITS
+local CHUNK_UNITS = 128
+local BATCH = 256
 local states = { "\1sparse", "1" }
-local has_groups = 0
+local has_groups, has_special = 0, 0
+local lines, specials = {}, {}
 for i = 1, total do
-  if ARGV[7 + 4 * i] ~= "" then
+  local id, kind, group, quarantined = ARGV[5 + 4 * i], ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[8 + 4 * i]
+  local index = i - 1
+  local entry_id = string.format("0-%d", i)
+  local odd_kind = string.find(kind, "[\t\n]") ~= nil
+  if group == "" and quarantined ~= "1" then
+    redis.call("XADD", units, entry_id, id, kind)
+  else
+    local args = { "XADD", units, entry_id, id, kind }
+    if group ~= "" then
+      args[#args + 1], args[#args + 2] = "\1group", group
+    end
+    if quarantined == "1" then
+      -- Read back by `units` only (the scripts read it from the unit's state).
+      args[#args + 1], args[#args + 2] = "\1quarantined", "1"
+    end
+    redis.call(unpack(args))
+  end
+  if group ~= "" then
     has_groups = 1
   end
-  if i > 1 then
-    local added = add_unit(id_form, i)
-    if type(added) == "table" and added.err then
-      return redis.error_reply(added.err)
+  if group ~= "" or odd_kind then
+    has_special = 1
+    specials[#specials + 1], specials[#specials + 2] = index, index
+    if #specials >= 2 * BATCH then
+      redis.call("ZADD", special, unpack(specials))
+      specials = {}
     end
+    lines[#lines + 1] = id .. "\t\n"
+  else
+    lines[#lines + 1] = id .. "\t" .. kind .. "\n"
   end
-  if ARGV[8 + 4 * i] == "1" then
-    states[#states + 1] = ARGV[5 + 4 * i]
+  if #lines == CHUNK_UNITS or i == total then
+    redis.call("HSET", chunks, math.floor(index / CHUNK_UNITS), table.concat(lines))
+    lines = {}
+  end
+  if quarantined == "1" then
+    states[#states + 1] = id
     states[#states + 1] = '{"retry_index":0,"reclaim_count":0,"entered_retry":false,"quarantined":true}'
-    if #states >= 2 * CHUNK then
+    if #states >= 2 * BATCH then
       redis.call("HSET", unit_state, unpack(states))
       states = {}
     end
   end
 end
+if #specials > 0 then
+  redis.call("ZADD", special, unpack(specials))
+end
 if #states > 0 then
   redis.call("HSET", unit_state, unpack(states))
 end
-redis.call("XGROUP", "CREATE", units, "workers", "0", "MKSTREAM")
+-- Never empty while they exist (transition/ranges.lua: `ranges_lost`).
+redis.call("ZADD", starts, -1, -1)
+redis.call("ZADD", clocks, 0, -1)
+redis.call("XGROUP", "CREATE", units, "workers", "$", "MKSTREAM")
 redis.call("XGROUP", "CREATE", priority, "workers", "0", "MKSTREAM")
 
 redis.call("HSET", meta,
@@ -132,9 +145,13 @@ redis.call("HSET", meta,
   "init_nonce", nonce,
   "ttl_ms", ttl_ms,
   "created_at_ms", now,
-  "has_groups", has_groups)
+  "has_groups", has_groups,
+  "has_special", has_special,
+  "cursor", 0,
+  "range_live", 0)
 
-for _, key in ipairs({ units, priority, attempts, meta, unit_state, workers, parked }) do
+for _, key in ipairs({ units, priority, attempts, meta, unit_state, workers, parked, chunks, special, ranges, starts,
+  clocks }) do
   redis.call("PEXPIRE", key, ttl_ms)
 end
 return { "INITIALIZED" }

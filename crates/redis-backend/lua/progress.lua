@@ -7,7 +7,7 @@
 
 local units, priority, meta, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local m = redis.call("HMGET", meta, "total_units", "finalized_count", "requeued_units_count", "failed_count",
-  "max_failures")
+  "max_failures", "cursor", "range_live")
 if not m[1] then
   return false
 end
@@ -38,6 +38,13 @@ end
 
 local p_pending, p_queued = group_counts(priority)
 local u_pending, u_queued = group_counts(units)
+-- The main queue (format 5): the units behind the cursor are queued, and
+-- the live units of ranges are pending besides the stream's own rows.
+local cursor = tonumber(m[6])
+if cursor then
+  u_queued = tonumber(m[1]) - cursor
+  u_pending = u_pending + (tonumber(m[7]) or 0)
+end
 local failed, max_failures = tonumber(m[4]) or 0, tonumber(m[5])
 local stopped = 0
 if max_failures and failed >= max_failures then

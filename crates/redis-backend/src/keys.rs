@@ -77,8 +77,16 @@ pub fn streaks(prefix: &str) -> String {
 /// their format; 3 keeps each group's running count in the meta hash (a
 /// format-2 worker would never lower it, and its group would stall); 4
 /// stores a unit's state only once it changes (a format-3 worker would read
-/// a fresh unit's absent state as lost).
-pub const QUEUE_FORMAT: u32 = 4;
+/// a fresh unit's absent state as lost); 5 hands the main queue out as
+/// ranges of the unit list (`docs/queue-model.md`: a format-4 worker would
+/// read the main stream with `>` and take every unit at once).
+pub const QUEUE_FORMAT: u32 = 5;
+
+/// Units a field of a run's `chunks` hash holds (format 5): the unit list,
+/// packed `unit\tkind\n` per unit. `lua/initialize.lua` writes it and
+/// `lua/transition/ranges.lua` and `lua/pending.lua` read it under this same
+/// value.
+pub const CHUNK_UNITS: usize = 128;
 
 /// The field of a run's state hash that says absent states are fresh ones
 /// (format 4): only changed states are stored, and a hash without this
@@ -86,7 +94,7 @@ pub const QUEUE_FORMAT: u32 = 4;
 /// `lua/transition/helpers.lua` reads it under this same name.
 pub const SPARSE_STATES: &str = "\u{1}sparse";
 
-/// The six keys of one run, in the order the scripts take them.
+/// The keys of one run, in the order the scripts take them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunKeys {
     /// The main stream.
@@ -103,6 +111,21 @@ pub struct RunKeys {
     pub workers: String,
     /// Entries waiting for a place in their full group (a sorted set).
     pub parked: String,
+    /// The unit list, packed [`CHUNK_UNITS`] units a field (format 5).
+    pub chunks: String,
+    /// Indexes of the units delivered one at a time, not in a range (a
+    /// sorted set): units in a group, and units whose kind holds a tab or
+    /// a newline.
+    pub special: String,
+    /// The live ranges: first index to last index, delivery count, live
+    /// units, which are done, owner.
+    pub ranges: String,
+    /// The live ranges' first indexes, scored by them (a sorted set: the
+    /// range holding an index).
+    pub starts: String,
+    /// The live ranges' reclaim clocks (a sorted set: first index scored by
+    /// its last delivery or beat).
+    pub clocks: String,
 }
 
 impl RunKeys {
@@ -117,12 +140,30 @@ impl RunKeys {
             unit_state: format!("{base}:unit_state"),
             workers: format!("{base}:workers"),
             parked: format!("{base}:parked"),
+            chunks: format!("{base}:chunks"),
+            special: format!("{base}:special"),
+            ranges: format!("{base}:ranges"),
+            starts: format!("{base}:starts"),
+            clocks: format!("{base}:clocks"),
         }
     }
 
-    /// All six, in script order.
-    pub fn all(&self) -> [&str; 7] {
-        [&self.units, &self.priority, &self.attempts, &self.meta, &self.unit_state, &self.workers, &self.parked]
+    /// All of them, in script order.
+    pub fn all(&self) -> [&str; 12] {
+        [
+            &self.units,
+            &self.priority,
+            &self.attempts,
+            &self.meta,
+            &self.unit_state,
+            &self.workers,
+            &self.parked,
+            &self.chunks,
+            &self.special,
+            &self.ranges,
+            &self.starts,
+            &self.clocks,
+        ]
     }
 }
 

@@ -56,7 +56,30 @@ fn parse_stream(what: &'static str, value: &Value) -> Result<StreamName, ReplyEr
 }
 
 fn parse_unit(what: &'static str, value: &Value) -> Result<UnitId, ReplyError> {
-    UnitId::new(reply::string(what, value)?).map_err(|e| ReplyError::new(what, e.to_string()))
+    parse_unit_str(what, &reply::string(what, value)?)
+}
+
+fn parse_unit_str(what: &'static str, unit: &str) -> Result<UnitId, ReplyError> {
+    UnitId::new(unit).map_err(|e| ReplyError::new(what, e.to_string()))
+}
+
+/// The main-stream entry of the unit at `index` of the unit list (format 5:
+/// `lua/transition/ranges.lua`).
+fn range_entry_id(index: u64) -> EntryId {
+    EntryId::new(0, index + 1)
+}
+
+/// The units of a range as the chunks pack them, `unit\tkind\n` each:
+/// (unit, kind) pairs in order.
+fn range_units(packed: &str) -> Result<impl Iterator<Item = (&str, &str)>, String> {
+    let Some(body) = packed.strip_suffix('\n') else {
+        return Err(format!("range units {packed:?} do not end with a newline"));
+    };
+    let pairs = body
+        .split('\n')
+        .map(|line| line.split_once('\t').ok_or_else(|| format!("range unit line {line:?} has no kind")))
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(pairs.into_iter())
 }
 
 fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
@@ -88,6 +111,23 @@ fn parse_reserve(value: Value) -> Result<Reserved, ReplyError> {
                     }));
                 }
                 i += 3 + n * 5;
+            }
+            "RANGE" => {
+                let first = reply::uint::<u64>(WHAT, field(1)?)?;
+                let packed = reply::string(WHAT, field(2)?)?;
+                for (k, (unit, kind)) in range_units(&packed).map_err(|e| ReplyError::new(WHAT, e))?.enumerate() {
+                    out.items.push(Item::Delivered(Delivery {
+                        stream: StreamName::Main,
+                        entry_id: range_entry_id(first + k as u64),
+                        unit: parse_unit_str(WHAT, unit)?,
+                        kind: kind.to_owned(),
+                        delivery_count: 1,
+                        retry_index: 0,
+                        reclaim_count: 0,
+                        origin: DeliveryOrigin::Fresh,
+                    }));
+                }
+                i += 3;
             }
             "OK" => {
                 let reclaimed = reply::int(WHAT, field(8)?)? == 1;
@@ -792,7 +832,7 @@ impl RunLog for RedisStore {
     async fn pending(&self, run: &RunId) -> Result<Vec<PendingDelivery>, QueueError> {
         const WHAT: &str = "pending";
         let keys = self.run_keys(run);
-        let call = Call::new([&keys.units, &keys.priority]);
+        let call = Call::new([&keys.units, &keys.priority, &keys.chunks, &keys.ranges, &keys.clocks]);
         let value = self.eval(&scripts::PENDING, &call).await.map_err(|e| queue_err(WHAT, run, e))?;
         let bad = |e| queue_reply_err(WHAT, run, e);
         let rows = reply::array(WHAT, value).map_err(bad)?;
@@ -895,7 +935,8 @@ pub(crate) fn attempts_entry(run: &RunId, entry: Value) -> Result<(EntryId, Vec<
 }
 
 /// The events of a packed attempts entry (`lua/transition/events.lua`):
-/// "packed", worker, "at_ms", at_ms, then "S" stream state n and n pairs of
+/// "packed", worker, "at_ms", at_ms, then "R" first packed (a range's fresh
+/// deliveries, format 5), "S" stream state n and n pairs of
 /// unit and entry_id (n fresh deliveries), or per event "D" unit stream
 /// entry_id state (one, as format 3 wrote them), "F" unit state tail, or "J"
 /// json (a lone "" pads the last pair).
@@ -940,6 +981,17 @@ fn unpack_events(tokens: &[String]) -> Result<Vec<Event>, String> {
                     out.push(parse(&json)?);
                 }
                 i += 4 + 2 * n;
+            }
+            "R" => {
+                let [first, packed] = event_tokens::<2>(rest, i)?;
+                let first: u64 = first.parse().map_err(|_| format!("bad range start {first:?}"))?;
+                for (k, (unit, _)) in range_units(packed)?.enumerate() {
+                    let entry_id = range_entry_id(first + k as u64);
+                    let json = head("delivered", unit, "0:0")?
+                        + &format!(r#","stream":"units","entry_id":"{entry_id}","delivery_count":1}}"#);
+                    out.push(parse(&json)?);
+                }
+                i += 3;
             }
             "F" => {
                 let [unit, state, tail] = event_tokens::<3>(rest, i)?;
@@ -1127,14 +1179,62 @@ mod tests {
         ];
         assert_eq!(attempts_entry(&run, entry("9-3", &tokens)).unwrap().1, expected);
 
+        // A range's fresh deliveries (format 5) read as one `delivered` event a unit.
+        let range_events = [("u\"1", "0-8"), ("u 2", "0-9")]
+            .map(|(unit, id)| {
+                head("delivered", unit, 0, 0) + &format!(r#","stream":"units","entry_id":"{id}","delivery_count":1}}"#)
+            })
+            .map(|j| serde_json::from_str::<serde_json::Value>(&j).unwrap());
+        let (_, expected) =
+            attempts_entry(&run, entry("9-4", &["batch", &serde_json::to_string(&range_events).unwrap()])).unwrap();
+        let tokens = ["packed", "w\"1", "at_ms", "1700", "R", "7", "u\"1\tfile\nu 2\t\n", ""];
+        assert_eq!(attempts_entry(&run, entry("9-4", &tokens)).unwrap().1, expected);
+
         for bad in [
             &["packed", "w", "at_ms"][..],
+            &["packed", "w", "at_ms", "1", "R", "7", "u\tfile"],
+            &["packed", "w", "at_ms", "1", "R", "7", "u\n"],
+            &["packed", "w", "at_ms", "1", "R", "x", "u\tfile\n"],
+            &["packed", "w", "at_ms", "1", "R", "7"],
             &["packed", "w", "at_ms", "1", "D", "u"],
             &["packed", "w", "at_ms", "1", "S", "units", "0:0", "2", "u", "5-1"],
             &["packed", "w", "at_ms", "1", "S", "units", "0:0", "x"],
             &["packed", "w", "at_ms", "1", "X"],
         ] {
             assert!(matches!(attempts_entry(&run, entry("9-2", bad)), Err(QueueError::Corrupt { .. })), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_range_reads_as_fresh_deliveries_of_consecutive_main_entries() {
+        let reply = Value::Array(vec![
+            bulk("FULL"),
+            bulk("RANGE"),
+            Value::Int(41),
+            bulk("a b\tfile\nc\t\n"),
+            bulk("FINALIZED"),
+            bulk("z"),
+        ]);
+        let reserved = parse_reserve(reply).unwrap();
+        let delivered: Vec<_> = reserved
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Delivered(d) => Some((d.unit.as_str(), d.kind.as_str(), d.entry_id, d.stream, d.delivery_count)),
+                Item::Exhausted(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            delivered,
+            [
+                ("a b", "file", EntryId::new(0, 42), StreamName::Main, 1),
+                ("c", "", EntryId::new(0, 43), StreamName::Main, 1)
+            ]
+        );
+        assert_eq!(reserved.items.len(), 3);
+        for bad in ["a\tfile", "a\n", "a\tfile\nb\n"] {
+            let reply = Value::Array(vec![bulk("FULL"), bulk("RANGE"), Value::Int(0), bulk(bad)]);
+            assert!(parse_reserve(reply).is_err(), "{bad:?}");
         }
     }
 

@@ -12,6 +12,7 @@ pub(crate) static TRANSITION: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/transition/prelude.lua"),
         include_str!("../lua/transition/helpers.lua"),
         include_str!("../lua/transition/events.lua"),
+        include_str!("../lua/transition/ranges.lua"),
         include_str!("../lua/transition/reserve.lua"),
         include_str!("../lua/transition/heartbeat.lua"),
         include_str!("../lua/transition/finalize.lua"),

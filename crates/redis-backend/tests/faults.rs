@@ -194,23 +194,52 @@ async fn corrupt_state_gives_corrupt_or_a_clear_error() {
     store.initialize(&s).await.unwrap();
     let keys = store.run_keys(&s.run);
 
-    // A unit_state entry that is not valid JSON: a batch stops with CORRUPT
-    // at that unit (the units before it are delivered).
+    // A unit_state entry that is not valid JSON. The main queue hands its
+    // units out as ranges without reading their states (format 5: a unit
+    // never delivered has the state it was initialised with), so the first
+    // transition that reads it answers CORRUPT, and nothing changes.
     let _: () =
         redis::cmd("HSET").arg(&keys.unit_state).arg("b").arg("{not json").query_async(&mut admin).await.unwrap();
     let batch = store.reserve_batch(&s.run, &w("w1"), std::num::NonZeroUsize::new(5).unwrap(), LONG).await.unwrap();
-    assert!(batch.corrupt, "{batch:?}");
-    assert_eq!(batch.deliveries.iter().map(|d| d.unit.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert!(!batch.corrupt, "{batch:?}");
+    assert_eq!(batch.deliveries.iter().map(|d| d.unit.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
     let err = store.unit_state(&s.run, &UnitId::new("b").unwrap()).await.expect_err("corrupt");
     assert!(matches!(err, QueueError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("unit_state"), "{err}");
+    let done = FinalizeRequest::new(Outcome::Passed, 1);
+    let b = batch.deliveries[1].clone();
+    assert_eq!(store.finalize(&s.run, &w("w1"), &b, &done).await.unwrap(), Ack::Corrupt);
     // A fenced transition on a unit whose state is unreadable: CORRUPT, nothing changes.
     let a = batch.deliveries[0].clone();
     let _: () = redis::cmd("HSET").arg(&keys.unit_state).arg("a").arg("[]").query_async(&mut admin).await.unwrap();
-    let done = FinalizeRequest::new(Outcome::Passed, 1);
     assert_eq!(store.finalize(&s.run, &w("w1"), &a, &done).await.unwrap(), Ack::Corrupt);
     assert_eq!(store.requeue(&s.run, &w("w1"), &a, &RequeueRequest::default()).await.unwrap(), RequeueReply::Corrupt);
     assert_eq!(store.progress(&s.run).await.unwrap().unwrap().finalized, 0);
+    // The one untouched unit still finalizes.
+    let c = batch.deliveries[2].clone();
+    assert_eq!(store.finalize(&s.run, &w("w1"), &c, &done).await.unwrap(), Ack::Ok);
+
+    // The range keys lost while the run's meta is not: a unit of a lost
+    // range could be neither finalized nor reclaimed, so CORRUPT, not STALE.
+    let s3 = spec("r3", &["p", "q", "r"]);
+    store.initialize(&s3).await.unwrap();
+    let k3 = store.run_keys(&s3.run);
+    let lost = store.reserve_batch(&s3.run, &w("w1"), std::num::NonZeroUsize::new(2).unwrap(), LONG).await.unwrap();
+    assert_eq!(lost.deliveries.len(), 2);
+    let _: () = redis::cmd("DEL").arg(&k3.ranges).query_async(&mut admin).await.unwrap();
+    assert_eq!(store.finalize(&s3.run, &w("w1"), &lost.deliveries[0], &done).await.unwrap(), Ack::Corrupt);
+    assert_eq!(store.heartbeat(&s3.run, &w("w1"), &lost.deliveries[1]).await.unwrap(), Ack::Corrupt);
+    let _: () = redis::cmd("DEL").arg(&k3.starts).arg(&k3.clocks).query_async(&mut admin).await.unwrap();
+    assert_eq!(
+        UnitQueue::release(&store, &s3.run, &w("w1"), &lost.deliveries[1]).await.unwrap(),
+        Ack::Corrupt,
+        "the starts of the ranges lost"
+    );
+    // The unit behind the cursor is still handed out; reclaim then finds the clocks lost.
+    let fresh = store.reserve(&s3.run, &w("w2"), Ttl::from_millis(1)).await.unwrap();
+    assert!(matches!(&fresh, ReserveReply::Delivered(d) if d.unit.as_str() == "r"), "{fresh:?}");
+    assert_eq!(store.reserve(&s3.run, &w("w2"), Ttl::from_millis(1)).await.unwrap(), ReserveReply::Corrupt);
+    assert_eq!(store.progress(&s3.run).await.unwrap().unwrap().finalized, 0);
     // The state hash lost (evicted, say) while the streams are not: a fresh
     // unit's state is stored nowhere, so the loss is told by the hash itself.
     let s2 = spec("r2", &["x", "y"]);

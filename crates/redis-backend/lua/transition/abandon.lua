@@ -3,6 +3,9 @@
 
 -- ARGV: stream, entry_id, delivery_count, unit_id, elapsed_ms.
 local function abandoned(m, short, entry_id, delivery_count, unit_id, elapsed_ms)
+  if not settle(stream_key(short), entry_id) then
+    return CORRUPT
+  end
   local stream, state = fenced_state(short, entry_id, delivery_count, unit_id)
   if not stream then
     return state

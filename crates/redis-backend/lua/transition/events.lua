@@ -37,6 +37,8 @@ end
 --   and entry_id: n fresh `delivered` events (delivery count 1) by this
 --   worker at at_ms (format 3 wrote "D", unit, stream, entry_id, state
 --   for each);
+-- * "R", first, packed: the fresh `delivered` events of one range (format
+--   5, see append_range);
 -- * "F", unit, "<retry_index>:<reclaim_count>", tail: a `finalized` event
 --   whose fields after the header are the client-built JSON `tail`;
 -- * "J", json: any event, whole.
@@ -113,6 +115,24 @@ local function append_delivered(unit, short, entry_id, state)
   ev_args[ev_n + 6] = entry_id
   ev_run_at, ev_run_short, ev_run_code = ev_n + 4, short, code
   ev_n = ev_n + 6
+  ev_json_only = false
+end
+
+-- The fresh `delivered` events of one range (format 5): "R", the index of
+-- its first unit, then its `n` units packed as the chunks hold them
+-- (`unit\tkind\n` each), in three tokens however many units it holds. The
+-- reader names their entries "0-<index + 1>" on the main stream, with the
+-- fresh state 0:0 (a unit in a range has never been delivered).
+local function append_range(first, packed, n)
+  if ev_count + n > EVENTS_PER_ENTRY then
+    flush_events()
+  end
+  event_begin(3)
+  ev_count = ev_count + n - 1
+  ev_args[ev_n + 1] = "R"
+  ev_args[ev_n + 2] = first
+  ev_args[ev_n + 3] = packed
+  ev_n = ev_n + 3
   ev_json_only = false
 end
 

@@ -51,7 +51,7 @@ end
 -- Meta fields every transition needs, in one call. nil when the run is gone.
 local function read_meta()
   local m = redis.call("HMGET", meta, "ttl_ms", "max_requeues", "requeue_tolerance", "max_reclaims",
-    "total_units", "requeued_units_count", "max_failures", "failed_count", "has_groups")
+    "total_units", "requeued_units_count", "max_failures", "failed_count", "has_groups", "cursor", "has_special")
   local ttl = tonumber(m[1])
   if not ttl then
     return nil
@@ -67,6 +67,10 @@ local function read_meta()
     max_failures = tonumber(m[7]),
     failed = tonumber(m[8]) or 0,
     has_groups = m[9] == "1",
+    -- The index of the first unit of the list not yet handed out (format 5).
+    cursor = tonumber(m[10]) or 0,
+    -- Whether some units are delivered one at a time (`special`).
+    has_special = m[11] == "1",
   }
 end
 
@@ -85,6 +89,11 @@ local function renew_ttls(ttl_ms)
   redis.call("PEXPIRE", unit_state, ttl_ms)
   redis.call("PEXPIRE", workers, ttl_ms)
   redis.call("PEXPIRE", parked, ttl_ms)
+  redis.call("PEXPIRE", chunks, ttl_ms)
+  redis.call("PEXPIRE", special, ttl_ms)
+  redis.call("PEXPIRE", ranges, ttl_ms)
+  redis.call("PEXPIRE", starts, ttl_ms)
+  redis.call("PEXPIRE", clocks, ttl_ms)
 end
 
 -- The pending row of one entry: {consumer, delivery_count} or nil.

@@ -4,9 +4,11 @@
 -- State transitions of one run of the fenced unit queue. One dispatcher, one
 -- function per mode; modelled on rspec-hopper's transition.lua (the seed).
 --
--- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked
+-- KEYS: units, units:priority, attempts, meta, unit_state, workers, parked,
+--       chunks, special, ranges, starts, clocks
 --       (all share the run's hash tag; parked is a sorted set of the
---       entries waiting for a place in their full group)
+--       entries waiting for a place in their full group; the last five hold
+--       the main queue's ranges, see ranges.lua)
 -- ARGV: mode, worker_id, then mode-specific arguments (see dispatch).
 --
 -- Replies are arrays whose first element is a status string: "OK", "NONE",
@@ -36,6 +38,7 @@
 
 local units, priority, attempts, meta, unit_state, workers, parked =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local chunks, special, ranges, starts, clocks = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local mode, worker_id = ARGV[1], ARGV[2]
 
 local GROUP = "workers"

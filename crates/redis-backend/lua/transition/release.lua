@@ -12,7 +12,12 @@ local function release_batch(m, count, base)
   for i = 1, tonumber(count) do
     local b = base + (i - 1) * 4
     local short, entry_id, unit_id = ARGV[b], ARGV[b + 1], ARGV[b + 3]
-    local stream, state, row = fenced_state(short, entry_id, ARGV[b + 2], unit_id)
+    local stream, state, row
+    if settle(stream_key(short), entry_id) then
+      stream, state, row = fenced_state(short, entry_id, ARGV[b + 2], unit_id)
+    else
+      state = CORRUPT
+    end
     if not stream then
       reply[i] = state[1]
     else

@@ -8,6 +8,9 @@
 local function requeue(m, short, entry_id, delivery_count, unit_id, unit_type, duration_ms, summary_json, errors_json,
                        elsewhere, slot_field)
   slot_field = slot_field or ""
+  if not settle(stream_key(short), entry_id) then
+    return CORRUPT
+  end
   local stream, state, row = fenced_state(short, entry_id, delivery_count, unit_id)
   if not stream then
     return state

@@ -4,7 +4,10 @@
 -- ARGV: max, reclaim_after_ms, single ("1": stop after the first item).
 -- Reply: { tail, item... } where tail is "FULL", "NONE", "STOPPED" (the run
 -- reached its failure limit: nothing more is handed out) or "CORRUPT" and the
--- items follow flat (no table per item, cheaper to reply): "FRESH", stream,
+-- items follow flat (no table per item, cheaper to reply): "RANGE", first,
+-- packed (a range cut from the main queue: the units from index `first`,
+-- packed `unit\tkind\n`, each fresh on main-stream entry "0-<index + 1>",
+-- delivery count 1, state 0:0); "FRESH", stream,
 -- n, then n groups of entry_id, unit, kind, retry_index, reclaim_count (the
 -- entries one XREADGROUP delivered: delivery count 1, not reclaimed; five
 -- values each, as every value replied costs Redis CPU); "OK", stream,
@@ -72,7 +75,7 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- reading (the entry is moved back once more: read is read).
   local moved_back = {}
   local moved_any = false
-  for _, stream in ipairs({ priority, units }) do
+  for _, stream in ipairs({ priority }) do
     local wrapped = false
     fresh[stream] = fresh[stream] or {}
     while delivered < max and not wrapped do
@@ -145,6 +148,77 @@ local function reserve(m, max, reclaim_after_ms, single)
     end
   end
 
+  -- The main queue (format 5, ranges.lua): ranges cut from the cursor; a
+  -- unit in `special` (in a group, or of a kind the chunks cannot hold) is
+  -- delivered on its own, as a pending row of its entry.
+  fresh[units] = {}
+  local function corrupt()
+    reply[1] = "CORRUPT"
+    if changed then
+      touch_worker(current and jstr(current))
+      renew_ttls(m.ttl_ms)
+    end
+    return reply
+  end
+  while delivered < max and m.cursor < m.total_units do
+    if not absent_is_fresh() then
+      return corrupt()
+    end
+    local n = math.min(max - delivered, m.total_units - m.cursor, RANGE_MAX)
+    local alone = false
+    if m.has_special then
+      local next_special = redis.call("ZRANGEBYSCORE", special, m.cursor, m.cursor + n - 1, "LIMIT", 0, 1)[1]
+      if next_special then
+        next_special = tonumber(next_special)
+        alone = next_special == m.cursor
+        n = next_special - m.cursor
+      end
+    end
+    if alone then
+      local entry_id = main_id(m.cursor)
+      local entry = redis.call("XRANGE", units, entry_id, entry_id)[1]
+      local unit, kind, group
+      if type(entry) == "table" then
+        local _
+        unit, kind, _, _, group = entry_unit(entry[2])
+      end
+      local state = unit and read_state(unit)
+      if not state then
+        return corrupt()
+      end
+      m.cursor = m.cursor + 1
+      redis.call("HSET", meta, "cursor", m.cursor)
+      if group_full(group) then
+        park(units, entry_id, unit, kind, nil, nil, group)
+      else
+        redis.call("XCLAIM", units, GROUP, worker_id, 0, entry_id, "RETRYCOUNT", 1, "FORCE", "JUSTID")
+        group_started(group)
+        append_delivered(unit, "units", entry_id, state)
+        local r = #reply
+        reply[r + 1], reply[r + 2], reply[r + 3] = "FRESH", "units", 1
+        reply[r + 4], reply[r + 5], reply[r + 6] = entry_id, unit, kind
+        reply[r + 7], reply[r + 8] = state.retry_index, state.reclaim_count
+        local list = fresh[units]
+        list[#list + 1] = entry_id
+        touched_count[units] = touched_count[units] + 1
+        delivered = delivered + 1
+        changed = true
+        current = unit
+      end
+    else
+      local first = m.cursor
+      local packed = cut_range(m, n)
+      if not packed then
+        return corrupt()
+      end
+      local r = #reply
+      reply[r + 1], reply[r + 2], reply[r + 3] = "RANGE", first, packed
+      delivered = delivered + n
+      changed = true
+      current = unit_at(m.cursor - 1)
+    end
+  end
+
   -- Reclaim: the oldest entry idle for at least the timeout, priority first.
   local tail = "NONE"
   if delivered >= max then
@@ -157,6 +231,12 @@ local function reserve(m, max, reclaim_after_ms, single)
       for _, id in ipairs(ids) do
         set[id] = true
       end
+    end
+  end
+  if delivered < max then
+    explode_idle(reclaim_after_ms)
+    if ranges_lost then
+      return corrupt()
     end
   end
   while delivered < max do
