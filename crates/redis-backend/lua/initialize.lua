@@ -59,7 +59,8 @@ local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The main queue (format 5, transition/ranges.lua): the unit list packed in
--- `chunks`, CHUNK_UNITS units a field (`unit\tkind\n`), and each unit's
+-- `chunks`, CHUNK_UNITS units a field (`unit\tkind\n`; field "o<c>" holds
+-- where each line of chunk c starts, as 4-byte integers), and each unit's
 -- main-stream entry "0-<index + 1>": one field, the unit id valued its kind,
 -- then "\1group" valued the group for a unit in one. No worker reads that
 -- stream with `>` (the group starts at its end): it holds the pending rows
@@ -108,7 +109,15 @@ for i = 1, total do
     lines[#lines + 1] = id .. "\t" .. kind .. "\n"
   end
   if #lines == CHUNK_UNITS or i == total then
-    redis.call("HSET", chunks, math.floor(index / CHUNK_UNITS), table.concat(lines))
+    -- Where each line starts, and the last one ends (transition/ranges.lua).
+    local offsets, at = {}, 1
+    for k = 1, #lines do
+      offsets[k] = struct.pack(">I4", at)
+      at = at + #lines[k]
+    end
+    offsets[#lines + 1] = struct.pack(">I4", at)
+    local c = math.floor(index / CHUNK_UNITS)
+    redis.call("HSET", chunks, c, table.concat(lines), "o" .. c, table.concat(offsets))
     lines = {}
   end
   if quarantined == "1" then

@@ -35,29 +35,31 @@ local function main_id(index)
   return string.format("0-%d", index + 1)
 end
 
--- Chunks read by this call: c -> { text, line starts }; false when absent.
+-- Chunks read by this call: c -> { text, offsets }; false when absent. The
+-- field "o<c>" beside chunk c holds where each of its lines starts, and
+-- where the last one ends, as 4-byte big-endian integers (written by the
+-- initialisation), so no call scans a chunk for its newlines.
 local chunk_cache = {}
 local function chunk(c)
   local cached = chunk_cache[c]
   if cached == nil then
     cached = false
-    local text = redis.call("HGET", chunks, c)
-    if text then
-      local starts_at, at = {}, 1
-      while at <= #text do
-        starts_at[#starts_at + 1] = at
-        local newline = string.find(text, "\n", at, true)
-        if not newline then
-          break
-        end
-        at = newline + 1
-      end
-      starts_at[#starts_at + 1] = #text + 1
-      cached = { text, starts_at }
+    local got = redis.call("HMGET", chunks, c, "o" .. c)
+    if got[1] and got[2] then
+      cached = { got[1], got[2] }
     end
     chunk_cache[c] = cached
   end
   return cached
+end
+
+-- Where line k (from 1) of chunk `ch` starts; k one past its last line
+-- gives the end of that line plus one. nil past that.
+local function line_start(ch, k)
+  if k < 1 or 4 * k > #ch[2] then
+    return nil
+  end
+  return (struct.unpack(">I4", ch[2], 4 * k - 3))
 end
 
 -- The packed lines of units first..first+n-1, or nil when a chunk is lost.
@@ -68,10 +70,11 @@ local function packed_units(first, n)
     local ch = chunk(c)
     local base = c * CHUNK_UNITS
     local last = math.min(stop, base + CHUNK_UNITS - 1)
-    if not ch or not ch[2][last - base + 2] then
+    local from, to = ch and line_start(ch, i - base + 1), ch and line_start(ch, last - base + 2)
+    if not from or not to then
       return nil
     end
-    parts[#parts + 1] = string.sub(ch[1], ch[2][i - base + 1], ch[2][last - base + 2] - 1)
+    parts[#parts + 1] = string.sub(ch[1], from, to - 1)
     i = last + 1
   end
   return table.concat(parts)
@@ -81,7 +84,7 @@ end
 local function unit_at(index)
   local c = math.floor(index / CHUNK_UNITS)
   local ch = chunk(c)
-  local at = ch and ch[2][index - c * CHUNK_UNITS + 1]
+  local at = ch and line_start(ch, index - c * CHUNK_UNITS + 1)
   local tab = at and string.find(ch[1], "\t", at, true)
   return tab and string.sub(ch[1], at, tab - 1)
 end
@@ -91,11 +94,8 @@ end
 local function unit_at_is(index, unit)
   local c = math.floor(index / CHUNK_UNITS)
   local ch = chunk(c)
-  if not ch then
-    return false
-  end
-  local at = ch[2][index - c * CHUNK_UNITS + 1]
-  return at ~= nil and string.sub(ch[1], at, at + #unit - 1) == unit and string.byte(ch[1], at + #unit) == 9
+  local at = ch and line_start(ch, index - c * CHUNK_UNITS + 1)
+  return at ~= nil and string.byte(ch[1], at + #unit) == 9 and string.find(ch[1], unit, at, true) == at
 end
 
 -- Ranges read by this call (a list; a deleted or exploded one is `gone`).
@@ -229,8 +229,13 @@ local function settle(stream, entry_id)
 end
 
 -- Cuts a range of `n` units from the cursor for this worker: its packed
--- units, or nil when the unit list is lost.
+-- units, or nil when the unit list or the range keys are lost (a range
+-- written into re-made keys would hide the loss).
 local function cut_range(m, n)
+  if not redis.call("ZSCORE", starts, -1) or not redis.call("ZSCORE", clocks, -1) then
+    ranges_lost = true
+    return nil
+  end
   local first = m.cursor
   local packed = packed_units(first, n)
   if not packed then
