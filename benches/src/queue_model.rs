@@ -1,5 +1,5 @@
 //! `queue-model`: what the Redis queue's data model costs Redis per unit,
-//! the model in use (`leasehold_redis::keys::QUEUE_FORMAT`: one stream entry per unit)
+//! the model in use (`leasehold_redis::keys::QUEUE_FORMAT`: since format 5, ranges of the unit list)
 //! beside a measuring prototype of the range model (`benches/lua/ranges_model.lua`,
 //! `docs/queue-model.md`), driven the same way on one private redis-server.
 //!
