@@ -125,20 +125,19 @@ local function finalize_batch(m, count, base)
   local reply, passed, passed_units, used, used_index = {}, {}, {}, {}, {}
   for i = 1, count do
     local f = first[i]
-    local range = in_range[i]
+    local range, index = in_range[i], at[i]
+    local ok
     if range then
-      local index = at[i]
-      if not used_index[index] and range.owner == worker_id and range.count == i_dc[i] and live_in(range, index)
-          and unit_at_is(index, i_unit[i]) then
-        used_index[index] = true
-        passed[#passed + 1] = i
-        passed_units[#passed_units + 1] = i_unit[i]
-        reply[i] = "OK"
-      else
-        reply[i] = "STALE"
+      ok = not used_index[index] and range.owner == worker_id and range.count == i_dc[i] and live_in(range, index)
+        and unit_at_is(index, i_unit[i])
+      used_index[index] = used_index[index] or ok
+    else
+      ok = f and not used[f] and dc_of[f] == i_dc[i] and unit_of[f] == i_unit[i]
+      if ok then
+        used[f] = true
       end
-    elseif f and not used[f] and dc_of[f] == i_dc[i] and unit_of[f] == i_unit[i] then
-      used[f] = true
+    end
+    if ok then
       passed[#passed + 1] = i
       passed_units[#passed_units + 1] = i_unit[i]
       reply[i] = "OK"
@@ -149,10 +148,7 @@ local function finalize_batch(m, count, base)
 
   if ranges_lost then
     -- A main-stream item may be in a lost range: nothing is written.
-    for i = 1, count do
-      reply[i] = "CORRUPT"
-    end
-    return reply
+    return all_corrupt(count)
   end
 
   local states = read_states(passed_units)

@@ -39,10 +39,7 @@ local function heartbeat_batch(m, count, base)
     end
   end
   if ranges_lost then
-    for i = 1, count do
-      reply[i] = "CORRUPT"
-    end
-    return reply
+    return all_corrupt(count)
   end
   for _, range in ipairs(named_ranges) do
     if named[range].n == range.live then

@@ -155,6 +155,16 @@ local function range_of(i)
   return r
 end
 
+-- The reply of a batch call when the range keys were lost: CORRUPT for each
+-- of its `count` items, nothing written.
+local function all_corrupt(count)
+  local reply = {}
+  for i = 1, count do
+    reply[i] = "CORRUPT"
+  end
+  return reply
+end
+
 -- Whether the unit at index `i` of range `r` is live (not finalized).
 local function live_in(r, i)
   return string.byte(r.done, i - r.first + 1) == LIVE

@@ -62,6 +62,18 @@ local function reserve(m, max, reclaim_after_ms, single)
   local function group_full(group)
     return group and group_running(group) >= (tonumber(string.match(group, "^(%d+):")) or 0)
   end
+  -- Ends the call with `tail`, keeping what it has done so far.
+  local function finish(tail)
+    reply[1] = tail
+    if changed then
+      touch_worker(current and jstr(current))
+      renew_ttls(m.ttl_ms)
+    end
+    return reply
+  end
+  local function corrupt()
+    return finish("CORRUPT")
+  end
   local function touch(stream, entry_id)
     touched[stream][entry_id] = true
     touched_count[stream] = touched_count[stream] + 1
@@ -107,12 +119,7 @@ local function reserve(m, max, reclaim_after_ms, single)
       for i = 1, #entries do
         local unit, state = unit_list[i], states[i]
         if not state then
-          reply[1] = "CORRUPT"
-          if changed then
-            touch_worker(current and jstr(current))
-            renew_ttls(m.ttl_ms)
-          end
-          return reply
+          return corrupt()
         end
         local again = stream == priority and moved_back[ids[i]]
         if not again and group_full(groups[i]) then
@@ -152,14 +159,6 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- unit in `special` (in a group, or of a kind the chunks cannot hold) is
   -- delivered on its own, as a pending row of its entry.
   fresh[units] = {}
-  local function corrupt()
-    reply[1] = "CORRUPT"
-    if changed then
-      touch_worker(current and jstr(current))
-      renew_ttls(m.ttl_ms)
-    end
-    return reply
-  end
   while delivered < max and m.cursor < m.total_units do
     if not absent_is_fresh() then
       return corrupt()
@@ -308,10 +307,5 @@ local function reserve(m, max, reclaim_after_ms, single)
       end
     end
   end
-  reply[1] = tail
-  if changed then
-    touch_worker(current and jstr(current))
-    renew_ttls(m.ttl_ms)
-  end
-  return reply
+  return finish(tail)
 end
