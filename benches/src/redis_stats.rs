@@ -133,7 +133,7 @@ pub async fn slowlog(conn: &mut MultiplexedConnection) -> Result<Vec<SlowCall>> 
         let client = fields.get(4).and_then(text).unwrap_or_default();
         let args: Vec<String> = args.iter().filter_map(text).collect();
         let command = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
-        let label = if command == "evalsha" || command == "eval" {
+        let label = if command == "evalsha" || command == "eval" || command == "fcall" {
             // EVALSHA sha numkeys key... mode ...: the transition script's
             // first argument names its mode, whatever its number of keys.
             let keys = args.get(2).and_then(|n| n.parse::<usize>().ok());

@@ -7,6 +7,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Script, ServerErrorKind, Value};
 
 use crate::config::{ConnectError, RedisConfig};
+use crate::scripts::Library;
 
 /// A reconnecting connection to one server or to a cluster. Cheap to clone;
 /// clones share the underlying multiplexed connection, so concurrent calls
@@ -113,6 +114,18 @@ impl Call {
         arg.write_redis_args(&mut self.args);
     }
 
+    fn fcall(&self, library: &Library) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(library.name()).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k);
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        cmd
+    }
+
     fn evalsha(&self, script: &Script) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(self.keys.len());
@@ -140,6 +153,31 @@ async fn load(conn: &mut Conn, script: &Script) -> RedisResult<()> {
 }
 
 /// Runs `script` as `EVALSHA`; on `NOSCRIPT` loads it and runs it again.
+/// Whether Redis said it has no function of the name called (never loaded,
+/// or lost with a restart or a `FUNCTION FLUSH`).
+fn is_missing_function(err: &RedisError) -> bool {
+    err.to_string().contains("Function not found")
+}
+
+/// Loads `library` (every primary of a Cluster).
+pub(crate) async fn load_library(conn: &mut Conn, library: &Library) -> RedisResult<()> {
+    redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(library.code()).query_async::<Value>(conn).await.map(|_| ())
+}
+
+/// Calls the function of `library`, loading the library first when Redis
+/// does not have it.
+pub(crate) async fn fcall(conn: &mut Conn, library: &Library, call: &Call) -> RedisResult<Value> {
+    let cmd = call.fcall(library);
+    match cmd.query_async::<Value>(conn).await {
+        Err(err) if is_missing_function(&err) => {
+            tracing::debug!(library = library.name(), "function not found: loading its library and calling again");
+            load_library(conn, library).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
 pub(crate) async fn eval(conn: &mut Conn, script: &Script, call: &Call) -> RedisResult<Value> {
     let cmd = call.evalsha(script);
     match cmd.query_async::<Value>(conn).await {

@@ -270,7 +270,7 @@ impl RedisStore {
     }
 
     async fn run_transition(&self, op: &'static str, run: &RunId, call: &Call) -> Result<Value, QueueError> {
-        self.eval(&scripts::TRANSITION, call).await.map_err(|e| queue_err(op, run, e))
+        self.fcall(&scripts::TRANSITION, call).await.map_err(|e| queue_err(op, run, e))
     }
 
     async fn reserve_items(

@@ -4,11 +4,45 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Unit-queue transitions: one script (rspec-hopper's `transition.lua`,
-/// extended), kept as one file per part (helpers, one per mode, the
-/// dispatch) and joined here in order: later parts use what earlier ones define.
-pub(crate) static TRANSITION: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+/// A Lua function library: loaded once with `FUNCTION LOAD` and called
+/// with `FCALL`, so its body (every local function of it) runs once at load
+/// and not at every call, as a script's body does at every `EVALSHA`. On
+/// the transition script that body cost 175k instructions a call
+/// (`docs/queue-model.md`).
+pub(crate) struct Library {
+    name: String,
+    code: String,
+}
+
+impl Library {
+    /// The library of `body`, which registers one function named by the
+    /// global-free local `FUNCTION_NAME` that the loader defines first. The
+    /// library and its function are named after the body's SHA-1, so two
+    /// versions that share one Redis never replace or call each other's.
+    fn new(body: &str) -> Self {
+        let hash = Script::new(body).get_hash().to_owned();
+        let name = format!("leasehold_{}", &hash[..16]);
+        let code = format!("#!lua name={name}\nlocal FUNCTION_NAME = \"{name}\"\n{body}");
+        Self { name, code }
+    }
+
+    /// The name of the library and of its one function.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The code `FUNCTION LOAD` takes.
+    pub(crate) fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+/// Unit-queue transitions: one function library (rspec-hopper's
+/// `transition.lua`, extended), kept as one file per part (helpers, one per
+/// mode, the dispatch) and joined here in order: later parts use what
+/// earlier ones define.
+pub(crate) static TRANSITION: LazyLock<Library> = LazyLock::new(|| {
+    Library::new(concat!(
         include_str!("../lua/transition/prelude.lua"),
         include_str!("../lua/transition/helpers.lua"),
         include_str!("../lua/transition/events.lua"),
@@ -77,3 +111,17 @@ pub(crate) static TIERS_OR_DEFAULT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/tiers_or_default.lua")));
 /// A worker joining the bucket workers.
 pub(crate) static BUCKET_JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/bucket_join.lua")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_library_is_named_after_its_code() {
+        let (a, b) = (Library::new("return 1"), Library::new("return 2"));
+        assert_ne!(a.name(), b.name());
+        assert_eq!(a.name(), Library::new("return 1").name());
+        assert!(a.code().starts_with(&format!("#!lua name={}\n", a.name())), "{}", a.code());
+        assert!(a.name().chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{}", a.name());
+    }
+}

@@ -10,7 +10,7 @@ use crate::conn::{self, Call, Conn};
 use crate::keys::{LeaseKeys, RunKeys};
 use crate::pubsub::Channel;
 use crate::reply::ReplyError;
-use crate::scripts;
+use crate::scripts::{self, Library};
 
 /// The Redis store: unit queues and leases on one Redis or a Redis Cluster.
 ///
@@ -91,12 +91,13 @@ impl RedisStore {
         &self.inner.lease_keys
     }
 
-    /// Loads every script now (they are also loaded on first use and after
-    /// a `NOSCRIPT`), so a misconfigured server fails early.
+    /// Loads every script and the transitions' function library now (they
+    /// are also loaded on first use, and after a `NOSCRIPT` or a function
+    /// not found), so a misconfigured server fails early.
     pub async fn load_scripts(&self) -> Result<(), RedisError> {
         let mut conn = self.conn();
+        conn::load_library(&mut conn, &scripts::TRANSITION).await?;
         for script in [
-            &*scripts::TRANSITION,
             &*scripts::INITIALIZE,
             &*scripts::PROGRESS,
             &*scripts::PENDING,
@@ -122,6 +123,12 @@ impl RedisStore {
 
     pub(crate) async fn eval(&self, script: &redis::Script, call: &Call) -> Result<redis::Value, RedisError> {
         conn::eval(&mut self.conn(), script, call).await
+    }
+
+    /// Calls the function of `library` (loaded on first use and whenever
+    /// Redis has lost it).
+    pub(crate) async fn fcall(&self, library: &Library, call: &Call) -> Result<redis::Value, RedisError> {
+        conn::fcall(&mut self.conn(), library, call).await
     }
 }
 

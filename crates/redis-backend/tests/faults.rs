@@ -163,13 +163,18 @@ async fn scripts_survive_script_flush() {
     store.load_scripts().await.unwrap();
     let mut admin = raw(&url).await;
     let flush = || redis::cmd("SCRIPT").arg("FLUSH").to_owned();
+    // The transitions are a function library: FUNCTION FLUSH (or a restart
+    // without persistence) loses it the same way.
+    let flush_functions = || redis::cmd("FUNCTION").arg("FLUSH").to_owned();
 
     let s = spec("r1", &["a", "b", "c", "d"]);
     store.initialize(&s).await.unwrap();
     let _: () = flush().query_async(&mut admin).await.unwrap();
+    let _: () = flush_functions().query_async(&mut admin).await.unwrap();
     let batch = store.reserve_batch(&s.run, &w("w1"), std::num::NonZeroUsize::new(3).unwrap(), LONG).await.unwrap();
     assert_eq!(batch.deliveries.len(), 3);
     let _: () = flush().query_async(&mut admin).await.unwrap();
+    let _: () = flush_functions().query_async(&mut admin).await.unwrap();
     let items: Vec<_> = batch.deliveries.into_iter().map(|d| (d, FinalizeRequest::new(Outcome::Passed, 1))).collect();
     assert_eq!(store.finalize_many(&s.run, &w("w1"), &items).await.unwrap(), vec![Ack::Ok; 3]);
 

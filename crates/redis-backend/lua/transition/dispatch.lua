@@ -36,8 +36,32 @@ local function dispatch()
   return redis.error_reply("ERR unknown transition mode " .. tostring(mode))
 end
 
-local result = dispatch()
--- Every path that appends events renews the TTLs (and so flushes them);
--- this is a safety net.
-flush_events()
-return result
+-- Sets one call's state: its keys, arguments and clock, and empty caches.
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  units, priority, attempts, meta, unit_state, workers, parked =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  chunks, special, ranges, starts, clocks = keys[8], keys[9], keys[10], keys[11], keys[12]
+  mode, worker_id = args[1], args[2]
+  has_groups = false
+  local time = redis.call("TIME")
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  worker_json = jstr(worker_id)
+  now_str = string.format("%d", now)
+  head_suffix = {}
+  sparse = nil
+  chunk_cache, range_cache, ranges_lost = {}, {}, false
+  ev_reset()
+end
+
+-- FUNCTION_NAME is set by the first line the loader puts before this code
+-- (src/scripts.rs): it names this exact code, so versions that share one
+-- Redis never call each other's transitions.
+redis.register_function(FUNCTION_NAME, function(keys, args)
+  begin(keys, args)
+  local result = dispatch()
+  -- Every path that appends events renews the TTLs (and so flushes them);
+  -- this is a safety net.
+  flush_events()
+  return result
+end)

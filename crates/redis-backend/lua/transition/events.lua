@@ -3,8 +3,8 @@
 
 -- Built by concatenating cached pieces: the per-type prefix and the
 -- per-(retry_index, reclaim_count) suffix are made once per call.
-local now_str = string.format("%d", now)
-local head_prefix, head_suffix = {}, {}
+local now_str
+local head_prefix, head_suffix = {}, nil
 local function event_head_parts(event_type, state)
   local prefix = head_prefix[event_type]
   if not prefix then
@@ -60,7 +60,6 @@ local function ev_reset()
   ev_n, ev_count, ev_json_only = 7, 0, true
   ev_run_at = nil
 end
-ev_reset()
 
 -- Starts an event of `tokens` tokens.
 local function event_begin(tokens)

@@ -30,7 +30,8 @@ local function raw_or_null(json)
   return json
 end
 
-local worker_json = jstr(worker_id)
+-- The caller as a JSON string literal.
+local worker_json
 
 local function stream_key(short)
   if short == "units" then
@@ -257,7 +258,7 @@ local FRESH_STATE = fresh_state()
 -- An absent state is the fresh one while the state hash holds its "\1sparse"
 -- field (written at initialisation: only changed states are stored); without
 -- it the hash was lost, and the state with it. Read at most once a call.
-local sparse = nil
+local sparse
 local function absent_is_fresh()
   if sparse == nil then
     sparse = redis.call("HEXISTS", unit_state, "\1sparse") == 1

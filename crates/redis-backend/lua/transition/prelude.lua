@@ -36,15 +36,19 @@
 --   prefetched units) without spending a retry or reclaim budget; the seed
 --   could only abandon them to the reclaim timeout, which costs a reclaim.
 
-local units, priority, attempts, meta, unit_state, workers, parked =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local chunks, special, ranges, starts, clocks = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local mode, worker_id = ARGV[1], ARGV[2]
+-- The transitions are a Redis function library, loaded once (its body
+-- runs at FUNCTION LOAD, not at each call): the call's keys, arguments and
+-- clock below are set by `begin` (dispatch.lua) at the start of each call,
+-- and every cache of one call is emptied there too.
+local KEYS, ARGV
+local units, priority, attempts, meta, unit_state, workers, parked
+local chunks, special, ranges, starts, clocks
+local mode, worker_id
 
 local GROUP = "workers"
 -- Whether the run has groups (meta's has_groups), set by the dispatch.
-local has_groups = false
+local has_groups
 local STALE, CORRUPT = { "STALE" }, { "CORRUPT" }
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The call's clock (ms), from Redis's TIME.
+local now

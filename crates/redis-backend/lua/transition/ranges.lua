@@ -39,7 +39,7 @@ end
 -- field "o<c>" beside chunk c holds where each of its lines starts, and
 -- where the last one ends, as 4-byte big-endian integers (written by the
 -- initialisation), so no call scans a chunk for its newlines.
-local chunk_cache = {}
+local chunk_cache
 local function chunk(c)
   local cached = chunk_cache[c]
   if cached == nil then
@@ -99,7 +99,7 @@ local function unit_at_is(index, unit)
 end
 
 -- Ranges read by this call (a list; a deleted or exploded one is `gone`).
-local range_cache = {}
+local range_cache
 
 local function parse_range(first, raw)
   local last, count, live, done, owner = string.match(raw, "^(%d+)\t(%d+)\t(%d+)\t([01]+)\t(.*)$")
@@ -115,7 +115,7 @@ end
 -- neither finalized nor reclaimed, so the call answers CORRUPT. `starts`
 -- and `clocks` hold a member "-1" from the initialisation on (scored -1 and
 -- 0), so they are never empty while they exist.
-local ranges_lost = false
+local ranges_lost
 
 -- The live range holding main index `i`, or nil (`ranges_lost` set when the
 -- range keys are gone).
