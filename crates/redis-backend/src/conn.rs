@@ -1,5 +1,6 @@
 //! The connection: one server or a cluster, behind one type, plus script
-//! calls that reload their script on `NOSCRIPT` (single and pipelined).
+//! calls that reload their script on `NOSCRIPT` (single and pipelined), and
+//! function calls that load their library when Redis has lost it.
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;

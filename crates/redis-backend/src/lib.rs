@@ -13,15 +13,19 @@
 //! * Every unit-queue transition is one Lua script call
 //!   (`lua/transition/`, one file per part, joined at build time; modelled on
 //!   rspec-hopper's `transition.lua`: the same modes, replies and events, plus
-//!   `release`). `reserve` reads the priority stream, then the
-//!   main stream, then reclaims, for a whole batch in one call.
+//!   `release`). `reserve` reads the priority stream, then cuts a range
+//!   from the main queue (queue format 5, `docs/queue-model.md`), then
+//!   reclaims, for a whole batch in one call.
 //! * Leases are Lua too (`lua/lease_*.lua`): a claim is `SET NX PX` plus an
 //!   `INCR` of a per-key fence counter (the fencing token) in one script;
 //!   renew and release check owner *and* token (the lease value is
 //!   `"owner token"`).
-//! * Scripts are sent as `EVALSHA`; on `NOSCRIPT` (a restarted server, a
-//!   `SCRIPT FLUSH`, a failed-over cluster node) they are loaded and the call
-//!   is repeated, also for pipelined calls.
+//! * The transitions are a function library (`FUNCTION LOAD` once, then
+//!   `FCALL`: its body runs once at load, not at every call); the other
+//!   scripts are sent as `EVALSHA`. On `NOSCRIPT`, or a function not found
+//!   (a restarted server, a `SCRIPT FLUSH` or `FUNCTION FLUSH`, a
+//!   failed-over cluster node), the script or library is loaded and the
+//!   call is repeated, also for pipelined script calls.
 //! * The connection reconnects by itself ([`redis::aio::ConnectionManager`]
 //!   on one server, the cluster client's own connection on a cluster). While
 //!   Redis is down calls fail with a clear [`leasehold_core::QueueError::Backend`]
