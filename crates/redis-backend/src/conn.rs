@@ -115,9 +115,11 @@ impl Call {
         arg.write_redis_args(&mut self.args);
     }
 
-    fn fcall(&self, library: &Library) -> Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(library.name()).arg(self.keys.len());
+    /// `command target numkeys keys... args...` (`EVALSHA` and `FCALL` take
+    /// the same shape).
+    fn command(&self, command: &str, target: &str) -> Cmd {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(target).arg(self.keys.len());
         for k in &self.keys {
             cmd.arg(k);
         }
@@ -127,16 +129,12 @@ impl Call {
         cmd
     }
 
+    fn fcall(&self, library: &Library) -> Cmd {
+        self.command("FCALL", library.name())
+    }
+
     fn evalsha(&self, script: &Script) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(self.keys.len());
-        for k in &self.keys {
-            cmd.arg(k);
-        }
-        for a in &self.args {
-            cmd.arg(a.as_slice());
-        }
-        cmd
+        self.command("EVALSHA", script.get_hash())
     }
 }
 
