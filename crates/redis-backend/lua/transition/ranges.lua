@@ -80,22 +80,30 @@ local function packed_units(first, n)
   return table.concat(parts)
 end
 
--- The unit at `index` (of a chunk this call has read), or nil.
-local function unit_at(index)
+-- The chunk text holding the unit at `index`, and where its line starts;
+-- nil when the chunk is lost.
+local function line_of(index)
   local c = math.floor(index / CHUNK_UNITS)
   local ch = chunk(c)
   local at = ch and line_start(ch, index - c * CHUNK_UNITS + 1)
-  local tab = at and string.find(ch[1], "\t", at, true)
-  return tab and string.sub(ch[1], at, tab - 1)
+  if not at then
+    return nil
+  end
+  return ch[1], at
+end
+
+-- The unit at `index`, or nil.
+local function unit_at(index)
+  local text, at = line_of(index)
+  local tab = text and string.find(text, "\t", at, true)
+  return tab and string.sub(text, at, tab - 1)
 end
 
 -- Whether the unit at `index` is `unit` (a handle naming another unit's
 -- entry is not the caller's).
 local function unit_at_is(index, unit)
-  local c = math.floor(index / CHUNK_UNITS)
-  local ch = chunk(c)
-  local at = ch and line_start(ch, index - c * CHUNK_UNITS + 1)
-  return at ~= nil and string.byte(ch[1], at + #unit) == 9 and string.find(ch[1], unit, at, true) == at
+  local text, at = line_of(index)
+  return text ~= nil and string.byte(text, at + #unit) == 9 and string.find(text, unit, at, true) == at
 end
 
 -- Ranges read by this call (a list; a deleted or exploded one is `gone`).
@@ -251,15 +259,15 @@ local function cut_range(m, n)
   if not packed then
     return nil
   end
-  local last = first + n - 1
-  redis.call("HSET", ranges, first, string.format("%d\t1\t%d\t%s\t%s", last, n, string.rep("0", n), worker_id))
+  local r = { first = first, last = first + n - 1, count = 1, live = n, done = string.rep("0", n),
+    owner = worker_id, cut = true }
+  write_range(r)
   redis.call("ZADD", starts, first, first)
   redis.call("ZADD", clocks, now, first)
   redis.call("HINCRBY", meta, "range_live", n)
-  m.cursor = last + 1
+  m.cursor = r.last + 1
   redis.call("HSET", meta, "cursor", m.cursor)
-  range_cache[#range_cache + 1] = { first = first, last = last, count = 1, live = n, done = string.rep("0", n),
-    owner = worker_id, cut = true }
+  range_cache[#range_cache + 1] = r
   append_range(string.format("%d", first), packed, n)
   return packed
 end

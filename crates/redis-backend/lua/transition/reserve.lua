@@ -87,7 +87,8 @@ local function reserve(m, max, reclaim_after_ms, single)
   -- reading (the entry is moved back once more: read is read).
   local moved_back = {}
   local moved_any = false
-  for _, stream in ipairs({ priority }) do
+  do
+    local stream = priority
     local wrapped = false
     fresh[stream] = fresh[stream] or {}
     while delivered < max and not wrapped do
